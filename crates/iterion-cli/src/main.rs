@@ -1,0 +1,9 @@
+//! The `iterion` command line.
+use clap::Parser;
+
+mod cli;
+
+fn main() -> std::process::ExitCode {
+    let args = cli::Cli::parse();
+    cli::dispatch(args)
+}

@@ -1,0 +1,68 @@
+//! Helpers shared by the workspace's tests. Not part of any public API.
+//!
+//! The main one is [`engine_required`]: tests that need a container engine call it first. On a developer
+//! machine without an engine they are skipped with a visible notice; when `CI` (or `ITERION_REQUIRE_DOCKER=1`)
+//! is set, a missing engine is a failure, never a silent skip.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Whether the environment demands that engine tests run (CI, or `ITERION_REQUIRE_DOCKER=1`).
+pub fn engine_demanded() -> bool {
+    let set = |k: &str| {
+        std::env::var(k)
+            .map(|v| !v.is_empty() && v != "0" && v != "false")
+            .unwrap_or(false)
+    };
+    set("CI") || set("ITERION_REQUIRE_DOCKER")
+}
+
+/// The Unix socket of the local engine: `DOCKER_HOST=unix://…` when set, else `/var/run/docker.sock`.
+pub fn engine_socket() -> Option<PathBuf> {
+    match std::env::var("DOCKER_HOST") {
+        Ok(h) if !h.is_empty() => h.strip_prefix("unix://").map(PathBuf::from),
+        _ => Some(PathBuf::from("/var/run/docker.sock")),
+    }
+}
+
+/// Pings the engine over its Unix socket (`GET /_ping`), bounded to two seconds.
+pub fn engine_answers() -> Result<(), String> {
+    let path = engine_socket().ok_or_else(|| "DOCKER_HOST is not a unix:// socket".to_string())?;
+    let mut s = UnixStream::connect(&path).map_err(|e| format!("connect {}: {e}", path.display()))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
+    s.write_all(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+        .map_err(|e| format!("write: {e}"))?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).map_err(|e| format!("read: {e}"))?;
+    let text = String::from_utf8_lossy(&buf);
+    if text.starts_with("HTTP/1.0 200") || text.starts_with("HTTP/1.1 200") {
+        Ok(())
+    } else {
+        Err(format!(
+            "unexpected answer: {}",
+            text.lines().next().unwrap_or("")
+        ))
+    }
+}
+
+/// Returns `true` when an engine answers and the test should go on, `false` when the test should return early
+/// (skipped, with a notice on stderr). Panics, failing the test, when an engine is demanded but none answers.
+pub fn engine_required(test: &str) -> bool {
+    match engine_answers() {
+        Ok(()) => true,
+        Err(why) if engine_demanded() => {
+            panic!(
+                "{test}: a container engine is required (CI or ITERION_REQUIRE_DOCKER is set) but none answers: {why}"
+            )
+        }
+        Err(why) => {
+            eprintln!("SKIPPED {test}: no container engine answers ({why}); set CI=1 to make this a failure");
+            false
+        }
+    }
+}

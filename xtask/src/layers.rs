@@ -1,0 +1,208 @@
+//! `cargo xtask check-layers`: the layer DAG of the workspace and the confinement of heavy dependencies,
+//! checked mechanically from `cargo metadata`.
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+/// Every library crate with its layer and the workspace crates it may depend on (normal and build deps).
+const ALLOWED: &[(&str, u8, &[&str])] = &[
+    ("iterion-netpolicy", 0, &[]),
+    ("iterion-envdeny", 0, &[]),
+    ("iterion-envelope", 0, &[]),
+    // the one L0 → L0 edge: compile-time rule validation uses the enforcing compiler
+    ("iterion-spec", 0, &["iterion-netpolicy"]),
+    (
+        "iterion-driver",
+        1,
+        &["iterion-spec", "iterion-envdeny", "iterion-netpolicy"],
+    ),
+    ("iterion-netproxy", 1, &["iterion-netpolicy"]),
+    (
+        "iterion-driver-docker",
+        2,
+        &[
+            "iterion-driver",
+            "iterion-spec",
+            "iterion-envdeny",
+            "iterion-netpolicy",
+        ],
+    ),
+    (
+        "iterion-driver-k8s",
+        2,
+        &[
+            "iterion-driver",
+            "iterion-spec",
+            "iterion-envdeny",
+            "iterion-netpolicy",
+        ],
+    ),
+    (
+        "iterion-runtime",
+        3,
+        &[
+            "iterion-spec",
+            "iterion-envdeny",
+            "iterion-envelope",
+            "iterion-netpolicy",
+            "iterion-driver",
+            "iterion-netproxy",
+        ],
+    ),
+    (
+        "iterion-cli",
+        4,
+        &[
+            "iterion-spec",
+            "iterion-envdeny",
+            "iterion-envelope",
+            "iterion-netpolicy",
+            "iterion-driver",
+            "iterion-netproxy",
+            "iterion-driver-docker",
+            "iterion-driver-k8s",
+            "iterion-runtime",
+        ],
+    ),
+    ("iterion-test-support", 9, &[]),
+    ("xtask", 9, &[]),
+];
+
+/// Foreign crates confined to the listed workspace crates (normal deps; dev-deps are free).
+const CONFINED: &[(&str, &[&str])] = &[
+    ("bollard", &["iterion-driver-docker"]),
+    ("kube", &["iterion-driver-k8s"]),
+    ("kube-client", &["iterion-driver-k8s"]),
+    ("k8s-openapi", &["iterion-driver-k8s"]),
+    ("anyhow", &["iterion-cli", "xtask", "iterion-test-support"]),
+    ("hyper", &["iterion-netproxy"]),
+    ("tokio-rustls", &["iterion-netproxy"]),
+    ("rcgen", &["iterion-netproxy"]),
+    ("clap", &["iterion-cli"]),
+];
+
+/// Crates that must stay pure: no async runtime, no sockets.
+const PURE: &[&str] = &["iterion-spec", "iterion-envdeny", "iterion-netpolicy"];
+const IMPURE_DEPS: &[&str] = &[
+    "tokio",
+    "hyper",
+    "bollard",
+    "kube",
+    "reqwest",
+    "hickory-resolver",
+    "mio",
+];
+
+pub fn check(root: &Path) -> Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let out = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--locked"])
+        .current_dir(root)
+        .output()
+        .context("run cargo metadata")?;
+    if !out.status.success() {
+        bail!("cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let meta: Value = serde_json::from_slice(&out.stdout).context("parse cargo metadata")?;
+    let problems = check_metadata(&meta)?;
+    if problems.is_empty() {
+        eprintln!("xtask: check-layers: ok ({} crates)", ALLOWED.len());
+        Ok(())
+    } else {
+        for p in &problems {
+            eprintln!("xtask: check-layers: {p}");
+        }
+        bail!("{} layer violation(s)", problems.len())
+    }
+}
+
+fn check_metadata(meta: &Value) -> Result<Vec<String>> {
+    let allowed: BTreeMap<&str, (u8, &[&str])> = ALLOWED.iter().map(|(n, l, a)| (*n, (*l, *a))).collect();
+    let members: Vec<&str> = meta["workspace_members"]
+        .as_array()
+        .context("workspace_members")?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let mut problems = Vec::new();
+    for pkg in meta["packages"].as_array().context("packages")? {
+        let id = pkg["id"].as_str().unwrap_or_default();
+        if !members.contains(&id) {
+            continue;
+        }
+        let name = pkg["name"].as_str().unwrap_or_default();
+        let Some((layer, ok_deps)) = allowed.get(name) else {
+            problems.push(format!(
+                "{name}: not in the layer table of xtask/src/layers.rs; give it a layer"
+            ));
+            continue;
+        };
+        for dep in pkg["dependencies"].as_array().into_iter().flatten() {
+            let dep_name = dep["name"].as_str().unwrap_or_default();
+            let kind = dep["kind"].as_str(); // null = normal, "dev", "build"
+            if kind == Some("dev") {
+                continue;
+            }
+            if dep_name.starts_with("iterion-") {
+                if !ok_deps.contains(&dep_name) {
+                    let dep_layer = allowed.get(dep_name).map(|(l, _)| *l);
+                    problems.push(format!(
+                        "{name} (L{layer}) depends on {dep_name} (L{}), which its layer does not allow",
+                        dep_layer.map_or("?".to_string(), |l| l.to_string())
+                    ));
+                }
+                continue;
+            }
+            for (foreign, owners) in CONFINED {
+                if dep_name == *foreign && !owners.contains(&name) {
+                    problems.push(format!(
+                        "{name} depends on {foreign}, which only {} may name",
+                        owners.join(", ")
+                    ));
+                }
+            }
+            if PURE.contains(&name) && IMPURE_DEPS.contains(&dep_name) {
+                problems.push(format!("{name} is a pure L0 crate but depends on {dep_name}"));
+            }
+        }
+    }
+    Ok(problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn meta(pkgs: Value) -> Value {
+        let ids: Vec<Value> = pkgs.as_array().unwrap().iter().map(|p| p["id"].clone()).collect();
+        json!({"workspace_members": ids, "packages": pkgs})
+    }
+
+    #[test]
+    fn flags_upward_and_confined_edges() {
+        let m = meta(json!([
+            {"id": "a", "name": "iterion-runtime", "dependencies": [
+                {"name": "iterion-driver-docker", "kind": null},
+                {"name": "bollard", "kind": null},
+                {"name": "anyhow", "kind": "dev"}
+            ]},
+            {"id": "b", "name": "iterion-spec", "dependencies": [{"name": "tokio", "kind": null}]},
+            {"id": "c", "name": "iterion-cli", "dependencies": [{"name": "iterion-runtime", "kind": null}]}
+        ]));
+        let p = check_metadata(&m).unwrap();
+        assert_eq!(p.len(), 3, "{p:#?}");
+        assert!(p[0].contains("iterion-runtime (L3) depends on iterion-driver-docker (L2)"));
+        assert!(p[1].contains("bollard"));
+        assert!(p[2].contains("pure L0 crate but depends on tokio"));
+    }
+
+    #[test]
+    fn unknown_member_needs_a_layer() {
+        let m = meta(json!([{"id": "z", "name": "iterion-new", "dependencies": []}]));
+        assert_eq!(check_metadata(&m).unwrap().len(), 1);
+    }
+}
