@@ -12,6 +12,7 @@ use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod images;
 mod layers;
 
 fn main() -> std::process::ExitCode {
@@ -32,7 +33,9 @@ commands:
   fmt            format the workspace
   lint           clippy over every target with warnings denied
   check-layers   check the crate layer DAG and where heavy dependencies may appear
-  test           run every test of the workspace";
+  test           run every test of the workspace
+  images         build the local test images (no registry needed), e.g. iterion-test/busybox:latest
+  bench NAME     run a benchmark: spec | proxy | docker";
 
 fn run(args: &[String]) -> Result<()> {
     let Some(cmd) = args.first() else {
@@ -46,6 +49,8 @@ fn run(args: &[String]) -> Result<()> {
         "lint" => lint(),
         "check-layers" => layers::check(&root()?),
         "test" => test(rest),
+        "images" => images::run(&root()?, rest),
+        "bench" => bench(rest),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(())
@@ -102,4 +107,27 @@ fn ci() -> Result<()> {
     lint()?;
     layers::check(&root()?)?;
     test(&[])
+}
+
+/// Benchmarks are `harness = false` bench targets of the crate they measure; each prints its own table.
+const BENCHES: &[(&str, &str, &str)] = &[
+    ("spec", "iterion-spec", "parse"),
+    ("proxy", "iterion-netproxy", "proxy"),
+    ("docker", "iterion-driver-docker", "docker"),
+];
+
+fn bench(args: &[String]) -> Result<()> {
+    let names: Vec<&str> = BENCHES.iter().map(|b| b.0).collect();
+    let Some(name) = args.first() else {
+        bail!("usage: cargo xtask bench <{}> [ARGS]", names.join("|"));
+    };
+    let Some((_, krate, target)) = BENCHES.iter().find(|b| b.0 == name) else {
+        bail!("unknown benchmark '{name}' (known: {})", names.join(", "));
+    };
+    if name == "docker" {
+        images::run(&root()?, &[])?;
+    }
+    let mut cargo_args = vec!["bench", "--package", krate, "--bench", target, "--"];
+    cargo_args.extend(args[1..].iter().map(String::as_str));
+    cargo(&cargo_args)
 }
