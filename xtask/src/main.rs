@@ -35,7 +35,9 @@ commands:
   check-layers   check the crate layer DAG and where heavy dependencies may appear
   test           run every test of the workspace
   images         build the local test images (no registry needed), e.g. iterion-test/busybox:latest
-  bench NAME     run a benchmark: spec | proxy | docker";
+  bench NAME     run a benchmark: spec | proxy | docker
+  fuzz [DIR TARGET [SECONDS]]
+                 list fuzz targets, or run fuzz/DIR's TARGET for SECONDS (default 300) with cargo-fuzz";
 
 fn run(args: &[String]) -> Result<()> {
     let Some(cmd) = args.first() else {
@@ -51,6 +53,7 @@ fn run(args: &[String]) -> Result<()> {
         "test" => test(rest),
         "images" => images::run(&root()?, rest),
         "bench" => bench(rest),
+        "fuzz" => fuzz(rest),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(())
@@ -130,4 +133,61 @@ fn bench(args: &[String]) -> Result<()> {
     let mut cargo_args = vec!["bench", "--package", krate, "--bench", target, "--"];
     cargo_args.extend(args[1..].iter().map(String::as_str));
     cargo(&cargo_args)
+}
+
+/// Fuzz targets live in `fuzz/<dir>/` (cargo-fuzz layouts outside the workspace). cargo-fuzz needs nightly
+/// compiler flags; `RUSTC_BOOTSTRAP=1` lets the pinned stable toolchain accept them.
+fn fuzz(args: &[String]) -> Result<()> {
+    let fuzz_root = root()?.join("fuzz");
+    let Some(dir) = args.first() else {
+        println!("fuzz targets (cargo xtask fuzz DIR TARGET [SECONDS]):");
+        let mut dirs: Vec<_> = std::fs::read_dir(&fuzz_root)
+            .with_context(|| format!("read {}", fuzz_root.display()))?
+            .filter_map(|e| e.ok())
+            .collect();
+        dirs.sort_by_key(|e| e.file_name());
+        for d in dirs {
+            let targets = d.path().join("fuzz_targets");
+            let Ok(entries) = std::fs::read_dir(&targets) else {
+                continue;
+            };
+            let mut names: Vec<String> = entries
+                .filter_map(|e| e.ok())
+                .filter_map(|e| e.path().file_stem().map(|s| s.to_string_lossy().into_owned()))
+                .collect();
+            names.sort();
+            for n in names {
+                println!("  {} {}", d.file_name().to_string_lossy(), n);
+            }
+        }
+        return Ok(());
+    };
+    let Some(target) = args.get(1) else {
+        bail!("usage: cargo xtask fuzz DIR TARGET [SECONDS]")
+    };
+    let seconds: u64 = match args.get(2) {
+        Some(s) => s
+            .parse()
+            .with_context(|| format!("SECONDS must be a whole number, got '{s}'"))?,
+        None => 300,
+    };
+    let dir = fuzz_root.join(dir);
+    if !dir.join("Cargo.toml").exists() {
+        bail!("no fuzz crate at {}", dir.display());
+    }
+    if Command::new("cargo")
+        .args(["fuzz", "--version"])
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        eprintln!("xtask: cargo-fuzz is missing; installing it from crates.io");
+        step(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))?;
+    }
+    step(
+        Command::new("cargo")
+            .env("RUSTC_BOOTSTRAP", "1")
+            .args(["fuzz", "run", target, "--", &format!("-max_total_time={seconds}")])
+            .current_dir(&dir),
+    )
 }
