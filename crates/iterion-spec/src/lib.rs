@@ -13,3 +13,4 @@
 #![deny(missing_docs)]
 
 pub mod diag;
+pub mod model;
