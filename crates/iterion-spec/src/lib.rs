@@ -14,3 +14,5 @@
 
 pub mod diag;
 pub mod model;
+pub mod resolved;
+pub mod values;
