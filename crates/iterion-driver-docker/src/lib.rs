@@ -1,4 +1,22 @@
 //! `iterion-driver-docker`: the Docker / Podman driver over the engine API.
 //!
 //! Layer L2: the only crate of the workspace that names `bollard`; no bollard type leaves it.
+//!
+//! ```no_run
+//! # async fn demo() -> iterion_driver_docker::Result<()> {
+//! use iterion_driver_docker::endpoint::{EndpointSettings, Family};
+//! use iterion_driver_docker::engine::Engine;
+//! let settings = EndpointSettings::new(None, None, None, None);
+//! let engine = Engine::discover(&settings, Family::Docker, std::time::Duration::from_secs(5)).await?;
+//! println!("{} {}", engine.facts().driver_name(), engine.facts().api_version);
+//! # Ok(()) }
+//! ```
 #![deny(missing_docs)]
+
+pub mod endpoint;
+pub mod engine;
+mod error;
+pub mod image;
+pub mod names;
+
+pub use error::{Error, Result};

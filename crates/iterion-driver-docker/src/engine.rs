@@ -1,0 +1,385 @@
+//! Engine connection (03 §4.2, §4.3): ping with a bound and distinct failure reasons, API version
+//! negotiation (never above what the server supports, never below 1.41), and the engine's identity.
+
+use crate::endpoint::{Candidate, EndpointSettings, Family, candidates};
+use crate::error::{Error, Result, engine};
+use bollard::{ClientVersion, Docker};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Lowest engine API version the driver accepts.
+pub const MIN_API: (usize, usize) = (1, 41);
+/// Highest engine API version the driver asks for (the lower of this and the server's maximum is used).
+pub const MAX_API: (usize, usize) = (1, 45);
+/// Bound of every non-streaming engine request (03 §13).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What the handshake learned about the engine (03 §4.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EngineFacts {
+    /// The engine is Podman (a component named Podman, or a `Libpod-API-Version` ping header).
+    pub podman: bool,
+    /// Engine version string.
+    pub version: String,
+    /// The negotiated API version, `major.minor`.
+    pub api_version: String,
+    /// Engine OS (`linux`).
+    pub os: String,
+    /// Engine architecture as the engine reports it (`x86_64`, `aarch64`).
+    pub arch: String,
+    /// Rootless engine.
+    pub rootless: bool,
+    /// Docker Desktop (the engine runs in a virtual machine).
+    pub desktop: bool,
+    /// The socket the driver is connected to.
+    pub endpoint: PathBuf,
+    /// `_ping` answered `Builder-Version: 2`.
+    pub buildkit: bool,
+    /// `/info` `InitBinary`.
+    pub init_binary: Option<String>,
+    /// `/info` `CgroupVersion`.
+    pub cgroup_version: Option<String>,
+    /// `/info` `SecurityOptions`.
+    pub security_options: Vec<String>,
+    /// SELinux is enabled on the engine (binds of the relay need relabelling).
+    pub selinux: bool,
+}
+
+impl EngineFacts {
+    /// `docker` or `podman`.
+    pub fn driver_name(&self) -> &'static str {
+        if self.podman { "podman" } else { "docker" }
+    }
+}
+
+/// Identity flags derived from the handshake answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Identity {
+    /// Podman.
+    pub podman: bool,
+    /// Rootless.
+    pub rootless: bool,
+    /// Docker Desktop.
+    pub desktop: bool,
+    /// BuildKit advertised.
+    pub buildkit: bool,
+    /// SELinux enabled.
+    pub selinux: bool,
+}
+
+/// Derives the identity of 03 §4.3 from the `_ping` headers, `/version` component names, `/info`
+/// security options and operating system.
+pub fn identify(
+    ping_headers: &[(String, String)],
+    component_names: &[String],
+    security_options: &[String],
+    operating_system: &str,
+) -> Identity {
+    let header = |n: &str| {
+        ping_headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(n))
+            .map(|(_, v)| v.as_str())
+    };
+    let podman = header("Libpod-API-Version").is_some()
+        || component_names
+            .iter()
+            .any(|c| c.to_ascii_lowercase().contains("podman"));
+    let rootless = security_options.iter().any(|o| {
+        o.split(',')
+            .any(|kv| kv.trim().eq_ignore_ascii_case("name=rootless"))
+    });
+    let selinux = security_options.iter().any(|o| {
+        o.split(',')
+            .any(|kv| kv.trim().eq_ignore_ascii_case("name=selinux"))
+    });
+    Identity {
+        podman,
+        rootless,
+        desktop: operating_system.contains("Docker Desktop"),
+        buildkit: header("Builder-Version").map(str::trim) == Some("2"),
+        selinux,
+    }
+}
+
+/// Parses `major.minor`.
+pub fn parse_api(v: &str) -> Option<(usize, usize)> {
+    let (a, b) = v.trim().split_once('.')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+/// The API version to use: the lower of ours and the server's; `Err` when the server is older than 1.41.
+pub fn negotiate(server: &str) -> std::result::Result<(usize, usize), String> {
+    let s = parse_api(server).ok_or_else(|| format!("engine API version '{server}' is not major.minor"))?;
+    if s < MIN_API {
+        return Err(format!("engine API {server} is older than 1.41"));
+    }
+    Ok(s.min(MAX_API))
+}
+
+/// `5s`, `1m30s`, `200ms`: a bound as a person writes it.
+pub(crate) fn short_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    if s == 0 {
+        return format!("{}ms", d.as_millis());
+    }
+    match (s / 3600, (s % 3600) / 60, s % 60) {
+        (0, 0, sec) => format!("{sec}s"),
+        (0, m, sec) => format!("{m}m{sec}s"),
+        (h, m, sec) => format!("{h}h{m}m{sec}s"),
+    }
+}
+
+fn driver_of(family: Family) -> &'static str {
+    match family {
+        Family::Docker => "docker",
+        Family::Podman => "podman",
+    }
+}
+
+/// Pings `socket` (`GET /_ping`) within `timeout`; returns the response headers. Failure reasons are the
+/// distinct sentences of 03 §4.2.
+pub async fn ping(socket: &Path, timeout: Duration) -> std::result::Result<Vec<(String, String)>, String> {
+    let p = socket.display();
+    let work = async {
+        let mut s = match tokio::net::UnixStream::connect(socket).await {
+            Ok(s) => s,
+            Err(e) => {
+                return Err(match e.kind() {
+                    std::io::ErrorKind::NotFound => format!("no engine socket at {p}"),
+                    std::io::ErrorKind::ConnectionRefused => format!("engine at {p} refused the connection"),
+                    std::io::ErrorKind::PermissionDenied => format!(
+                        "permission denied on {p} (add your user to the docker group or use rootless Podman)"
+                    ),
+                    _ => format!("engine at {p} could not be reached: {e}"),
+                });
+            }
+        };
+        s.write_all(b"GET /_ping HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n")
+            .await
+            .map_err(|e| format!("engine at {p} could not be reached: {e}"))?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf)
+            .await
+            .map_err(|e| format!("engine at {p} could not be reached: {e}"))?;
+        let text = String::from_utf8_lossy(&buf);
+        let head = text.split("\r\n\r\n").next().unwrap_or_default();
+        let mut lines = head.split("\r\n");
+        let status = lines.next().unwrap_or_default();
+        if !(status.starts_with("HTTP/1.1 200") || status.starts_with("HTTP/1.0 200")) {
+            return Err(format!("engine at {p} answered '{status}' to _ping"));
+        }
+        Ok(lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect())
+    };
+    match tokio::time::timeout(timeout, work).await {
+        Ok(r) => r,
+        Err(_) => Err(format!(
+            "engine at {p} did not answer within {}",
+            short_duration(timeout)
+        )),
+    }
+}
+
+/// A connected engine: the bollard client (API version negotiated) and the facts of the handshake.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    pub(crate) docker: Docker,
+    facts: EngineFacts,
+}
+
+impl Engine {
+    /// The handshake facts.
+    pub fn facts(&self) -> &EngineFacts {
+        &self.facts
+    }
+
+    /// Connects to the engine at `socket`: ping (bounded by `ping_timeout`), `/version` with negotiation,
+    /// `/info`. `family` names the driver in errors.
+    pub async fn connect(socket: &Path, family: Family, ping_timeout: Duration) -> Result<Self> {
+        let driver = driver_of(family);
+        let unavailable = |reason: String| Error::Unavailable { driver, reason };
+        let headers = ping(socket, ping_timeout).await.map_err(unavailable)?;
+        let path = socket
+            .to_str()
+            .ok_or_else(|| unavailable(format!("socket path {} is not UTF-8", socket.display())))?;
+        let client = |v: (usize, usize)| {
+            Docker::connect_with_unix(
+                path,
+                REQUEST_TIMEOUT.as_secs(),
+                &ClientVersion {
+                    major_version: v.0,
+                    minor_version: v.1,
+                },
+            )
+            .map_err(|e| unavailable(format!("engine at {}: {e}", socket.display())))
+        };
+        // `/version` is not versioned in meaning; ask it at the minimum API.
+        let probe = client(MIN_API)?;
+        let version = probe.version().await.map_err(engine)?;
+        let server_api = version.api_version.clone().unwrap_or_default();
+        let api = negotiate(&server_api).map_err(unavailable)?;
+        let docker = client(api)?;
+        let info = docker.info().await.map_err(engine)?;
+        let components: Vec<String> = version
+            .components
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        let security_options = info.security_options.clone().unwrap_or_default();
+        let operating_system = info.operating_system.clone().unwrap_or_default();
+        let id = identify(&headers, &components, &security_options, &operating_system);
+        let facts = EngineFacts {
+            podman: id.podman,
+            version: version.version.unwrap_or_default(),
+            api_version: format!("{}.{}", api.0, api.1),
+            os: info.os_type.clone().unwrap_or_else(|| "linux".into()),
+            arch: info.architecture.clone().unwrap_or_default(),
+            rootless: id.rootless,
+            desktop: id.desktop,
+            endpoint: socket.to_path_buf(),
+            buildkit: id.buildkit,
+            init_binary: info.init_binary.clone().filter(|s| !s.is_empty()),
+            cgroup_version: info.cgroup_version.map(|v| v.to_string()),
+            security_options,
+            selinux: id.selinux,
+        };
+        Ok(Self { docker, facts })
+    }
+
+    /// Tries the candidates of 03 §4.1 of `family` in order and connects to the first that answers.
+    /// The error lists why each candidate failed.
+    pub async fn discover(
+        settings: &EndpointSettings,
+        family: Family,
+        ping_timeout: Duration,
+    ) -> Result<Self> {
+        let mut reasons = Vec::new();
+        for c in candidates(settings) {
+            match c {
+                Candidate::Refused { family: f, reason } if f == family => reasons.push(reason),
+                Candidate::Unix { family: f, path } if f == family => {
+                    match Self::connect(&path, family, ping_timeout).await {
+                        Ok(e) => return Ok(e),
+                        Err(Error::Unavailable { reason, .. }) => reasons.push(reason),
+                        Err(e) => reasons.push(e.to_string()),
+                    }
+                }
+                _ => {}
+            }
+        }
+        Err(Error::Unavailable {
+            driver: driver_of(family),
+            reason: if reasons.is_empty() {
+                "no endpoint to try".into()
+            } else {
+                reasons.join("; ")
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(headers: &[(&str, &str)], components: &[&str], secopts: &[&str], os: &str, expect: &str) {
+        let h: Vec<(String, String)> = headers
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        let c: Vec<String> = components.iter().map(|s| s.to_string()).collect();
+        let s: Vec<String> = secopts.iter().map(|s| s.to_string()).collect();
+        let id = identify(&h, &c, &s, os);
+        let mut got = Vec::new();
+        for (on, name) in [
+            (id.podman, "podman"),
+            (id.rootless, "rootless"),
+            (id.desktop, "desktop"),
+            (id.buildkit, "buildkit"),
+            (id.selinux, "selinux"),
+        ] {
+            if on {
+                got.push(name);
+            }
+        }
+        assert_eq!(got.join(","), expect);
+    }
+
+    #[test]
+    fn identity_4_3() {
+        check(
+            &[("Api-Version", "1.41")],
+            &["Engine"],
+            &["name=seccomp,profile=default"],
+            "Debian GNU/Linux 12",
+            "",
+        );
+        check(&[("Libpod-API-Version", "4.3.1")], &[], &[], "fedora", "podman");
+        check(
+            &[],
+            &["Podman Engine"],
+            &["name=rootless"],
+            "fedora",
+            "podman,rootless",
+        );
+        check(
+            &[("Builder-Version", "2")],
+            &["Engine"],
+            &["name=seccomp", "name=rootless"],
+            "Ubuntu",
+            "rootless,buildkit",
+        );
+        check(&[], &["Engine"], &[], "Docker Desktop", "desktop");
+        check(&[], &[], &["name=selinux"], "rhel", "selinux");
+    }
+
+    fn check_negotiate(server: &str, expect: std::result::Result<(usize, usize), &str>) {
+        assert_eq!(negotiate(server), expect.map_err(str::to_string));
+    }
+
+    #[test]
+    fn api_negotiation_4_2() {
+        check_negotiate("1.41", Ok((1, 41)));
+        check_negotiate("1.43", Ok((1, 43)));
+        check_negotiate("1.51", Ok(MAX_API));
+        check_negotiate("1.40", Err("engine API 1.40 is older than 1.41"));
+        check_negotiate("x", Err("engine API version 'x' is not major.minor"));
+    }
+
+    #[tokio::test]
+    async fn ping_failure_reasons_are_distinct() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = dir.path().join("none.sock");
+        let e = ping(&missing, Duration::from_secs(1)).await.expect_err("missing");
+        assert_eq!(e, format!("no engine socket at {}", missing.display()));
+
+        // A socket file nobody listens on: connection refused.
+        let stale = dir.path().join("stale.sock");
+        drop(std::os::unix::net::UnixListener::bind(&stale).expect("bind"));
+        let e = ping(&stale, Duration::from_secs(1)).await.expect_err("refused");
+        assert_eq!(e, format!("engine at {} refused the connection", stale.display()));
+
+        // A listener that accepts and never answers: timeout.
+        let silent = dir.path().join("silent.sock");
+        let l = tokio::net::UnixListener::bind(&silent).expect("bind");
+        let hold = tokio::spawn(async move {
+            let (s, _) = l.accept().await.expect("accept");
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            drop(s);
+        });
+        let e = ping(&silent, Duration::from_millis(200))
+            .await
+            .expect_err("timeout");
+        assert_eq!(
+            e,
+            format!("engine at {} did not answer within 200ms", silent.display())
+        );
+        hold.abort();
+    }
+}
