@@ -12,7 +12,10 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod ast;
 pub mod diag;
+pub mod lexer;
 pub mod model;
+pub mod parser;
 pub mod resolved;
 pub mod values;
