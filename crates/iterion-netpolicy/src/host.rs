@@ -402,20 +402,15 @@ pub(crate) fn canonical_name(text: &str) -> Result<Host, HostError> {
             DnsLength::Ignore,
         )
         .map_err(|_| HostError::Idna)?;
-    let ascii = ascii.as_ref();
-    if ascii != text {
-        // Mapping may have produced dots, a trailing dot or digits: canonicalise the result once more.
-        let trimmed = strip_one_dot(ascii)?;
-        if ends_in_number(trimmed) {
-            return parse_ipv4_any(trimmed)
-                .map(|v4| Host::Ip(IpAddr::V4(v4)))
-                .ok_or(HostError::Ipv4);
-        }
-        check_labels(trimmed)?;
-        return Ok(Host::Name(trimmed.to_owned()));
+    // Mapping may have produced dots, a trailing dot or digits: the result is checked like typed ASCII.
+    let trimmed = strip_one_dot(ascii.as_ref())?;
+    if ends_in_number(trimmed) {
+        return parse_ipv4_any(trimmed)
+            .map(|v4| Host::Ip(IpAddr::V4(v4)))
+            .ok_or(HostError::Ipv4);
     }
-    check_labels(ascii)?;
-    Ok(Host::Name(ascii.to_owned()))
+    check_labels(trimmed)?;
+    Ok(Host::Name(trimmed.to_owned()))
 }
 
 fn check_labels(name: &str) -> Result<(), HostError> {

@@ -78,6 +78,22 @@ impl Pattern {
     }
 }
 
+/// The canonical spelling: `h`, `*.s`, `**.s`, `**`, an IPv4 address, `[v6]`, a CIDR (`[v6/len]` for IPv6).
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Pattern::Exact(h) => f.write_str(h),
+            Pattern::OneLabel(s) => write!(f, "*.{s}"),
+            Pattern::MultiLabel(s) => write!(f, "**.{s}"),
+            Pattern::AnyName => f.write_str("**"),
+            Pattern::Ip(IpAddr::V4(a)) => write!(f, "{a}"),
+            Pattern::Ip(IpAddr::V6(a)) => write!(f, "[{a}]"),
+            Pattern::Cidr(IpNet::V4(n)) => write!(f, "{n}"),
+            Pattern::Cidr(IpNet::V6(n)) => write!(f, "[{n}]"),
+        }
+    }
+}
+
 /// One compiled rule: polarity, pattern, optional port and the original text (§3.2 step 10).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct Rule {
@@ -130,6 +146,15 @@ impl Rule {
     /// The text as written (outer whitespace trimmed): used in events, responses and `check` output.
     pub fn original(&self) -> &str {
         &self.original
+    }
+
+    /// The canonical text `[!]PATTERN[:PORT]`: parsing it gives the same rule (up to the original text).
+    pub fn canonical(&self) -> String {
+        let bang = if self.negated { "!" } else { "" };
+        match self.port {
+            Some(port) => format!("{bang}{}:{port}", self.pattern),
+            None => format!("{bang}{}", self.pattern),
+        }
     }
 
     /// Whether this is an IP or CIDR rule (considered by the address stage).
@@ -338,8 +363,9 @@ fn parse_pattern(text: &str) -> Result<Pattern, RuleError> {
             }),
         };
     }
-    if ends_in_number(text) {
-        return parse_ipv4_any(text)
+    let without_dot = text.strip_suffix('.').unwrap_or(text);
+    if ends_in_number(without_dot) {
+        return parse_ipv4_any(without_dot)
             .map(|v4| Pattern::Ip(IpAddr::V4(v4)))
             .ok_or(RuleError::Ipv4);
     }
