@@ -14,8 +14,10 @@
 
 pub mod ast;
 pub mod diag;
+pub mod expr;
 pub mod lexer;
 pub mod model;
 pub mod parser;
 pub mod resolved;
+pub mod template;
 pub mod values;

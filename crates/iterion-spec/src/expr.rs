@@ -1,0 +1,749 @@
+//! The expression language of `when "…"` and `compute expr:` (01 §5.3): parser and evaluator.
+//!
+//! ```
+//! use iterion_spec::expr::{parse_expr, eval, truthy};
+//! let e = parse_expr("status == 'pass' && length(items) > 1").unwrap();
+//! let input = serde_json::json!({"status": "pass", "items": [1, 2]});
+//! let v = eval(&e, &|root: &str| (root == "input").then(|| input.clone())).unwrap();
+//! assert!(truthy(&v));
+//! ```
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// Binary operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum BinOp {
+    /// `||` / `or`.
+    Or,
+    /// `&&` / `and`.
+    And,
+    /// `==`.
+    Eq,
+    /// `!=`.
+    Ne,
+    /// `<`.
+    Lt,
+    /// `<=`.
+    Le,
+    /// `>`.
+    Gt,
+    /// `>=`.
+    Ge,
+    /// `+`.
+    Add,
+    /// `-`.
+    Sub,
+    /// `*`.
+    Mul,
+    /// `/`.
+    Div,
+    /// `%`.
+    Rem,
+}
+
+/// Built-in functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Func {
+    /// `length(x)`.
+    Length,
+    /// `concat(a, b, …)`.
+    Concat,
+    /// `unique(list)`.
+    Unique,
+    /// `contains(h, n)`.
+    Contains,
+    /// `join(list, sep)`.
+    Join,
+    /// `if(c, a, b)` (lazy).
+    If,
+}
+
+/// An expression tree.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Expr {
+    /// A literal (number, string, bool, null).
+    Lit(Value),
+    /// A path; the first segment is the namespace (`input` when it was not one of the namespaces).
+    Path(Vec<String>),
+    /// `!x` / `not x`.
+    Not(Box<Expr>),
+    /// `-x`.
+    Neg(Box<Expr>),
+    /// `a OP b`.
+    Bin(BinOp, Box<Expr>, Box<Expr>),
+    /// `f(args…)`.
+    Call(Func, Vec<Expr>),
+}
+
+/// A parse error: byte offset inside the expression text and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExprError {
+    /// Byte offset in the expression text.
+    pub offset: usize,
+    /// What is wrong (used in `C040 invalid expression: <detail>`).
+    pub detail: String,
+}
+
+/// Namespaces a path may start with; any other first segment reads from `input`.
+pub const EXPR_NAMESPACES: &[&str] = &["input", "outputs", "vars", "loop", "run"];
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Num(Value),
+    Str(String),
+    Ident(String),
+    Op(&'static str),
+    End,
+}
+
+fn tokenize(s: &str) -> Result<Vec<(Tok, usize)>, ExprError> {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c.is_ascii_whitespace() {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        if c.is_ascii_digit() {
+            while i < b.len() && b[i].is_ascii_digit() {
+                i += 1;
+            }
+            let mut float = false;
+            if i + 1 < b.len() && b[i] == b'.' && b[i + 1].is_ascii_digit() {
+                float = true;
+                i += 1;
+                while i < b.len() && b[i].is_ascii_digit() {
+                    i += 1;
+                }
+            }
+            let t = &s[start..i];
+            let v = if float {
+                t.parse::<f64>().ok().map(Value::from)
+            } else {
+                t.parse::<i64>().ok().map(Value::from)
+            };
+            let Some(v) = v else {
+                return Err(ExprError {
+                    offset: start,
+                    detail: format!("number '{t}' out of range"),
+                });
+            };
+            out.push((Tok::Num(v), start));
+            continue;
+        }
+        if c == b'"' || c == b'\'' {
+            i += 1;
+            let mut val = String::new();
+            loop {
+                let Some(ch) = s[i..].chars().next() else {
+                    return Err(ExprError {
+                        offset: start,
+                        detail: "unterminated string".into(),
+                    });
+                };
+                i += ch.len_utf8();
+                if ch as u32 == c as u32 {
+                    break;
+                }
+                if ch == '\\' {
+                    let Some(e) = s[i..].chars().next() else {
+                        return Err(ExprError {
+                            offset: start,
+                            detail: "unterminated string".into(),
+                        });
+                    };
+                    i += e.len_utf8();
+                    match e {
+                        '"' | '\'' | '\\' => val.push(e),
+                        'n' => val.push('\n'),
+                        't' => val.push('\t'),
+                        _ => {
+                            return Err(ExprError {
+                                offset: i - e.len_utf8() - 1,
+                                detail: format!("invalid escape '\\{e}'"),
+                            });
+                        }
+                    }
+                } else {
+                    val.push(ch);
+                }
+            }
+            out.push((Tok::Str(val), start));
+            continue;
+        }
+        let ch = s[i..].chars().next().unwrap_or(' ');
+        if ch == '_' || ch.is_alphabetic() {
+            while let Some(ch) = s[i..].chars().next() {
+                if ch == '_' || ch.is_alphanumeric() {
+                    i += ch.len_utf8();
+                } else {
+                    break;
+                }
+            }
+            out.push((Tok::Ident(s[start..i].to_string()), start));
+            continue;
+        }
+        const OPS: &[&str] = &[
+            "||", "&&", "==", "!=", "<=", ">=", "<", ">", "!", "+", "-", "*", "/", "%", "(", ")", ",", ".",
+        ];
+        match OPS.iter().find(|op| s[i..].starts_with(**op)) {
+            Some(op) => {
+                out.push((Tok::Op(op), start));
+                i += op.len();
+            }
+            None => {
+                return Err(ExprError {
+                    offset: start,
+                    detail: format!("unexpected character '{ch}'"),
+                });
+            }
+        }
+    }
+    out.push((Tok::End, s.len()));
+    Ok(out)
+}
+
+struct P {
+    toks: Vec<(Tok, usize)>,
+    i: usize,
+    depth: usize,
+}
+
+impl P {
+    fn peek(&self) -> &Tok {
+        &self.toks[self.i].0
+    }
+    fn off(&self) -> usize {
+        self.toks[self.i].1
+    }
+    fn bump(&mut self) -> Tok {
+        let t = self.toks[self.i].0.clone();
+        if self.i + 1 < self.toks.len() {
+            self.i += 1;
+        }
+        t
+    }
+    fn is_op(&self, op: &str) -> bool {
+        matches!(self.peek(), Tok::Op(o) if *o == op)
+    }
+    fn is_word(&self, w: &str) -> bool {
+        matches!(self.peek(), Tok::Ident(x) if x == w)
+    }
+    fn err<T>(&self, detail: impl Into<String>) -> Result<T, ExprError> {
+        Err(ExprError {
+            offset: self.off(),
+            detail: detail.into(),
+        })
+    }
+    fn found(&self) -> String {
+        match self.peek() {
+            Tok::Num(n) => format!("number {n}"),
+            Tok::Str(s) => format!("string '{s}'"),
+            Tok::Ident(s) => format!("'{s}'"),
+            Tok::Op(o) => format!("'{o}'"),
+            Tok::End => "end of expression".into(),
+        }
+    }
+
+    fn or(&mut self) -> Result<Expr, ExprError> {
+        self.depth += 1;
+        if self.depth > 64 {
+            return self.err("expression nested too deeply");
+        }
+        let mut l = self.and()?;
+        while self.is_op("||") || self.is_word("or") {
+            self.bump();
+            let r = self.and()?;
+            l = Expr::Bin(BinOp::Or, Box::new(l), Box::new(r));
+        }
+        self.depth -= 1;
+        Ok(l)
+    }
+    fn and(&mut self) -> Result<Expr, ExprError> {
+        let mut l = self.not()?;
+        while self.is_op("&&") || self.is_word("and") {
+            self.bump();
+            let r = self.not()?;
+            l = Expr::Bin(BinOp::And, Box::new(l), Box::new(r));
+        }
+        Ok(l)
+    }
+    fn not(&mut self) -> Result<Expr, ExprError> {
+        let mut n = 0;
+        while self.is_op("!") || self.is_word("not") {
+            self.bump();
+            n += 1;
+        }
+        let mut e = self.cmp()?;
+        for _ in 0..n {
+            e = Expr::Not(Box::new(e));
+        }
+        Ok(e)
+    }
+    fn cmp(&mut self) -> Result<Expr, ExprError> {
+        let l = self.sum()?;
+        let op = match self.peek() {
+            Tok::Op("==") => BinOp::Eq,
+            Tok::Op("!=") => BinOp::Ne,
+            Tok::Op("<") => BinOp::Lt,
+            Tok::Op("<=") => BinOp::Le,
+            Tok::Op(">") => BinOp::Gt,
+            Tok::Op(">=") => BinOp::Ge,
+            _ => return Ok(l),
+        };
+        self.bump();
+        let r = self.sum()?;
+        if matches!(self.peek(), Tok::Op("==" | "!=" | "<" | "<=" | ">" | ">=")) {
+            return self.err("comparisons are not associative; use parentheses");
+        }
+        Ok(Expr::Bin(op, Box::new(l), Box::new(r)))
+    }
+    fn sum(&mut self) -> Result<Expr, ExprError> {
+        let mut l = self.prod()?;
+        loop {
+            let op = match self.peek() {
+                Tok::Op("+") => BinOp::Add,
+                Tok::Op("-") => BinOp::Sub,
+                _ => return Ok(l),
+            };
+            self.bump();
+            let r = self.prod()?;
+            l = Expr::Bin(op, Box::new(l), Box::new(r));
+        }
+    }
+    fn prod(&mut self) -> Result<Expr, ExprError> {
+        let mut l = self.unary()?;
+        loop {
+            let op = match self.peek() {
+                Tok::Op("*") => BinOp::Mul,
+                Tok::Op("/") => BinOp::Div,
+                Tok::Op("%") => BinOp::Rem,
+                _ => return Ok(l),
+            };
+            self.bump();
+            let r = self.unary()?;
+            l = Expr::Bin(op, Box::new(l), Box::new(r));
+        }
+    }
+    fn unary(&mut self) -> Result<Expr, ExprError> {
+        let mut n = 0;
+        while self.is_op("-") {
+            self.bump();
+            n += 1;
+            if n > 64 {
+                return self.err("expression nested too deeply");
+            }
+        }
+        let mut e = self.primary()?;
+        for _ in 0..n {
+            e = Expr::Neg(Box::new(e));
+        }
+        Ok(e)
+    }
+    fn primary(&mut self) -> Result<Expr, ExprError> {
+        match self.peek().clone() {
+            Tok::Num(n) => {
+                self.bump();
+                Ok(Expr::Lit(n))
+            }
+            Tok::Str(s) => {
+                self.bump();
+                Ok(Expr::Lit(Value::String(s)))
+            }
+            Tok::Op("(") => {
+                self.bump();
+                let e = self.or()?;
+                if !self.is_op(")") {
+                    return self.err(format!("expected ')', found {}", self.found()));
+                }
+                self.bump();
+                Ok(e)
+            }
+            Tok::Ident(w) => {
+                self.bump();
+                match w.as_str() {
+                    "true" => return Ok(Expr::Lit(Value::Bool(true))),
+                    "false" => return Ok(Expr::Lit(Value::Bool(false))),
+                    "null" => return Ok(Expr::Lit(Value::Null)),
+                    _ => {}
+                }
+                if self.is_op("(") {
+                    let f = match w.as_str() {
+                        "length" => Func::Length,
+                        "concat" => Func::Concat,
+                        "unique" => Func::Unique,
+                        "contains" => Func::Contains,
+                        "join" => Func::Join,
+                        "if" => Func::If,
+                        _ => {
+                            self.i -= 1;
+                            return self.err(format!("unknown function '{w}'"));
+                        }
+                    };
+                    self.bump();
+                    let mut args = Vec::new();
+                    if !self.is_op(")") {
+                        loop {
+                            args.push(self.or()?);
+                            if self.is_op(",") {
+                                self.bump();
+                                continue;
+                            }
+                            break;
+                        }
+                    }
+                    if !self.is_op(")") {
+                        return self.err(format!("expected ',' or ')', found {}", self.found()));
+                    }
+                    self.bump();
+                    let arity_ok = match f {
+                        Func::Length | Func::Unique => args.len() == 1,
+                        Func::Contains | Func::Join => args.len() == 2,
+                        Func::If => args.len() == 3,
+                        Func::Concat => !args.is_empty(),
+                    };
+                    if !arity_ok {
+                        return self.err(format!("wrong number of arguments for '{w}'"));
+                    }
+                    return Ok(Expr::Call(f, args));
+                }
+                let mut path = vec![w.clone()];
+                while self.is_op(".") {
+                    self.bump();
+                    match self.bump() {
+                        Tok::Ident(s) => path.push(s),
+                        Tok::Num(Value::Number(n)) if n.is_u64() => path.push(n.to_string()),
+                        _ => {
+                            self.i -= 1;
+                            return self.err("expected a name or an index after '.'");
+                        }
+                    }
+                }
+                if !EXPR_NAMESPACES.contains(&path[0].as_str()) {
+                    path.insert(0, "input".to_string());
+                }
+                Ok(Expr::Path(path))
+            }
+            _ => self.err(format!("expected a value, found {}", self.found())),
+        }
+    }
+}
+
+/// Parses an expression (01 §5.3). Errors carry the byte offset inside `text`.
+pub fn parse_expr(text: &str) -> Result<Expr, ExprError> {
+    let toks = tokenize(text)?;
+    let mut p = P { toks, i: 0, depth: 0 };
+    if matches!(p.peek(), Tok::End) {
+        return p.err("empty expression");
+    }
+    let e = p.or()?;
+    if !matches!(p.peek(), Tok::End) {
+        return p.err(format!("unexpected {}", p.found()));
+    }
+    Ok(e)
+}
+
+/// An evaluation error (the runtime logs it; an edge condition with an error counts as false).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvalError(pub String);
+
+/// Truthiness of 01 §5.3.
+pub fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::String(s) => {
+            let t = s.trim().to_ascii_lowercase();
+            !(t.is_empty() || t == "false" || t == "no" || t == "0")
+        }
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+/// Evaluates an expression. `root` returns the value of a namespace (`input`, `outputs`, `vars`, `loop`,
+/// `run`); missing paths evaluate to `null`.
+pub fn eval(e: &Expr, root: &dyn Fn(&str) -> Option<Value>) -> Result<Value, EvalError> {
+    match e {
+        Expr::Lit(v) => Ok(v.clone()),
+        Expr::Path(p) => {
+            let mut cur = root(&p[0]).unwrap_or(Value::Null);
+            for seg in &p[1..] {
+                cur = match cur {
+                    Value::Object(mut o) => o.remove(seg).unwrap_or(Value::Null),
+                    Value::Array(mut a) => match seg.parse::<usize>() {
+                        Ok(i) if i < a.len() => a.swap_remove(i),
+                        _ => Value::Null,
+                    },
+                    _ => Value::Null,
+                };
+            }
+            Ok(cur)
+        }
+        Expr::Not(x) => Ok(Value::Bool(!truthy(&eval(x, root)?))),
+        Expr::Neg(x) => match eval(x, root)? {
+            Value::Number(n) => Ok(match n.as_i64() {
+                Some(i) => i.checked_neg().map_or(Value::from(-(i as f64)), Value::from),
+                None => Value::from(-n.as_f64().unwrap_or(0.0)),
+            }),
+            other => Err(EvalError(format!("cannot negate {}", type_name(&other)))),
+        },
+        Expr::Bin(BinOp::Or, a, b) => {
+            if truthy(&eval(a, root)?) {
+                Ok(Value::Bool(true))
+            } else {
+                Ok(Value::Bool(truthy(&eval(b, root)?)))
+            }
+        }
+        Expr::Bin(BinOp::And, a, b) => {
+            if !truthy(&eval(a, root)?) {
+                Ok(Value::Bool(false))
+            } else {
+                Ok(Value::Bool(truthy(&eval(b, root)?)))
+            }
+        }
+        Expr::Bin(op, a, b) => binop(*op, eval(a, root)?, eval(b, root)?),
+        Expr::Call(Func::If, args) => {
+            if truthy(&eval(&args[0], root)?) {
+                eval(&args[1], root)
+            } else {
+                eval(&args[2], root)
+            }
+        }
+        Expr::Call(f, args) => {
+            let vals = args
+                .iter()
+                .map(|a| eval(a, root))
+                .collect::<Result<Vec<_>, _>>()?;
+            call(*f, vals)
+        }
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "list",
+        Value::Object(_) => "object",
+    }
+}
+
+fn binop(op: BinOp, a: Value, b: Value) -> Result<Value, EvalError> {
+    use std::cmp::Ordering;
+    match op {
+        BinOp::Eq | BinOp::Ne => {
+            let eq = match (&a, &b) {
+                (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+                _ => a == b,
+            };
+            Ok(Value::Bool(if op == BinOp::Eq { eq } else { !eq }))
+        }
+        BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
+            let ord = match (&a, &b) {
+                (Value::Number(x), Value::Number(y)) => {
+                    x.as_f64().unwrap_or(0.0).partial_cmp(&y.as_f64().unwrap_or(0.0))
+                }
+                (Value::String(x), Value::String(y)) => Some(x.cmp(y)),
+                _ => None,
+            };
+            let Some(ord) = ord else {
+                return Err(EvalError(format!(
+                    "cannot compare {} with {}",
+                    type_name(&a),
+                    type_name(&b)
+                )));
+            };
+            Ok(Value::Bool(match op {
+                BinOp::Lt => ord == Ordering::Less,
+                BinOp::Le => ord != Ordering::Greater,
+                BinOp::Gt => ord == Ordering::Greater,
+                _ => ord != Ordering::Less,
+            }))
+        }
+        BinOp::Add if a.is_string() && b.is_string() => Ok(Value::String(format!(
+            "{}{}",
+            a.as_str().unwrap_or(""),
+            b.as_str().unwrap_or("")
+        ))),
+        _ => {
+            let (Value::Number(x), Value::Number(y)) = (&a, &b) else {
+                return Err(EvalError(format!(
+                    "arithmetic on {} and {}",
+                    type_name(&a),
+                    type_name(&b)
+                )));
+            };
+            if let (Some(i), Some(j)) = (x.as_i64(), y.as_i64())
+                && op != BinOp::Div
+            {
+                let r = match op {
+                    BinOp::Add => i.checked_add(j),
+                    BinOp::Sub => i.checked_sub(j),
+                    BinOp::Mul => i.checked_mul(j),
+                    _ => {
+                        if j == 0 {
+                            return Err(EvalError("modulo by zero".into()));
+                        }
+                        i.checked_rem(j)
+                    }
+                };
+                return r
+                    .map(Value::from)
+                    .ok_or_else(|| EvalError("integer overflow".into()));
+            }
+            let (f, g) = (x.as_f64().unwrap_or(0.0), y.as_f64().unwrap_or(0.0));
+            if matches!(op, BinOp::Div | BinOp::Rem) && g == 0.0 {
+                return Err(EvalError("division by zero".into()));
+            }
+            let r = match op {
+                BinOp::Add => f + g,
+                BinOp::Sub => f - g,
+                BinOp::Mul => f * g,
+                BinOp::Div => f / g,
+                _ => f % g,
+            };
+            serde_json::Number::from_f64(r)
+                .map(Value::Number)
+                .ok_or_else(|| EvalError("result is not a finite number".into()))
+        }
+    }
+}
+
+fn call(f: Func, args: Vec<Value>) -> Result<Value, EvalError> {
+    match f {
+        Func::Length => match &args[0] {
+            Value::String(s) => Ok(Value::from(s.chars().count())),
+            Value::Array(a) => Ok(Value::from(a.len())),
+            Value::Object(o) => Ok(Value::from(o.len())),
+            Value::Null => Ok(Value::from(0)),
+            v => Err(EvalError(format!("length of {}", type_name(v)))),
+        },
+        Func::Concat => {
+            if args.iter().all(Value::is_array) {
+                Ok(Value::Array(
+                    args.into_iter()
+                        .flat_map(|a| match a {
+                            Value::Array(v) => v,
+                            _ => Vec::new(),
+                        })
+                        .collect(),
+                ))
+            } else if args.iter().all(Value::is_string) {
+                Ok(Value::String(
+                    args.iter().filter_map(Value::as_str).collect::<String>(),
+                ))
+            } else {
+                Err(EvalError("concat needs all lists or all strings".into()))
+            }
+        }
+        Func::Unique => match &args[0] {
+            Value::Array(a) => {
+                let mut out: Vec<Value> = Vec::new();
+                for v in a {
+                    if !out.contains(v) {
+                        out.push(v.clone());
+                    }
+                }
+                Ok(Value::Array(out))
+            }
+            v => Err(EvalError(format!("unique of {}", type_name(v)))),
+        },
+        Func::Contains => match (&args[0], &args[1]) {
+            (Value::String(h), Value::String(n)) => Ok(Value::Bool(h.contains(n.as_str()))),
+            (Value::Array(h), n) => Ok(Value::Bool(h.contains(n))),
+            (h, _) => Err(EvalError(format!("contains on {}", type_name(h)))),
+        },
+        Func::Join => match (&args[0], &args[1]) {
+            (Value::Array(a), Value::String(sep)) => Ok(Value::String(
+                a.iter()
+                    .map(|v| match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(sep),
+            )),
+            _ => Err(EvalError("join needs a list and a string".into())),
+        },
+        Func::If => Ok(Value::Null),
+    }
+}
+
+/// Every path the expression reads, namespace first.
+pub fn paths(e: &Expr) -> Vec<&[String]> {
+    let mut out = Vec::new();
+    fn walk<'a>(e: &'a Expr, out: &mut Vec<&'a [String]>) {
+        match e {
+            Expr::Lit(_) => {}
+            Expr::Path(p) => out.push(p),
+            Expr::Not(x) | Expr::Neg(x) => walk(x, out),
+            Expr::Bin(_, a, b) => {
+                walk(a, out);
+                walk(b, out);
+            }
+            Expr::Call(_, args) => args.iter().for_each(|a| walk(a, out)),
+        }
+    }
+    walk(e, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn check(src: &str, expect: &str) {
+        let input = json!({"status": "pass", "n": 3, "items": ["a", "b", "a"], "ok": true, "s": " No "});
+        let got = match parse_expr(src) {
+            Err(e) => format!("C040@{}: {}", e.offset, e.detail),
+            Ok(e) => match eval(&e, &|r: &str| (r == "input").then(|| input.clone())) {
+                Ok(v) => v.to_string(),
+                Err(EvalError(m)) => format!("eval error: {m}"),
+            },
+        };
+        assert_eq!(got, expect, "expression {src:?}");
+    }
+
+    #[test]
+    fn expressions() {
+        check("status == 'pass'", "true");
+        check("status == \"fail\"", "false");
+        check("n + 1", "4");
+        check("n / 2", "1.5");
+        check("n % 2", "1");
+        check("-n * 2", "-6");
+        check("1 / 0", "eval error: division by zero");
+        check("n < 'x'", "eval error: cannot compare number with string");
+        check("n == 'x'", "false");
+        check("length(items)", "3");
+        check("unique(items)", "[\"a\",\"b\"]");
+        check("join(items, '-')", "\"a-b-a\"");
+        check("contains(items, 'b') and not ok", "false");
+        check("concat('a', \"b\")", "\"ab\"");
+        check("if(ok, 1, 1/0)", "1");
+        check("missing.x == null", "true");
+        check("!s", "true");
+        check("input.items.1", "\"b\"");
+        check("status ==", "C040@9: expected a value, found end of expression");
+        check(
+            "a == b == c",
+            "C040@7: comparisons are not associative; use parentheses",
+        );
+        check("(1", "C040@2: expected ')', found end of expression");
+        check("foo(1)", "C040@0: unknown function 'foo'");
+        check("'x", "C040@0: unterminated string");
+        check("", "C040@0: empty expression");
+        check("a # b", "C040@2: unexpected character '#'");
+    }
+}

@@ -1,0 +1,353 @@
+//! Template placeholders `{{…}}` (01 §5.1) and environment references `${…}` (01 §5.2).
+//!
+//! ```
+//! use iterion_spec::template::{parse_template, Segment};
+//! let segs = parse_template("hi {{ !input.name }}!").unwrap();
+//! assert_eq!(segs.len(), 3);
+//! let Segment::Placeholder(p) = &segs[1] else { panic!() };
+//! assert!(p.raw);
+//! assert_eq!(p.path, ["input", "name"]);
+//! ```
+
+use serde::Serialize;
+
+/// Template namespaces (01 §5.1).
+pub const NAMESPACES: &[&str] = &[
+    "input",
+    "vars",
+    "outputs",
+    "loop",
+    "run",
+    "artifacts",
+    "attachments",
+];
+
+/// One `{{…}}` placeholder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Placeholder {
+    /// `{{!…}}`: inserted without shell quoting.
+    pub raw: bool,
+    /// The dotted path, namespace first.
+    pub path: Vec<String>,
+    /// Byte offset of `{{` in the template text.
+    pub start: usize,
+    /// Byte offset one past `}}`.
+    pub end: usize,
+}
+
+impl Placeholder {
+    /// The namespace (first path segment).
+    pub fn namespace(&self) -> &str {
+        self.path.first().map_or("", String::as_str)
+    }
+}
+
+/// A piece of a parsed template.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Segment {
+    /// Literal text.
+    Text(String),
+    /// A placeholder.
+    Placeholder(Placeholder),
+}
+
+/// Why a template is invalid (`C004`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateError {
+    /// Byte offset of the offending `{{`.
+    pub offset: usize,
+    /// The placeholder text (or the rest of the template when unterminated), for the message.
+    pub text: String,
+    /// What is wrong.
+    pub detail: String,
+}
+
+/// Splits a template-bearing string into text and placeholders (01 §5.1).
+pub fn parse_template(s: &str) -> Result<Vec<Segment>, TemplateError> {
+    let mut out = Vec::new();
+    let mut rest_start = 0;
+    let mut i = 0;
+    while let Some(off) = s[i..].find("{{") {
+        let open = i + off;
+        if open > rest_start {
+            out.push(Segment::Text(s[rest_start..open].to_string()));
+        }
+        let inner_start = open + 2;
+        let close = s[inner_start..].find("}}").map(|c| inner_start + c);
+        let nested = s[inner_start..].find("{{").map(|c| inner_start + c);
+        let Some(close) = close else {
+            return Err(TemplateError {
+                offset: open,
+                text: s[open..].chars().take(60).collect(),
+                detail: "unterminated '{{'".into(),
+            });
+        };
+        if let Some(n) = nested
+            && n < close
+        {
+            return Err(TemplateError {
+                offset: open,
+                text: s[open..close + 2].to_string(),
+                detail: "'{{' inside a placeholder".into(),
+            });
+        }
+        let inner = s[inner_start..close].trim_matches(' ');
+        let (raw, path_text) = match inner.strip_prefix('!') {
+            Some(p) => (true, p),
+            None => (false, inner),
+        };
+        let text = s[open..close + 2].to_string();
+        let path = parse_path(path_text).map_err(|detail| TemplateError {
+            offset: open,
+            text: text.clone(),
+            detail,
+        })?;
+        out.push(Segment::Placeholder(Placeholder {
+            raw,
+            path,
+            start: open,
+            end: close + 2,
+        }));
+        i = close + 2;
+        rest_start = i;
+    }
+    if rest_start < s.len() {
+        out.push(Segment::Text(s[rest_start..].to_string()));
+    }
+    Ok(out)
+}
+
+fn is_ident(seg: &str) -> bool {
+    let mut c = seg.chars();
+    matches!(c.next(), Some(f) if f == '_' || f.is_alphabetic()) && c.all(|x| x == '_' || x.is_alphanumeric())
+}
+
+fn parse_path(p: &str) -> Result<Vec<String>, String> {
+    if p.is_empty() {
+        return Err("empty placeholder".into());
+    }
+    let segs: Vec<&str> = p.split('.').collect();
+    for (i, seg) in segs.iter().enumerate() {
+        let ok = if i == 0 {
+            is_ident(seg)
+        } else {
+            is_ident(seg) || (!seg.is_empty() && seg.bytes().all(|b| b.is_ascii_digit()))
+        };
+        if !ok {
+            return Err(format!("invalid path segment '{seg}'"));
+        }
+    }
+    let ns = segs[0];
+    if !NAMESPACES.contains(&ns) {
+        return Err(format!(
+            "unknown namespace '{ns}' (want {})",
+            NAMESPACES.join(", ")
+        ));
+    }
+    let n = segs.len();
+    match ns {
+        "run" if segs.get(1) != Some(&"id") || n != 2 => {
+            return Err("the run namespace only has 'run.id'".into());
+        }
+        "loop" => {
+            let ok = n >= 3
+                && match segs[2] {
+                    "iteration" | "max" => n == 3,
+                    "previous_output" => true,
+                    _ => false,
+                };
+            if !ok {
+                return Err("want loop.NAME.iteration, loop.NAME.max or loop.NAME.previous_output".into());
+            }
+        }
+        "attachments" => {
+            let ok = n == 2 || (n == 3 && matches!(segs[2], "path" | "url" | "mime" | "size" | "sha256"));
+            if !ok {
+                return Err("want attachments.NAME[.path|.url|.mime|.size|.sha256]".into());
+            }
+        }
+        "vars" | "outputs" | "artifacts" if n < 2 => {
+            return Err(format!("'{ns}' needs a name after it"));
+        }
+        _ => {}
+    }
+    Ok(segs.into_iter().map(str::to_string).collect())
+}
+
+/// The placeholders of a template (empty on error).
+pub fn placeholders(s: &str) -> Vec<Placeholder> {
+    parse_template(s)
+        .map(|v| {
+            v.into_iter()
+                .filter_map(|seg| match seg {
+                    Segment::Placeholder(p) => Some(p),
+                    Segment::Text(_) => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// ${…} environment references (01 §5.2)
+// ---------------------------------------------------------------------------------------------------------
+
+/// The three expansion contexts of 01 §5.2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnvContext {
+    /// Tool `command` / `script`: `${NAME}` (left verbatim when unset) and `${NAME:-DEFAULT}`; everything
+    /// else is left for the shell.
+    Command,
+    /// String values of vars: `$NAME`, `${NAME}`, `${NAME:-DEFAULT}`; unset expands to empty.
+    VarValue,
+    /// `model`, `backend`, `provider`, `reasoning_effort`: like `Command` but unset `${NAME}` becomes empty.
+    NodeField,
+}
+
+fn is_env_name(n: &str) -> bool {
+    let b = n.as_bytes();
+    !b.is_empty()
+        && (b[0].is_ascii_alphabetic() || b[0] == b'_')
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+}
+
+/// Whether `s` contains a `${NAME}` / `${NAME:-DEFAULT}` reference that the given context expands.
+pub fn has_env_ref(s: &str) -> bool {
+    let mut i = 0;
+    while let Some(off) = s[i..].find("${") {
+        let st = i + off + 2;
+        if let Some(c) = s[st..].find('}') {
+            let inner = &s[st..st + c];
+            let name = inner.split_once(":-").map_or(inner, |(n, _)| n);
+            if is_env_name(name) {
+                return true;
+            }
+        }
+        i = st;
+    }
+    false
+}
+
+/// Expands environment references in one pass (inserted text is not rescanned). `lookup` returns the value
+/// of a variable when it is set (an empty value counts as set).
+pub fn expand_env(s: &str, ctx: EnvContext, lookup: &dyn Fn(&str) -> Option<String>) -> String {
+    let mut out = String::with_capacity(s.len());
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'$' {
+            if b.get(i + 1) == Some(&b'{') {
+                if let Some(c) = s[i + 2..].find('}') {
+                    let inner = &s[i + 2..i + 2 + c];
+                    let (name, default) = match inner.split_once(":-") {
+                        Some((n, d)) => (n, Some(d)),
+                        None => (inner, None),
+                    };
+                    if is_env_name(name) {
+                        let val = lookup(name);
+                        let rep = match (default, val) {
+                            (Some(d), Some(v)) => Some(if v.is_empty() { d.to_string() } else { v }),
+                            (Some(d), None) => Some(d.to_string()),
+                            (None, Some(v)) => Some(v),
+                            (None, None) => match ctx {
+                                EnvContext::Command => None,
+                                EnvContext::VarValue | EnvContext::NodeField => Some(String::new()),
+                            },
+                        };
+                        match rep {
+                            Some(r) => out.push_str(&r),
+                            None => out.push_str(&s[i..i + 3 + c]),
+                        }
+                        i += 3 + c;
+                        continue;
+                    }
+                }
+            } else if ctx == EnvContext::VarValue {
+                let rest = &s[i + 1..];
+                let n = rest
+                    .bytes()
+                    .enumerate()
+                    .take_while(|&(k, c)| {
+                        c == b'_' || c.is_ascii_alphabetic() || (k > 0 && c.is_ascii_digit())
+                    })
+                    .count();
+                if n > 0 {
+                    out.push_str(&lookup(&rest[..n]).unwrap_or_default());
+                    i += 1 + n;
+                    continue;
+                }
+            }
+        }
+        let ch = s[i..].chars().next().unwrap_or(' ');
+        out.push(ch);
+        i += ch.len_utf8();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(input: &str, expect: &str) {
+        let got = match parse_template(input) {
+            Ok(segs) => segs
+                .iter()
+                .map(|s| match s {
+                    Segment::Text(t) => format!("T({t})"),
+                    Segment::Placeholder(p) => {
+                        format!("{}P({})", if p.raw { "!" } else { "" }, p.path.join("."))
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
+            Err(e) => format!("C004@{}: {}", e.offset, e.detail),
+        };
+        assert_eq!(got, expect, "input {input:?}");
+    }
+
+    #[test]
+    fn templates() {
+        check("a {{input.x}} b", "T(a ) P(input.x) T( b)");
+        check("{{ !vars.v }}", "!P(vars.v)");
+        check("{{outputs.n.items.0}}", "P(outputs.n.items.0)");
+        check("{{loop.l.previous_output.f}}", "P(loop.l.previous_output.f)");
+        check("{{run.id}}", "P(run.id)");
+        check("{{attachments.a.sha256}}", "P(attachments.a.sha256)");
+        check(
+            "{{foo.bar}}",
+            "C004@0: unknown namespace 'foo' (want input, vars, outputs, loop, run, artifacts, attachments)",
+        );
+        check("x {{input.a", "C004@2: unterminated '{{'");
+        check("{{input.{{x}}}}", "C004@0: '{{' inside a placeholder");
+        check("{{run.x}}", "C004@0: the run namespace only has 'run.id'");
+        check("{{}}", "C004@0: empty placeholder");
+        check("${x.y} \\{{input.a}}", "T(${x.y} \\) P(input.a)");
+    }
+
+    fn env(input: &str, ctx: EnvContext, expect: &str) {
+        let lookup = |n: &str| match n {
+            "HOME" => Some("/home/jo".to_string()),
+            "EMPTY" => Some(String::new()),
+            _ => None,
+        };
+        assert_eq!(expand_env(input, ctx, &lookup), expect, "input {input:?}");
+    }
+
+    #[test]
+    fn env_refs() {
+        use EnvContext::*;
+        env("${HOME}/x", Command, "/home/jo/x");
+        env("${NOPE}", Command, "${NOPE}");
+        env("${NOPE}", NodeField, "");
+        env("${NOPE:-d}", Command, "d");
+        env("${EMPTY:-d}", Command, "d");
+        env("${EMPTY}", Command, "");
+        env("$HOME ${out.length}", Command, "$HOME ${out.length}");
+        env("$HOME/$NOPE.", VarValue, "/home/jo/.");
+        env("${M:-anthropic/claude}", NodeField, "anthropic/claude");
+        assert!(has_env_ref("${B:-claw}"));
+        assert!(!has_env_ref("${x.y}"));
+    }
+}
