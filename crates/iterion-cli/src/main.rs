@@ -2,6 +2,7 @@
 use clap::Parser;
 
 mod cli;
+mod relay;
 
 fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();

@@ -18,5 +18,6 @@ pub mod engine;
 mod error;
 pub mod image;
 pub mod names;
+pub mod relay;
 
 pub use error::{Error, Result};
