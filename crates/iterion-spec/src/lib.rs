@@ -13,6 +13,7 @@
 #![deny(missing_docs)]
 
 pub mod ast;
+pub mod devcontainer;
 pub mod diag;
 pub mod expr;
 pub mod lexer;
