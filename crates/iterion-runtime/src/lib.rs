@@ -1,4 +1,15 @@
 //! `iterion-runtime`: the run lifecycle, the run store and workflow execution over `Arc<dyn Driver>`.
 //!
 //! Layer L3: never names a container library; drivers are chosen by the composition root.
+//!
+//! Built so far: the run store ([`store`]), run statuses ([`status`]), failure codes ([`failure`]) and the
+//! event catalogue ([`events`]).
 #![deny(missing_docs)]
+
+pub mod error;
+pub mod events;
+pub mod failure;
+pub mod status;
+pub mod store;
+
+pub use error::{Error, Result};

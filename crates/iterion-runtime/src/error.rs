@@ -1,0 +1,121 @@
+//! The crate error type.
+use std::path::PathBuf;
+
+/// Errors of the run store, status transitions and event log.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file-system operation on a store path failed.
+    #[error("cannot {op} {}", path.display())]
+    Io {
+        /// What was attempted (`create`, `read`, `write`, `rename`, …).
+        op: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A stored JSON document could not be decoded.
+    #[error("cannot decode {}", path.display())]
+    Decode {
+        /// The file that failed to decode.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A value could not be encoded as JSON.
+    #[error("cannot encode {what} as JSON")]
+    Encode {
+        /// What was being encoded.
+        what: &'static str,
+        /// The underlying error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A run id given by the operator does not match `[A-Za-z0-9][A-Za-z0-9._-]{0,127}`.
+    #[error(
+        "invalid run id '{value}': expected 1 to 128 characters of [A-Za-z0-9._-] starting with a letter or digit"
+    )]
+    InvalidRunId {
+        /// The rejected value.
+        value: String,
+    },
+    /// A path component derived from data is empty or contains `/`, `\`, `..`, NUL or a control character
+    /// (an internal error: `INTERNAL_ERROR`).
+    #[error("unsafe {kind} '{}' for a store path", value.escape_debug())]
+    UnsafePathComponent {
+        /// What the component names (`run id`, `node id`, `artifact name`).
+        kind: &'static str,
+        /// The rejected value.
+        value: String,
+    },
+    /// The run's `.lock` is held by another process.
+    #[error("run {run_id} is locked by another process")]
+    Locked {
+        /// The locked run.
+        run_id: String,
+    },
+    /// No run with this id exists in the store.
+    #[error("run {run_id} not found in {}", store.display())]
+    RunNotFound {
+        /// The requested run id.
+        run_id: String,
+        /// The store dir searched.
+        store: PathBuf,
+    },
+    /// A run directory with this id already exists.
+    #[error("run {run_id} already exists in {}", store.display())]
+    RunExists {
+        /// The requested run id.
+        run_id: String,
+        /// The store dir.
+        store: PathBuf,
+    },
+    /// A write to `events.jsonl` stored fewer bytes than the line; the file was truncated back.
+    #[error("short write to {}: {written} of {expected} bytes", path.display())]
+    ShortWrite {
+        /// The event log.
+        path: PathBuf,
+        /// Bytes written.
+        written: usize,
+        /// Bytes of the line.
+        expected: usize,
+    },
+    /// The requested status change is not an allowed transition (section 2).
+    #[error("cannot move run from status {from} to {to}")]
+    InvalidTransition {
+        /// The current status.
+        from: crate::status::RunStatus,
+        /// The requested status.
+        to: crate::status::RunStatus,
+    },
+    /// A failure code was used with a status of the other class (e.g. a resumable code for `failed`).
+    #[error("failure code {code} cannot produce status {status}")]
+    CodeClassMismatch {
+        /// The code.
+        code: crate::failure::FailureCode,
+        /// The requested status.
+        status: crate::status::RunStatus,
+    },
+    /// `failed_resumable` and `cancelled` require a checkpoint and none exists or was given.
+    #[error("status {status} requires a checkpoint and the run has none")]
+    MissingCheckpoint {
+        /// The requested status.
+        status: crate::status::RunStatus,
+    },
+}
+
+/// Result alias of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}

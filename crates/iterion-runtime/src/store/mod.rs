@@ -1,0 +1,236 @@
+//! The run store (section 1): locations, layout, run documents, event log, human log, locks, artifacts.
+//!
+//! ```
+//! use iterion_runtime::store::{Store, NewRun, Owner, LaunchInputs};
+//! use iterion_runtime::events::{RunStarted, now_timestamp};
+//! use std::collections::BTreeMap;
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let store = Store::create(dir.path()).unwrap();
+//! let id = iterion_runtime::store::RunId::parse("demo-1").unwrap();
+//! let run = store
+//!     .create_run(&id, NewRun {
+//!         id: id.to_string(),
+//!         workflow_name: "demo".into(),
+//!         file_path: "/src/app/demo.bot".into(),
+//!         workflow_bytes: b"workflow demo {}".to_vec(),
+//!         inputs: LaunchInputs::default(),
+//!         work_dir: "/src/app".into(),
+//!         env: BTreeMap::new(),
+//!         iterion_version: "0.1.0".into(),
+//!         owner: Owner::current(),
+//!         now: now_timestamp(),
+//!     }, jiff::tz::TimeZone::UTC)
+//!     .unwrap();
+//! let appended = run.events().append(&RunStarted {
+//!     workflow: "demo".into(), file: "/src/app/demo.bot".into(), sandboxed: false, driver: None,
+//! }.into()).unwrap();
+//! assert_eq!(appended.seq, 0);
+//! ```
+mod document;
+mod event_log;
+mod ids;
+mod location;
+mod lock;
+mod run;
+mod run_log;
+mod words;
+
+pub use document::{
+    Checkpoint, ContainerRecord, EnvLayers, FORMAT_VERSION, LaunchInputs, NetworkRecord, NewRun,
+    NodePlacementRecord, OperatorEnvEntry, Owner, RunDocument, SandboxRecord, SandboxRequested, SkippedScope,
+    launch_env, write_atomic,
+};
+pub use event_log::{Appended, EventLog, read_events};
+pub use ids::{RunId, friendly_name, sha256_hex, validate_component};
+pub use location::{
+    LOCAL_STORE_DIR, STORE_SENTINEL, StoreDirRequest, absolutize, data_dir, is_managed_store, project_key,
+    store_dir, workflow_project_dir,
+};
+pub use lock::{RunLock, host_name, process_start_time};
+pub use run::{ArtifactRecord, OpenRun};
+pub use run_log::{LogLevel, RunLog, format_log_line};
+
+use std::fs::{self, DirBuilder, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::events::EventRecord;
+
+/// File names inside a run directory.
+pub mod names {
+    /// The run document.
+    pub const RUN_JSON: &str = "run.json";
+    /// The event log.
+    pub const EVENTS: &str = "events.jsonl";
+    /// The human log.
+    pub const RUN_LOG: &str = "run.log";
+    /// The advisory lock.
+    pub const LOCK: &str = ".lock";
+    /// Published outputs.
+    pub const ARTIFACTS: &str = "artifacts";
+    /// Claw session snapshots.
+    pub const SESSIONS: &str = "sessions";
+    /// Files produced by the run.
+    pub const ARTIFACT_FILES: &str = "artifact_files";
+    /// Egress proxy socket directory.
+    pub const NET: &str = "net";
+}
+
+/// Creates a directory (and missing parents) with mode 0700.
+pub(crate) fn create_private_dir(path: &Path) -> Result<()> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(|e| Error::io("create", path, e))
+}
+
+/// A run store dir: `runs/` and `worktrees/`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Store {
+    root: PathBuf,
+}
+
+/// One entry of [`Store::list_runs`].
+#[derive(Debug)]
+pub struct RunEntry {
+    /// Directory name under `runs/`.
+    pub id: String,
+    /// The decoded `run.json`, or why it could not be read.
+    pub document: Result<RunDocument>,
+}
+
+impl Store {
+    /// A store at `root` without touching the file system (for reading).
+    pub fn at(root: impl Into<PathBuf>) -> Store {
+        Store { root: root.into() }
+    }
+
+    /// Opens the store at `root` for writing: creates `runs/` (mode 0700) and, when absent, `.gitignore`
+    /// containing `**` (mode 0600).
+    pub fn create(root: impl Into<PathBuf>) -> Result<Store> {
+        let store = Store::at(root);
+        create_private_dir(&store.runs_dir())?;
+        let gi = store.root.join(".gitignore");
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&gi)
+        {
+            Ok(mut f) => f.write_all(b"**\n").map_err(|e| Error::io("write", &gi, e))?,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::io("create", &gi, e)),
+        }
+        Ok(store)
+    }
+
+    /// The store dir.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `<store>/runs`.
+    pub fn runs_dir(&self) -> PathBuf {
+        self.root.join("runs")
+    }
+
+    /// `<store>/worktrees/<run_id>`.
+    pub fn worktree_dir(&self, run_id: &str) -> Result<PathBuf> {
+        Ok(self
+            .root
+            .join("worktrees")
+            .join(validate_component("run id", run_id)?))
+    }
+
+    /// `<store>/runs/<run_id>` (the id is checked as a path component).
+    pub fn run_dir(&self, run_id: &str) -> Result<PathBuf> {
+        Ok(self.runs_dir().join(validate_component("run id", run_id)?))
+    }
+
+    /// Creates `runs/<id>/`, takes its lock, opens `run.log` and `events.jsonl` and writes `run.json` (status
+    /// `running`). An existing run dir → [`Error::RunExists`].
+    pub fn create_run(&self, id: &RunId, new: NewRun, tz: jiff::tz::TimeZone) -> Result<OpenRun> {
+        let dir = self.run_dir(id.as_str())?;
+        create_private_dir(&self.runs_dir())?;
+        match DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(Error::RunExists {
+                    run_id: id.to_string(),
+                    store: self.root.clone(),
+                });
+            }
+            Err(e) => return Err(Error::io("create", &dir, e)),
+        }
+        let owner = new.owner.clone();
+        let document = RunDocument::new(NewRun {
+            id: id.to_string(),
+            ..new
+        });
+        OpenRun::open_new(dir, id.as_str(), &owner, document, tz)
+    }
+
+    /// Opens an existing run for writing (resume, crash recovery): takes its lock, reads `run.json` and opens
+    /// the logs for appending. Unknown run → [`Error::RunNotFound`]; held lock → [`Error::Locked`].
+    pub fn open_run(&self, run_id: &str, owner: &Owner, tz: jiff::tz::TimeZone) -> Result<OpenRun> {
+        let dir = self.existing_run_dir(run_id)?;
+        OpenRun::open_existing(dir, run_id, owner, tz)
+    }
+
+    fn existing_run_dir(&self, run_id: &str) -> Result<PathBuf> {
+        let dir = self.run_dir(run_id)?;
+        if dir.join(names::RUN_JSON).is_file() {
+            Ok(dir)
+        } else {
+            Err(Error::RunNotFound {
+                run_id: run_id.to_owned(),
+                store: self.root.clone(),
+            })
+        }
+    }
+
+    /// Reads a run's `run.json` without taking its lock.
+    pub fn read_run(&self, run_id: &str) -> Result<RunDocument> {
+        RunDocument::load(&self.existing_run_dir(run_id)?.join(names::RUN_JSON))
+    }
+
+    /// Reads a run's events (blank and undecodable lines skipped).
+    pub fn read_events(&self, run_id: &str) -> Result<Vec<EventRecord>> {
+        read_events(&self.existing_run_dir(run_id)?.join(names::EVENTS))
+    }
+
+    /// Every run directory of the store with its decoded document, sorted by creation time then id. A store
+    /// without `runs/` has no runs.
+    pub fn list_runs(&self) -> Result<Vec<RunEntry>> {
+        let runs = self.runs_dir();
+        let rd = match fs::read_dir(&runs) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io("list", &runs, e)),
+        };
+        let mut out = Vec::new();
+        for entry in rd {
+            let entry = entry.map_err(|e| Error::io("list", &runs, e))?;
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let id = entry.file_name().to_string_lossy().into_owned();
+            let document = RunDocument::load(&entry.path().join(names::RUN_JSON));
+            out.push(RunEntry { id, document });
+        }
+        out.sort_by(|a, b| {
+            let key = |e: &RunEntry| {
+                e.document
+                    .as_ref()
+                    .map(|d| d.created_at.clone())
+                    .unwrap_or_default()
+            };
+            key(a).cmp(&key(b)).then_with(|| a.id.cmp(&b.id))
+        });
+        Ok(out)
+    }
+}

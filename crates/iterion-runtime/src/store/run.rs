@@ -1,0 +1,216 @@
+//! A run opened for writing: lock held, document, event log, human log, artifacts.
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::document::{Checkpoint, Owner, RunDocument, temp_prefix, write_atomic};
+use super::event_log::EventLog;
+use super::ids::validate_component;
+use super::lock::RunLock;
+use super::run_log::RunLog;
+use super::{create_private_dir, names};
+use crate::error::{Error, Result};
+use crate::events::now_timestamp;
+use crate::status::Transition;
+
+/// A published output (`artifacts/<node_id>/<v>.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArtifactRecord {
+    /// Run id.
+    pub run_id: String,
+    /// Node that published it.
+    pub node_id: String,
+    /// Version, from 0.
+    pub version: u64,
+    /// The output.
+    pub data: Value,
+    /// RFC 3339 UTC.
+    pub written_at: String,
+}
+
+/// A run owned by this process: its `.lock` is held until the value is dropped.
+#[derive(Debug)]
+pub struct OpenRun {
+    dir: PathBuf,
+    id: String,
+    document: RunDocument,
+    events: Arc<EventLog>,
+    log: Arc<RunLog>,
+    lock: RunLock,
+}
+
+impl OpenRun {
+    pub(crate) fn open_new(
+        dir: PathBuf,
+        id: &str,
+        owner: &Owner,
+        document: RunDocument,
+        tz: jiff::tz::TimeZone,
+    ) -> Result<OpenRun> {
+        let lock = RunLock::try_acquire(&dir.join(names::LOCK), id, owner)?;
+        let log = Arc::new(RunLog::open(&dir.join(names::RUN_LOG), tz)?);
+        let events = Arc::new(EventLog::open(&dir.join(names::EVENTS), id)?);
+        document.save(&dir.join(names::RUN_JSON))?;
+        Ok(OpenRun {
+            dir,
+            id: id.to_owned(),
+            document,
+            events,
+            log,
+            lock,
+        })
+    }
+
+    pub(crate) fn open_existing(
+        dir: PathBuf,
+        id: &str,
+        owner: &Owner,
+        tz: jiff::tz::TimeZone,
+    ) -> Result<OpenRun> {
+        let lock = RunLock::try_acquire(&dir.join(names::LOCK), id, owner)?;
+        let run_json = dir.join(names::RUN_JSON);
+        let document = RunDocument::load(&run_json)?;
+        remove_stale_temp_files(&run_json);
+        let log = Arc::new(RunLog::open(&dir.join(names::RUN_LOG), tz)?);
+        let events = Arc::new(EventLog::open(&dir.join(names::EVENTS), id)?);
+        Ok(OpenRun {
+            dir,
+            id: id.to_owned(),
+            document,
+            events,
+            log,
+            lock,
+        })
+    }
+
+    /// The run directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The run id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The current document (as last written).
+    pub fn document(&self) -> &RunDocument {
+        &self.document
+    }
+
+    /// The event log, shareable with other tasks.
+    pub fn events(&self) -> &Arc<EventLog> {
+        &self.events
+    }
+
+    /// The human log, shareable with other tasks.
+    pub fn log(&self) -> &Arc<RunLog> {
+        &self.log
+    }
+
+    /// The held lock.
+    pub fn lock(&self) -> &RunLock {
+        &self.lock
+    }
+
+    /// Changes the document with `f`, stamps `updated_at` and writes it atomically. On error the in-memory
+    /// document is unchanged.
+    pub fn update(&mut self, f: impl FnOnce(&mut RunDocument)) -> Result<()> {
+        let mut next = self.document.clone();
+        f(&mut next);
+        next.updated_at = now_timestamp();
+        self.commit(next)
+    }
+
+    /// Applies a status transition (status, failure code, error and checkpoint in one atomic write).
+    pub fn transition(&mut self, transition: Transition) -> Result<()> {
+        let mut next = self.document.clone();
+        next.apply(transition, &now_timestamp())?;
+        self.commit(next)
+    }
+
+    /// Records a checkpoint (after every successful node).
+    pub fn save_checkpoint(&mut self, checkpoint: Checkpoint) -> Result<()> {
+        self.update(|d| d.checkpoint = Some(checkpoint))
+    }
+
+    fn commit(&mut self, next: RunDocument) -> Result<()> {
+        next.save(&self.dir.join(names::RUN_JSON))?;
+        self.document = next;
+        Ok(())
+    }
+
+    /// Writes `artifacts/<node_id>/<version>.json` atomically (pretty-printed) and returns its path. An unsafe
+    /// node id writes nothing ([`Error::UnsafePathComponent`]).
+    pub fn write_artifact(&self, node_id: &str, version: u64, data: Value) -> Result<PathBuf> {
+        let node_dir = self
+            .dir
+            .join(names::ARTIFACTS)
+            .join(validate_component("node id", node_id)?);
+        create_private_dir(&node_dir)?;
+        let path = node_dir.join(format!("{version}.json"));
+        let record = ArtifactRecord {
+            run_id: self.id.clone(),
+            node_id: node_id.to_owned(),
+            version,
+            data,
+            written_at: now_timestamp(),
+        };
+        write_atomic(&path, pretty(&record, "artifact")?.as_bytes())?;
+        Ok(path)
+    }
+
+    /// Reads `artifacts/<node_id>/<version>.json`.
+    pub fn read_artifact(&self, node_id: &str, version: u64) -> Result<ArtifactRecord> {
+        let path = self
+            .dir
+            .join(names::ARTIFACTS)
+            .join(validate_component("node id", node_id)?)
+            .join(format!("{version}.json"));
+        let bytes = fs::read(&path).map_err(|e| Error::io("read", &path, e))?;
+        serde_json::from_slice(&bytes).map_err(|source| Error::Decode { path, source })
+    }
+
+    /// Writes `sessions/<node_id>.json` (the latest claw session snapshot of that node) atomically.
+    pub fn write_session(&self, node_id: &str, snapshot: &Value) -> Result<PathBuf> {
+        let dir = self.dir.join(names::SESSIONS);
+        let name = format!("{}.json", validate_component("node id", node_id)?);
+        create_private_dir(&dir)?;
+        let path = dir.join(name);
+        write_atomic(&path, pretty(snapshot, "session snapshot")?.as_bytes())?;
+        Ok(path)
+    }
+
+    /// `artifact_files/`, created (mode 0700) on first use; mounted at `/iterion/artifact-files`.
+    pub fn artifact_files_dir(&self) -> Result<PathBuf> {
+        let dir = self.dir.join(names::ARTIFACT_FILES);
+        create_private_dir(&dir)?;
+        Ok(dir)
+    }
+
+    /// `net/`, the directory of the relay placement's proxy socket (not created here).
+    pub fn net_dir(&self) -> PathBuf {
+        self.dir.join(names::NET)
+    }
+}
+
+fn pretty<T: Serialize>(value: &T, what: &'static str) -> Result<String> {
+    let mut s = serde_json::to_string_pretty(value).map_err(|source| Error::Encode { what, source })?;
+    s.push('\n');
+    Ok(s)
+}
+
+/// Removes `.run.json.tmp-*` files left by a process that died before its rename (best effort).
+fn remove_stale_temp_files(run_json: &Path) {
+    let Some(dir) = run_json.parent() else { return };
+    let prefix = temp_prefix(run_json);
+    if let Ok(rd) = fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! The human log `run.log` (section 1.5): `HH:MM:SS LEVEL message`, local wall-clock time.
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::error::{Error, Result};
+
+/// Log level of a `run.log` line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LogLevel {
+    /// `ERROR`.
+    Error,
+    /// `WARN `.
+    Warn,
+    /// `INFO `.
+    Info,
+    /// `DEBUG`.
+    Debug,
+    /// `TRACE`.
+    Trace,
+}
+
+impl LogLevel {
+    /// The level padded to 5 characters.
+    pub fn label(self) -> &'static str {
+        match self {
+            LogLevel::Error => "ERROR",
+            LogLevel::Warn => "WARN ",
+            LogLevel::Info => "INFO ",
+            LogLevel::Debug => "DEBUG",
+            LogLevel::Trace => "TRACE",
+        }
+    }
+}
+
+/// Formats one line without its LF. Embedded line breaks are escaped so one call stays one line.
+pub fn format_log_line(hms: (u8, u8, u8), level: LogLevel, message: &str) -> String {
+    let message = message.replace('\r', "\\r").replace('\n', "\\n");
+    format!(
+        "{:02}:{:02}:{:02} {} {message}",
+        hms.0,
+        hms.1,
+        hms.2,
+        level.label()
+    )
+}
+
+/// Appender for `run.log` (mode 0600, append mode: a resumed run appends). The caller must never pass
+/// secret values.
+#[derive(Debug)]
+pub struct RunLog {
+    path: PathBuf,
+    file: Mutex<File>,
+    tz: jiff::tz::TimeZone,
+}
+
+impl RunLog {
+    /// Opens the log; times are rendered in `tz` (the CLI passes the system time zone).
+    pub fn open(path: &Path, tz: jiff::tz::TimeZone) -> Result<RunLog> {
+        let file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| Error::io("open", path, e))?;
+        Ok(RunLog {
+            path: path.to_path_buf(),
+            file: Mutex::new(file),
+            tz,
+        })
+    }
+
+    /// The log file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends one line stamped with the current local time and returns it (the CLI also prints it to
+    /// stderr).
+    pub fn write(&self, level: LogLevel, message: &str) -> Result<String> {
+        let now = jiff::Timestamp::now().to_zoned(self.tz.clone());
+        let line = format_log_line(
+            (now.hour() as u8, now.minute() as u8, now.second() as u8),
+            level,
+            message,
+        );
+        let mut f = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        f.write_all(format!("{line}\n").as_bytes())
+            .map_err(|e| Error::io("append to", &self.path, e))?;
+        Ok(line)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(hms: (u8, u8, u8), level: LogLevel, msg: &str, expect: &str) {
+        assert_eq!(format_log_line(hms, level, msg), expect);
+    }
+
+    #[test]
+    fn log_lines() {
+        check(
+            (9, 5, 7),
+            LogLevel::Info,
+            "sandbox: started",
+            "09:05:07 INFO  sandbox: started",
+        );
+        check((23, 59, 59), LogLevel::Warn, "w", "23:59:59 WARN  w");
+        check((0, 0, 0), LogLevel::Error, "e", "00:00:00 ERROR e");
+        check((1, 2, 3), LogLevel::Debug, "d", "01:02:03 DEBUG d");
+        check((1, 2, 3), LogLevel::Trace, "a\nb", "01:02:03 TRACE a\\nb");
+    }
+
+    #[test]
+    fn appends_and_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.log");
+        let log = RunLog::open(&path, jiff::tz::TimeZone::UTC).unwrap();
+        log.write(LogLevel::Info, "one").unwrap();
+        drop(log);
+        let log = RunLog::open(&path, jiff::tz::TimeZone::UTC).unwrap();
+        log.write(LogLevel::Warn, "two").unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert!(
+            lines[0].ends_with(" INFO  one") && lines[1].ends_with(" WARN  two"),
+            "{text}"
+        );
+        assert_eq!(lines[0].as_bytes()[2], b':');
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
+}
