@@ -17,6 +17,7 @@ pub mod endpoint;
 pub mod engine;
 mod error;
 pub mod image;
+pub mod imagebuild;
 pub mod names;
 pub mod relay;
 
