@@ -1,4 +1,38 @@
 //! `iterion-driver`: the object-safe `Driver` and `Run` traits, exec types, typed errors and `NoopDriver`.
 //!
-//! Layer L1: depends on no container library.
+//! Layer L1: depends on no container library. Every driver (docker, podman, kubernetes, noop) implements
+//! [`Driver`] and [`Run`]; the runtime holds them as `Arc<dyn Driver>`.
+//!
+//! - [`Driver`], [`Run`], [`Started`]: the traits (03 §3.1, §3.3).
+//! - [`ExecRequest`], [`Exec`], [`ExecKiller`], [`ExitStatus`], [`exec_collect`]: the exec API (§3.4, §3.5).
+//!   A driver implements [`KillExec`] and builds an [`Exec`] from [`ExecParts`]; cancellation, the kill
+//!   sequence and kill-on-drop are shared.
+//! - [`Error`] with [`Error::failure_code`] and [`Error::is_deterministic`] (§3.6).
+//! - [`labels`] and [`owner`]: labels of managed resources and owner liveness (§8.1).
+//!
+//! ```
+//! use iterion_driver::{Error, FailureCode, SetupPhase};
+//! use std::time::Duration;
+//!
+//! let e = Error::SetupTimeout { phase: SetupPhase::Pull, after: Duration::from_secs(600), subject: Some("alpine:3".into()) };
+//! assert_eq!(e.to_string(), "pull of 'alpine:3' timed out after 10m0s (set ITERION_SANDBOX_PULL_TIMEOUT to extend)");
+//! assert_eq!(e.failure_code(true), Some(FailureCode::SetupTimeout));
+//! assert!(!e.is_deterministic());
+//! ```
 #![deny(missing_docs)]
+
+mod driver;
+mod error;
+mod exec;
+pub mod labels;
+pub mod owner;
+mod types;
+
+pub use driver::{Driver, Run, Started};
+pub use error::{CopyDirection, Error, FailureCode, Result, SetupPhase, fmt_duration};
+pub use exec::{
+    Collected, DEFAULT_CAPTURE, DEFAULT_KILL_GRACE, Exec, ExecId, ExecKiller, ExecOutput, ExecParts,
+    ExecRequest, ExecStdin, ExitStatus, KILL_CONFIRM, KillExec, Output, OutputLimits, SIGKILL, SIGTERM,
+    Stdin, exec_collect,
+};
+pub use types::*;

@@ -1,0 +1,1017 @@
+//! Value types of the driver API: inputs (03 §3.2), capabilities (§3.7), reports and events (§3.8), cleanup
+//! and reaper values (§9), the network lease (§7.1).
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use iterion_spec::resolved::ResolvedSandbox;
+use tokio::io::AsyncRead;
+
+/// Which driver implementation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DriverKind {
+    /// Docker Engine.
+    Docker,
+    /// Podman service (Docker-compatible API).
+    Podman,
+    /// Sibling pods on Kubernetes.
+    Kubernetes,
+    /// Host execution, no isolation.
+    Noop,
+}
+
+impl DriverKind {
+    /// `docker`, `podman`, `kubernetes`, `noop`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DriverKind::Docker => "docker",
+            DriverKind::Podman => "podman",
+            DriverKind::Kubernetes => "kubernetes",
+            DriverKind::Noop => "noop",
+        }
+    }
+
+    /// Parses a driver name (as given to `--sandbox-driver`).
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "docker" => DriverKind::Docker,
+            "podman" => DriverKind::Podman,
+            "kubernetes" => DriverKind::Kubernetes,
+            "noop" => DriverKind::Noop,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for DriverKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How egress can be enforced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+pub enum EgressSupport {
+    /// The sandbox cannot bypass the proxy (relay placement, NetworkPolicy).
+    Enforced,
+    /// The proxy is offered through environment variables only.
+    Advisory,
+    /// No egress control.
+    #[default]
+    None,
+}
+
+/// What a driver can do (03 §3.7). The runtime consults these before using a feature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Runs images.
+    pub image: bool,
+    /// Builds images.
+    pub build: bool,
+    /// Host bind mounts.
+    pub host_binds: bool,
+    /// Named volumes.
+    pub named_volumes: bool,
+    /// tmpfs mounts.
+    pub tmpfs: bool,
+    /// pvc, configmap, secret volumes.
+    pub cluster_volumes: bool,
+    /// Post-create commands.
+    pub post_create: bool,
+    /// A user other than the image default.
+    pub remote_user: bool,
+    /// Only numeric users.
+    pub numeric_user_only: bool,
+    /// Remapping the container user to the host uid.
+    pub uid_remap: bool,
+    /// Egress enforcement the driver expects (the lease placement is authoritative for a run).
+    pub egress: EgressSupport,
+    /// Copy in and out.
+    pub copy: bool,
+    /// Killing an exec.
+    pub exec_kill: bool,
+    /// An init process as PID 1.
+    pub init: bool,
+    /// The hardening profile.
+    pub hardening: bool,
+}
+
+impl Capabilities {
+    /// Every capability false, egress `None`.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// The capabilities of `NoopDriver`: only `copy` and `exec_kill`.
+    pub fn noop() -> Self {
+        Capabilities {
+            copy: true,
+            exec_kill: true,
+            ..Self::default()
+        }
+    }
+
+    /// Docker or Podman on Linux (rootful or rootless); `uid_remap` as given.
+    pub fn linux_engine(uid_remap: bool) -> Self {
+        Capabilities {
+            image: true,
+            build: true,
+            host_binds: true,
+            named_volumes: true,
+            tmpfs: true,
+            cluster_volumes: false,
+            post_create: true,
+            remote_user: true,
+            numeric_user_only: false,
+            uid_remap,
+            egress: EgressSupport::Enforced,
+            copy: true,
+            exec_kill: true,
+            init: true,
+            hardening: true,
+        }
+    }
+
+    /// Docker Desktop: as a Linux engine without uid remap and with advisory egress.
+    pub fn desktop_engine() -> Self {
+        Capabilities {
+            uid_remap: false,
+            egress: EgressSupport::Advisory,
+            ..Self::linux_engine(false)
+        }
+    }
+
+    /// The doctor's historical `mounts` key.
+    pub fn mounts(&self) -> bool {
+        self.host_binds || self.named_volumes || self.cluster_volumes
+    }
+
+    /// The doctor's historical `network_policy` key.
+    pub fn network_policy(&self) -> bool {
+        self.egress == EgressSupport::Enforced
+    }
+}
+
+/// Identity of the engine behind a driver.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[non_exhaustive]
+pub struct EngineInfo {
+    /// The driver name reported for this engine (a Podman service on the Docker socket is `podman`).
+    pub driver: Option<DriverKind>,
+    /// Product name and version, e.g. `Docker Engine 20.10.24`.
+    pub engine: String,
+    /// Engine API version.
+    pub api_version: String,
+    /// Operating system of the engine.
+    pub os: String,
+    /// CPU architecture of the engine.
+    pub arch: String,
+    /// Rootless engine.
+    pub rootless: bool,
+    /// The engine runs inside a virtual machine (Docker Desktop, Podman machine).
+    pub desktop: bool,
+    /// The endpoint reached (socket path or URL), for diagnostics.
+    pub endpoint: Option<String>,
+}
+
+impl EngineInfo {
+    /// Info with a driver and an engine description; other fields default.
+    pub fn new(driver: DriverKind, engine: impl Into<String>) -> Self {
+        EngineInfo {
+            driver: Some(driver),
+            engine: engine.into(),
+            ..Self::default()
+        }
+    }
+}
+
+/// Image pull policy (05 §4.8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum PullPolicy {
+    /// Pull when missing; `latest` tags follow the engine default.
+    #[default]
+    Auto,
+    /// Pull only when missing.
+    Missing,
+    /// Always pull.
+    Always,
+    /// Never pull; a missing image is `ImageAbsent`.
+    Never,
+}
+
+/// Level of a driver log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LogLevel {
+    /// Debug.
+    Debug,
+    /// Info.
+    Info,
+    /// Warning.
+    Warn,
+}
+
+/// Progress a driver reports while it works; the runtime turns these into run events (05 §6.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DriverEvent {
+    /// The image is present (`sandbox_image_ready`).
+    ImageReady {
+        /// Reference.
+        image: String,
+        /// Content digest, when known.
+        digest: Option<String>,
+        /// Whether it was pulled now.
+        pulled: bool,
+        /// Time taken.
+        duration_ms: u64,
+    },
+    /// A build started (`sandbox_build_started`).
+    BuildStarted {
+        /// Driver.
+        driver: DriverKind,
+        /// Dockerfile path.
+        dockerfile: String,
+        /// Context path.
+        context: String,
+        /// The tag being built.
+        target: String,
+    },
+    /// A build finished (`sandbox_build_finished`).
+    BuildFinished {
+        /// Driver.
+        driver: DriverKind,
+        /// The built reference.
+        target: String,
+        /// Time taken.
+        duration_ms: u64,
+    },
+    /// A build failed (`sandbox_build_failed`).
+    BuildFailed {
+        /// Driver.
+        driver: DriverKind,
+        /// Message including the 4 KiB output tail.
+        error: String,
+    },
+    /// A human log line (never environment values).
+    Log {
+        /// Level.
+        level: LogLevel,
+        /// Text.
+        message: String,
+    },
+}
+
+/// Where drivers send [`DriverEvent`]s. Must not block; called from driver tasks.
+#[derive(Clone)]
+pub struct EventSink(Arc<dyn Fn(DriverEvent) + Send + Sync>);
+
+impl EventSink {
+    /// A sink calling `f` for each event.
+    pub fn new(f: impl Fn(DriverEvent) + Send + Sync + 'static) -> Self {
+        EventSink(Arc::new(f))
+    }
+
+    /// A sink that drops every event.
+    pub fn discard() -> Self {
+        EventSink::new(|_| {})
+    }
+
+    /// Sends one event.
+    pub fn emit(&self, event: DriverEvent) {
+        (self.0)(event)
+    }
+
+    /// Sends a log line.
+    pub fn log(&self, level: LogLevel, message: impl Into<String>) {
+        self.emit(DriverEvent::Log {
+            level,
+            message: message.into(),
+        })
+    }
+}
+
+impl Default for EventSink {
+    fn default() -> Self {
+        EventSink::discard()
+    }
+}
+
+impl fmt::Debug for EventSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("EventSink")
+    }
+}
+
+/// Input of [`crate::Driver::prepare`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PrepareRequest {
+    /// The resolved sandbox (01 §8.9).
+    pub sandbox: ResolvedSandbox,
+    /// Pull policy.
+    pub pull_policy: PullPolicy,
+    /// Bound of one pull (default 10 m).
+    pub pull_timeout: Duration,
+    /// Event sink.
+    pub events: EventSink,
+}
+
+impl PrepareRequest {
+    /// A request with the default policy and bound.
+    pub fn new(sandbox: ResolvedSandbox) -> Self {
+        PrepareRequest {
+            sandbox,
+            pull_policy: PullPolicy::Auto,
+            pull_timeout: Duration::from_secs(600),
+            events: EventSink::discard(),
+        }
+    }
+}
+
+/// Input of [`crate::Driver::build`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct BuildRequest {
+    /// The run id.
+    pub run_id: String,
+    /// The spec key of a node's own container.
+    pub spec_key: Option<String>,
+    /// Bound of the build (default 30 m).
+    pub build_timeout: Duration,
+    /// Pull policy for base images.
+    pub pull_policy: PullPolicy,
+    /// Event sink.
+    pub events: EventSink,
+}
+
+impl BuildRequest {
+    /// A request with the default bound.
+    pub fn new(run_id: impl Into<String>) -> Self {
+        BuildRequest {
+            run_id: run_id.into(),
+            spec_key: None,
+            build_timeout: Duration::from_secs(1800),
+            pull_policy: PullPolicy::Auto,
+            events: EventSink::discard(),
+        }
+    }
+}
+
+/// Input of [`crate::Driver::network`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct NetworkRequest {
+    /// The run id.
+    pub run_id: String,
+    /// Host path of the run directory.
+    pub run_dir: PathBuf,
+    /// `ITERION_SANDBOX_REQUIRE_ENFORCED_EGRESS`.
+    pub require_enforced: bool,
+}
+
+impl NetworkRequest {
+    /// A request.
+    pub fn new(run_id: impl Into<String>, run_dir: impl Into<PathBuf>, require_enforced: bool) -> Self {
+        NetworkRequest {
+            run_id: run_id.into(),
+            run_dir: run_dir.into(),
+            require_enforced,
+        }
+    }
+}
+
+/// The proxy address seen from inside the container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyEndpoint {
+    /// Host (`127.0.0.1` for the relay, `host.docker.internal` for advisory).
+    pub host: String,
+    /// Port.
+    pub port: u16,
+}
+
+/// Kind of a runtime-owned auxiliary mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AuxMountKind {
+    /// Node attachments.
+    Attachments,
+    /// The run-files directory.
+    RunFiles,
+    /// A bundle.
+    Bundle,
+    /// The iterion binary (claw runner).
+    IterionBinary,
+    /// The git common directory of a worktree.
+    GitCommonDir,
+    /// The TLS trust bundle.
+    TlsBundle,
+    /// The doctor's probe binary.
+    ProbeBinary,
+}
+
+/// A runtime-owned bind mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuxMount {
+    /// What it is.
+    pub kind: AuxMountKind,
+    /// Host path.
+    pub host_path: PathBuf,
+    /// Container path.
+    pub container_path: String,
+    /// Read-only.
+    pub read_only: bool,
+}
+
+/// Host state sharing plan (05 §4.6).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct HostStatePlan {
+    /// Whether host state is mounted.
+    pub enabled: bool,
+    /// Label of the rule that decided it.
+    pub source: String,
+    /// The host home, when known.
+    pub home: Option<PathBuf>,
+    /// iterion's data directory.
+    pub data_dir: PathBuf,
+    /// The host `~/.claude`.
+    pub claude_dir: PathBuf,
+    /// Host uid (Linux).
+    pub host_uid: Option<u32>,
+    /// Host gid (Linux).
+    pub host_gid: Option<u32>,
+    /// Host operating system (`linux`, `macos`, `windows`).
+    pub host_os: String,
+}
+
+impl HostStatePlan {
+    /// Host state disabled.
+    pub fn disabled() -> Self {
+        Self::default()
+    }
+}
+
+/// The iterion process that owns resources (03 §8.1.2), computed once by the CLI.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OwnerInfo {
+    /// Host name.
+    pub host_name: String,
+    /// Process id.
+    pub pid: u32,
+    /// Process start time, Unix seconds.
+    pub start_time: u64,
+    /// Store directory of the run.
+    pub store_dir: PathBuf,
+}
+
+/// Resource limits.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ResourceLimits {
+    /// Max processes.
+    pub pids: Option<u64>,
+    /// Memory bytes.
+    pub memory_bytes: Option<u64>,
+    /// CPU in billionths.
+    pub nano_cpus: Option<u64>,
+    /// OCI runtime name.
+    pub oci_runtime: Option<String>,
+}
+
+/// Hardening profile (03 §8.7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum HardeningProfile {
+    /// Default.
+    #[default]
+    Strict,
+    /// Relaxed for images that need it.
+    Compat,
+}
+
+/// Input of [`crate::Driver::start`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct StartRequest {
+    /// The run id.
+    pub run_id: String,
+    /// The friendly run name.
+    pub run_name: Option<String>,
+    /// `run` or a node spec key.
+    pub sandbox_key: String,
+    /// Absolute canonical host path of the workspace.
+    pub workspace_host_path: PathBuf,
+    /// Repository root, when any.
+    pub repo_root: Option<PathBuf>,
+    /// Container scope, sorted (from iterion-envdeny).
+    pub container_env: Vec<(String, String)>,
+    /// Runtime-owned mounts.
+    pub aux_mounts: Vec<AuxMount>,
+    /// Host state plan.
+    pub host_state: HostStatePlan,
+    /// Proxy address seen from the container, when the proxy is active.
+    pub proxy: Option<ProxyEndpoint>,
+    /// The owning process.
+    pub owner: OwnerInfo,
+    /// Limits.
+    pub limits: ResourceLimits,
+    /// Hardening profile.
+    pub hardening: HardeningProfile,
+    /// Bound of the start phase (default 5 m).
+    pub start_timeout: Duration,
+    /// Event sink.
+    pub events: EventSink,
+}
+
+impl StartRequest {
+    /// A request for the run container with defaults for the rest.
+    pub fn new(run_id: impl Into<String>, workspace_host_path: impl Into<PathBuf>, owner: OwnerInfo) -> Self {
+        StartRequest {
+            run_id: run_id.into(),
+            run_name: None,
+            sandbox_key: "run".into(),
+            workspace_host_path: workspace_host_path.into(),
+            repo_root: None,
+            container_env: Vec::new(),
+            aux_mounts: Vec::new(),
+            host_state: HostStatePlan::disabled(),
+            proxy: None,
+            owner,
+            limits: ResourceLimits::default(),
+            hardening: HardeningProfile::Strict,
+            start_timeout: Duration::from_secs(300),
+            events: EventSink::discard(),
+        }
+    }
+}
+
+/// The resolved image of a prepared spec.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ImageRef {
+    /// Reference as declared (or the build tag).
+    pub reference: String,
+    /// Content digest, when known.
+    pub digest: Option<String>,
+    /// Engine image id, when known.
+    pub id: Option<String>,
+}
+
+/// The result of `prepare`: a validated spec owned by one driver.
+#[derive(Clone)]
+pub struct Prepared {
+    /// The driver that produced it.
+    pub kind: DriverKind,
+    /// The resolved sandbox.
+    pub sandbox: ResolvedSandbox,
+    /// The resolved image, when the driver runs images.
+    pub image: Option<ImageRef>,
+    /// Why the spec runs on the host instead (noop).
+    pub skipped_reason: Option<String>,
+    payload: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+impl Prepared {
+    /// A prepared spec without a driver payload.
+    pub fn new(kind: DriverKind, sandbox: ResolvedSandbox) -> Self {
+        Prepared {
+            kind,
+            sandbox,
+            image: None,
+            skipped_reason: None,
+            payload: None,
+        }
+    }
+
+    /// Attaches a driver-private payload.
+    pub fn with_payload<T: Any + Send + Sync>(mut self, payload: T) -> Self {
+        self.payload = Some(Arc::new(payload));
+        self
+    }
+
+    /// The driver-private payload, when it has type `T`.
+    pub fn payload<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.payload.as_deref().and_then(|p| p.downcast_ref::<T>())
+    }
+
+    /// `Err(ForeignPrepared)` unless produced by `expected`.
+    pub fn check_kind(&self, expected: DriverKind) -> crate::Result<()> {
+        if self.kind == expected {
+            Ok(())
+        } else {
+            Err(crate::Error::ForeignPrepared {
+                expected,
+                got: self.kind,
+            })
+        }
+    }
+}
+
+impl fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Prepared")
+            .field("kind", &self.kind)
+            .field("key", &self.sandbox.key)
+            .field("image", &self.image)
+            .field("skipped_reason", &self.skipped_reason)
+            .field("payload", &self.payload.is_some())
+            .finish()
+    }
+}
+
+/// Egress placement of a run (03 §7.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Placement {
+    /// No proxy; the engine default network.
+    #[default]
+    Open,
+    /// Enforced: no network, a relay to the proxy socket.
+    Relay,
+    /// Proxy offered through environment variables only.
+    Advisory,
+}
+
+/// Where the runtime binds the egress proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProxyListen {
+    /// A Unix socket (relay placement).
+    Unix(PathBuf),
+    /// A TCP address (advisory placement; port 0 means any).
+    Tcp(SocketAddr),
+}
+
+type ReleaseHook = Box<dyn FnOnce() -> Vec<String> + Send>;
+
+/// Where the egress proxy listens and how the container reaches it (03 §7.1).
+///
+/// [`NetworkLease::release`] is idempotent: the release hook (for example removing `<run dir>/net/`) runs once.
+pub struct NetworkLease {
+    /// The driver that produced it.
+    pub kind: DriverKind,
+    /// Relay or advisory.
+    pub placement: Placement,
+    /// Where the runtime binds the proxy.
+    pub proxy_listen: ProxyListen,
+    /// Proxy host seen from the container.
+    pub container_proxy_host: String,
+    /// Proxy port seen from the container.
+    pub container_proxy_port: u16,
+    /// The relay binary mounted into the container (relay placement).
+    pub relay_binary: Option<PathBuf>,
+    release: Mutex<Option<ReleaseHook>>,
+    released: Mutex<Option<Vec<String>>>,
+}
+
+impl NetworkLease {
+    /// A lease without release work.
+    pub fn new(
+        kind: DriverKind,
+        placement: Placement,
+        proxy_listen: ProxyListen,
+        container_proxy_host: impl Into<String>,
+        container_proxy_port: u16,
+    ) -> Self {
+        NetworkLease {
+            kind,
+            placement,
+            proxy_listen,
+            container_proxy_host: container_proxy_host.into(),
+            container_proxy_port,
+            relay_binary: None,
+            release: Mutex::new(None),
+            released: Mutex::new(None),
+        }
+    }
+
+    /// Sets the relay binary.
+    pub fn with_relay_binary(mut self, path: impl Into<PathBuf>) -> Self {
+        self.relay_binary = Some(path.into());
+        self
+    }
+
+    /// Sets the work [`NetworkLease::release`] does once; it returns error descriptions (never raised).
+    pub fn on_release(self, hook: impl FnOnce() -> Vec<String> + Send + 'static) -> Self {
+        *self.release.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(hook));
+        self
+    }
+
+    /// Removes a directory (recursively) on release; a missing directory is fine.
+    pub fn remove_dir_on_release(self, dir: impl Into<PathBuf>) -> Self {
+        let dir = dir.into();
+        self.on_release(move || match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Vec::new(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => vec![format!("remove {}: {e}", dir.display())],
+        })
+    }
+
+    /// The proxy endpoint seen from the container.
+    pub fn endpoint(&self) -> ProxyEndpoint {
+        ProxyEndpoint {
+            host: self.container_proxy_host.clone(),
+            port: self.container_proxy_port,
+        }
+    }
+
+    /// Releases what the lease holds. Idempotent and safe to call concurrently: the hook runs once and every
+    /// call returns the errors of that single run.
+    pub fn release(&self) -> Vec<String> {
+        let mut done = self.released.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(errors) = done.as_ref() {
+            return errors.clone();
+        }
+        let hook = self.release.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let errors = hook.map(|h| h()).unwrap_or_default();
+        *done = Some(errors.clone());
+        errors
+    }
+
+    /// Whether [`NetworkLease::release`] has run.
+    pub fn is_released(&self) -> bool {
+        self.released.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+
+    /// `Err(ForeignPrepared)` unless produced by `expected`.
+    pub fn check_kind(&self, expected: DriverKind) -> crate::Result<()> {
+        if self.kind == expected {
+            Ok(())
+        } else {
+            Err(crate::Error::ForeignPrepared {
+                expected,
+                got: self.kind,
+            })
+        }
+    }
+}
+
+impl fmt::Debug for NetworkLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NetworkLease")
+            .field("kind", &self.kind)
+            .field("placement", &self.placement)
+            .field("proxy_listen", &self.proxy_listen)
+            .field("container_proxy_host", &self.container_proxy_host)
+            .field("container_proxy_port", &self.container_proxy_port)
+            .field("relay_binary", &self.relay_binary)
+            .field("released", &self.is_released())
+            .finish()
+    }
+}
+
+/// Where a reported mount comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MountOrigin {
+    /// The workspace bind.
+    Workspace,
+    /// The git common directory.
+    Git,
+    /// A runtime-owned auxiliary mount.
+    Aux,
+    /// Host state.
+    HostState,
+    /// A warm package cache.
+    Cache,
+    /// A protected read-only overlay.
+    Protected,
+    /// devcontainer.json.
+    Devcontainer,
+    /// The workflow block.
+    Workflow,
+    /// A node block.
+    Node,
+}
+
+/// One mount of a started sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MountReport {
+    /// Host path or volume name.
+    pub source: String,
+    /// Container path.
+    pub target: String,
+    /// `bind`, `volume`, `tmpfs`.
+    pub kind: String,
+    /// Read-only.
+    pub read_only: bool,
+    /// Origin.
+    pub origin: MountOrigin,
+}
+
+/// A host-state path that was not mounted.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SkippedPath {
+    /// The path.
+    pub path: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Where `HOME` comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HomeSource {
+    /// The host home (tmpfs layering).
+    Host,
+    /// The image's home.
+    #[default]
+    Image,
+}
+
+/// The container user was remapped to the host uid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct UserRemap {
+    /// uid.
+    pub uid: u32,
+    /// gid.
+    pub gid: u32,
+}
+
+/// The spec pins a user whose uid differs from the host uid.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct UidMismatch {
+    /// The spec user.
+    pub spec_user: String,
+    /// The host uid.
+    pub host_uid: u32,
+}
+
+/// The hardening applied.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+pub struct HardeningReport {
+    /// `strict` or `compat`.
+    pub profile: String,
+    /// Capabilities added.
+    pub cap_add: Vec<String>,
+    /// `no-new-privileges`.
+    pub no_new_privileges: bool,
+    /// Pids limit.
+    pub pids_limit: Option<u64>,
+    /// Memory limit.
+    pub memory_bytes: Option<u64>,
+}
+
+/// What `start` did (03 §3.8).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[non_exhaustive]
+pub struct StartReport {
+    /// Container id or pod name.
+    pub container_id: String,
+    /// Container name.
+    pub name: String,
+    /// Image reference and digest.
+    pub image: ImageReport,
+    /// Effective user.
+    pub user: Option<String>,
+    /// Workspace path inside the sandbox.
+    pub workspace: String,
+    /// Mounts.
+    pub mounts: Vec<MountReport>,
+    /// tmpfs targets.
+    pub tmpfs: Vec<String>,
+    /// Host-state paths not mounted.
+    pub host_state_skipped: Vec<SkippedPath>,
+    /// Protected files created before start.
+    pub protected_created: Vec<String>,
+    /// Where `HOME` comes from.
+    pub home: HomeSource,
+    /// Remap of the container user.
+    pub user_remap: Option<UserRemap>,
+    /// A pinned user differs from the host uid.
+    pub uid_mismatch: Option<UidMismatch>,
+    /// Egress placement.
+    pub placement: Placement,
+    /// `placement == Relay` (or an enforced NetworkPolicy).
+    pub enforced_egress: bool,
+    /// Hardening applied.
+    pub hardening: HardeningReport,
+    /// Limits the engine refused.
+    pub limits_ignored: Vec<String>,
+    /// Host binds dropped (kubernetes).
+    pub host_binds_dropped: Vec<String>,
+}
+
+/// Image of a start report.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+pub struct ImageReport {
+    /// Reference.
+    pub reference: String,
+    /// Digest, when known.
+    pub digest: Option<String>,
+}
+
+impl StartReport {
+    /// An empty report (drivers fill the fields).
+    pub fn new(container_id: impl Into<String>, workspace: impl Into<String>) -> Self {
+        StartReport {
+            container_id: container_id.into(),
+            workspace: workspace.into(),
+            ..Self::default()
+        }
+    }
+}
+
+/// State of a sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxStatus {
+    /// Running.
+    Running,
+    /// The main process ended.
+    Exited {
+        /// Exit code.
+        code: i64,
+        /// Killed by the OOM killer.
+        oom_killed: bool,
+    },
+    /// Removed.
+    Gone,
+}
+
+/// What `Run::cleanup` did. Errors are descriptions, logged at warn level, never raised.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[non_exhaustive]
+pub struct CleanupReport {
+    /// Container id or pod name.
+    pub container_id: String,
+    /// Whether the container is gone after cleanup.
+    pub container_removed: bool,
+    /// Execs still running that were terminated.
+    pub execs_terminated: usize,
+    /// Problems met.
+    pub errors: Vec<String>,
+}
+
+impl CleanupReport {
+    /// A report for `container_id`.
+    pub fn new(container_id: impl Into<String>, container_removed: bool) -> Self {
+        CleanupReport {
+            container_id: container_id.into(),
+            container_removed,
+            ..Self::default()
+        }
+    }
+}
+
+/// Kind of a managed engine resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResourceKind {
+    /// A container or pod.
+    Container,
+    /// A network.
+    Network,
+    /// An image.
+    Image,
+}
+
+/// A resource labelled `iterion.io/managed=true` (03 §9.2).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ManagedResource {
+    /// Kind.
+    pub kind: ResourceKind,
+    /// Engine id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Creation time, Unix seconds, when known.
+    pub created: Option<i64>,
+}
+
+/// Whether a resource's owner process is alive (03 §8.1.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Liveness {
+    /// The owner runs.
+    Alive,
+    /// The owner is provably dead.
+    Dead,
+    /// Owned by another host.
+    Foreign,
+    /// Owner labels missing: never reaped.
+    Unknown,
+}
+
+/// Outcome of `remove_managed`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemoveOutcome {
+    /// Removed.
+    Removed,
+    /// Was already gone.
+    AlreadyGone,
+    /// Refused (the owner is alive or foreign, or a network still has containers).
+    Refused {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A tar archive stream given to `copy_in`.
+pub type TarSource = Pin<Box<dyn AsyncRead + Send>>;
+/// A tar archive stream returned by `copy_out`.
+pub type TarStream = Pin<Box<dyn AsyncRead + Send>>;
