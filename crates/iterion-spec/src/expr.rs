@@ -449,6 +449,25 @@ pub fn parse_expr(text: &str) -> Result<Expr, ExprError> {
     Ok(e)
 }
 
+/// Parses the expression held by a string value (`when "…"`, `compute expr:`), reporting `C040` at the
+/// position inside the string (exact for single-line strings, the string's start otherwise).
+pub fn parse_expression(
+    text: &crate::model::Spanned<String>,
+    file: &str,
+) -> Result<Expr, crate::diag::Diagnostic> {
+    parse_expr(&text.value).map_err(|e| {
+        let s = crate::compile::inner_span(text, e.offset, 1);
+        crate::diag::Diagnostic::error(
+            "C040",
+            file,
+            s.line,
+            s.col,
+            format!("invalid expression: {}", e.detail),
+        )
+        .with_end(s.end_line, s.end_col)
+    })
+}
+
 /// An evaluation error (the runtime logs it; an edge condition with an error counts as false).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EvalError(pub String);

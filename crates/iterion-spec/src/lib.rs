@@ -10,9 +10,25 @@
 //! assert_eq!(d.severity, Severity::Error);
 //! assert_eq!(d.render_header(), "wf.bot:3:5: error[E001]: unexpected token");
 //! ```
+//!
+//! Checking a workflow file (lex, parse, compile) in one call; `iterion validate` prints
+//! [`model::Workflow::summary`] for each compiled workflow:
+//!
+//! ```
+//! let src = "tool hello:\n  command: \"echo hi\"\n  sandbox: none\n\nworkflow greet:\n  entry: hello\n  sandbox: auto\n  hello -> done\n";
+//! let checked = iterion_spec::check(src, "greet.bot");
+//! assert!(!checked.has_errors());
+//! assert_eq!(checked.diagnostics[0].render_header(),
+//!     "greet.bot:3:3: warning[C128]: sandbox: none disables isolation for node 'hello'; prefer sandbox: auto");
+//! let summary = checked.workflows[0].summary();
+//! assert_eq!(summary.entry, Some("hello"));
+//! assert_eq!(serde_json::to_string(&summary.sandbox).unwrap(), r#"{"mode":"auto"}"#);
+//! assert_eq!(summary.nodes[0].sandbox_kind.map(|k| k.as_str()), Some("off"));
+//! ```
 #![deny(missing_docs)]
 
 pub mod ast;
+pub mod compile;
 pub mod devcontainer;
 pub mod diag;
 pub mod expr;
@@ -22,3 +38,9 @@ pub mod parser;
 pub mod resolved;
 pub mod template;
 pub mod values;
+
+pub use compile::{Checked, check, check_bytes, compile};
+pub use expr::parse_expression;
+pub use lexer::lex;
+pub use parser::parse;
+pub use template::parse_template;

@@ -1029,6 +1029,62 @@ impl Workflow {
     }
 }
 
+/// What `iterion validate` prints for one workflow: name, entry, the workflow sandbox declaration and, per
+/// node, its kind and sandbox declaration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkflowSummary<'a> {
+    /// Workflow name.
+    pub name: &'a str,
+    /// Entry node, when declared.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entry: Option<&'a str>,
+    /// The workflow `sandbox:` declaration as written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<&'a SandboxDecl>,
+    /// Its derived kind (`off`, `auto`, `inline`, `override`, `invalid`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox_kind: Option<SandboxKind>,
+    /// Nodes in declaration order.
+    pub nodes: Vec<NodeSummary<'a>>,
+}
+
+/// One node of a [`WorkflowSummary`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeSummary<'a> {
+    /// Node name.
+    pub name: &'a str,
+    /// Node kind.
+    pub kind: NodeKind,
+    /// The node `sandbox:` declaration as written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<&'a SandboxDecl>,
+    /// Its derived kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox_kind: Option<SandboxKind>,
+}
+
+impl Workflow {
+    /// The summary printed by `iterion validate` (serialisable for `--json`).
+    pub fn summary(&self) -> WorkflowSummary<'_> {
+        WorkflowSummary {
+            name: &self.name.value,
+            entry: self.entry.as_ref().map(|e| e.value.as_str()),
+            sandbox: self.sandbox.as_ref(),
+            sandbox_kind: self.sandbox.as_ref().map(|s| s.kind),
+            nodes: self
+                .nodes
+                .iter()
+                .map(|n| NodeSummary {
+                    name: &n.name.value,
+                    kind: n.kind,
+                    sandbox: n.sandbox.as_ref(),
+                    sandbox_kind: n.sandbox.as_ref().map(|s| s.kind),
+                })
+                .collect(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,1849 @@
+//! Compilation (01 §3–§6, §9.3): resolves references, checks the graph rules, templates, expressions and
+//! sandbox declarations, and builds the [`Workflow`] model.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::ast::{Ast, CursorDecl, Decl, WorkflowDecl};
+use crate::diag::Diagnostic;
+use crate::expr::parse_expr;
+use crate::model::{
+    Attachment, Budget, Condition, Cursor, CursorLevels, Edge, LoopCap, McpServer, McpTransport, Node,
+    NodeKind, Preset, Prompt, SandboxDecl, SandboxKind, SandboxScope, Schema, Span, Spanned, Var, VarType,
+    Workflow, Worktree,
+};
+use crate::template::{Placeholder, Segment, parse_template};
+use crate::values;
+
+/// Compiles a parsed file. Returns the compiled workflow (only the first `workflow` of a file is compiled,
+/// `C007`; none gives `C006`) and every compile diagnostic, sorted by position.
+///
+/// The model is returned even when diagnostics contain errors (best effort, for tooling); a caller that runs
+/// the workflow must first check `diag::has_errors`.
+pub fn compile(ast: &Ast, file: &str) -> (Vec<Workflow>, Vec<Diagnostic>) {
+    let mut c = Compiler {
+        file,
+        diags: Vec::new(),
+    };
+    let wf = c.run(ast);
+    let mut diags = c.diags;
+    crate::diag::sort(&mut diags);
+    (wf.into_iter().collect(), diags)
+}
+
+/// Everything [`check`] found: the syntax tree, the compiled workflows and every diagnostic.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// The syntax tree.
+    pub ast: Ast,
+    /// The compiled workflows (at most one; see [`compile`]). Empty when the file has no workflow.
+    pub workflows: Vec<Workflow>,
+    /// Lexical, syntactic and compile diagnostics, sorted by position.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Checked {
+    /// Whether any diagnostic is an error (the workflow must not run).
+    pub fn has_errors(&self) -> bool {
+        crate::diag::has_errors(&self.diagnostics)
+    }
+}
+
+/// Lexes, parses and compiles source text. Compilation is skipped when lexing or parsing found an
+/// error (the tree would be incomplete); the diagnostics then hold only `E…` codes.
+pub fn check(src: &str, file: &str) -> Checked {
+    check_bytes(src.as_bytes(), file)
+}
+
+/// As [`check`], on raw file bytes (size and UTF-8 checked first, `E007`).
+pub fn check_bytes(bytes: &[u8], file: &str) -> Checked {
+    let (ast, mut diagnostics) = crate::parser::parse_bytes(bytes, file);
+    let mut workflows = Vec::new();
+    if !crate::diag::has_errors(&diagnostics) {
+        let (w, d) = compile(&ast, file);
+        workflows = w;
+        diagnostics.extend(d);
+        crate::diag::sort(&mut diagnostics);
+    }
+    Checked {
+        ast,
+        workflows,
+        diagnostics,
+    }
+}
+
+struct Compiler<'a> {
+    file: &'a str,
+    diags: Vec<Diagnostic>,
+}
+
+/// The top-level declarations of a file, deduplicated.
+#[derive(Default)]
+struct Decls<'a> {
+    vars: Vec<Var>,
+    presets: Vec<&'a Preset>,
+    attachments: Vec<Attachment>,
+    mcp: Vec<&'a McpServer>,
+    prompts: Vec<&'a Prompt>,
+    schemas: Vec<&'a Schema>,
+    cursors: Vec<&'a CursorDecl>,
+    nodes: Vec<&'a Node>,
+    workflows: Vec<&'a WorkflowDecl>,
+}
+
+const BACKENDS: &[&str] = &["claw", "claude_code", "codex"];
+const EFFORTS: &[&str] = &["low", "medium", "high", "xhigh", "max"];
+const LANGUAGES: &[&str] = &["sh", "bash", "js", "node", "py", "python", "python3"];
+
+/// The `localEnv` allowlist of 01 §7.4 (every `LC_*` name is allowed too).
+pub const LOCAL_ENV_ALLOWLIST: &[&str] = &[
+    "HOME",
+    "USER",
+    "USERNAME",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "TZ",
+    "XDG_CONFIG_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "XDG_RUNTIME_DIR",
+    "PWD",
+    "OLDPWD",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+    "XAUTHORITY",
+    "PUID",
+    "PGID",
+    "VARIANT",
+];
+
+fn is_literal(s: &str) -> bool {
+    !s.contains("${")
+}
+
+/// The position of byte `offset` of a string value: exact for single-line values, the value's start
+/// otherwise.
+pub(crate) fn inner_span(v: &Spanned<String>, offset: usize, len: usize) -> Span {
+    let s = v.span;
+    if s.line != s.end_line || s.end.saturating_sub(s.start) != v.value.len() + 2 {
+        return s;
+    }
+    let pre = v.value.get(..offset).map_or(0, |p| p.chars().count()) as u32;
+    let n = v.value.get(offset..offset + len).map_or(1, |p| p.chars().count()) as u32;
+    Span {
+        start: s.start + 1 + offset,
+        end: s.start + 1 + offset + len,
+        line: s.line,
+        col: s.col + 1 + pre,
+        end_line: s.line,
+        end_col: s.col + 1 + pre + n.max(1),
+    }
+}
+
+impl<'a> Compiler<'a> {
+    fn push(&mut self, code: &'static str, warn: bool, span: Span, msg: String) -> usize {
+        let d = if warn {
+            Diagnostic::warning(code, self.file, span.line, span.col, msg)
+        } else {
+            Diagnostic::error(code, self.file, span.line, span.col, msg)
+        };
+        self.diags
+            .push(d.with_end(span.end_line, span.end_col.max(span.col)));
+        self.diags.len() - 1
+    }
+
+    fn err(&mut self, code: &'static str, span: Span, msg: impl Into<String>) -> usize {
+        self.push(code, false, span, msg.into())
+    }
+
+    fn warn(&mut self, code: &'static str, span: Span, msg: impl Into<String>) -> usize {
+        self.push(code, true, span, msg.into())
+    }
+
+    fn hint(&mut self, i: usize, h: &str) {
+        self.diags[i].hint = Some(h.to_string());
+    }
+
+    fn dup<T>(
+        &mut self,
+        list: &mut Vec<&'a T>,
+        item: &'a T,
+        name: impl Fn(&T) -> &Spanned<String>,
+        code: &'static str,
+        msg: impl Fn(&str, Span) -> String,
+    ) {
+        let n = name(item);
+        if let Some(prev) = list.iter().find(|x| name(x).value == n.value) {
+            let m = msg(&n.value, name(prev).span);
+            self.err(code, n.span, m);
+        } else {
+            list.push(item);
+        }
+    }
+
+    fn run(&mut self, ast: &'a Ast) -> Option<Workflow> {
+        let mut d = Decls::default();
+        let mut seen_vars = false;
+        let mut seen_att = false;
+        for decl in &ast.decls {
+            match decl {
+                Decl::Vars(v) if !seen_vars => {
+                    seen_vars = true;
+                    d.vars = v.vars.clone();
+                }
+                Decl::Vars(_) => {}
+                Decl::Presets(p) => {
+                    for preset in &p.presets {
+                        self.dup(
+                            &mut d.presets,
+                            preset,
+                            |x| &x.name,
+                            "C072",
+                            |n, _| format!("duplicate preset '{n}'"),
+                        );
+                    }
+                }
+                Decl::Attachments(a) if !seen_att => {
+                    seen_att = true;
+                    d.attachments = a.attachments.clone();
+                }
+                Decl::Attachments(_) => {}
+                Decl::McpServer(m) => self.dup(
+                    &mut d.mcp,
+                    m,
+                    |x| &x.name,
+                    "C024",
+                    |n, _| format!("duplicate mcp_server '{n}'"),
+                ),
+                Decl::Prompt(p) => self.dup(
+                    &mut d.prompts,
+                    p,
+                    |x| &x.name,
+                    "C041",
+                    |n, s| {
+                        format!(
+                            "duplicate prompt '{n}' (the declaration at {}:{} is used)",
+                            s.line, s.col
+                        )
+                    },
+                ),
+                Decl::Schema(s) => self.dup(
+                    &mut d.schemas,
+                    s,
+                    |x| &x.name,
+                    "C041",
+                    |n, s| {
+                        format!(
+                            "duplicate schema '{n}' (the declaration at {}:{} is used)",
+                            s.line, s.col
+                        )
+                    },
+                ),
+                Decl::Cursor(c) => self.dup(
+                    &mut d.cursors,
+                    c,
+                    |x| &x.name,
+                    "C086",
+                    |n, _| format!("duplicate cursor '{n}'"),
+                ),
+                Decl::Node(n) => self.dup(
+                    &mut d.nodes,
+                    n,
+                    |x| &x.name,
+                    "C041",
+                    |name, s| {
+                        format!(
+                            "duplicate node '{name}' (the declaration at {}:{} is used)",
+                            s.line, s.col
+                        )
+                    },
+                ),
+                Decl::Workflow(w) => d.workflows.push(w),
+            }
+        }
+        let Some(&wd) = d.workflows.first() else {
+            self.err(
+                "C006",
+                Span {
+                    line: 1,
+                    col: 1,
+                    end_line: 1,
+                    end_col: 1,
+                    ..Span::default()
+                },
+                "no workflow declared",
+            );
+            return None;
+        };
+        for other in d.workflows.iter().skip(1) {
+            self.err(
+                "C007",
+                other.name.span,
+                format!(
+                    "more than one workflow ('{}', '{}'); only the first is used",
+                    wd.name.value, other.name.value
+                ),
+            );
+        }
+        Some(self.workflow(&d, wd))
+    }
+
+    // ----------------------------------------------------------------------------------------------------
+
+    fn workflow(&mut self, d: &Decls<'a>, wd: &'a WorkflowDecl) -> Workflow {
+        // vars: top-level, replaced by workflow-level of the same name
+        let mut vars = d.vars.clone();
+        if let Some(wv) = &wd.vars {
+            for v in &wv.vars {
+                if let Some(slot) = vars.iter_mut().find(|x| x.name.value == v.name.value) {
+                    *slot = v.clone();
+                } else {
+                    vars.push(v.clone());
+                }
+            }
+        }
+        // attachments
+        let mut attachments: Vec<Attachment> = Vec::new();
+        let all_att = d
+            .attachments
+            .iter()
+            .chain(wd.attachments.iter().flat_map(|a| a.attachments.iter()));
+        for a in all_att {
+            if attachments.iter().any(|x| x.name.value == a.name.value) {
+                self.err(
+                    "C050",
+                    a.name.span,
+                    format!("duplicate attachment '{}'", a.name.value),
+                );
+                continue;
+            }
+            if vars.iter().any(|v| v.name.value == a.name.value) {
+                self.err(
+                    "C051",
+                    a.name.span,
+                    format!("attachment '{}' has the same name as a var", a.name.value),
+                );
+            }
+            for m in &a.accept_mime {
+                if !valid_mime(m) {
+                    self.err("C053", a.name.span, format!("invalid accept_mime '{m}'"));
+                }
+            }
+            attachments.push(a.clone());
+        }
+        // presets
+        let mut presets = Vec::new();
+        for p in &d.presets {
+            for (var, val) in &p.values {
+                match vars.iter().find(|v| v.name.value == var.value) {
+                    None => {
+                        self.err(
+                            "C070",
+                            var.span,
+                            format!("preset '{}' sets undeclared var '{}'", p.name.value, var.value),
+                        );
+                    }
+                    Some(v) if !value_fits(v.ty, val) => {
+                        self.err(
+                            "C071",
+                            var.span,
+                            format!(
+                                "preset '{}': value of '{}' does not match type '{}'",
+                                p.name.value,
+                                var.value,
+                                v.ty.as_str()
+                            ),
+                        );
+                    }
+                    Some(_) => {}
+                }
+            }
+            presets.push((*p).clone());
+        }
+        // mcp servers
+        for m in &d.mcp {
+            self.mcp_server(m);
+        }
+        // cursors
+        let cursors: Vec<Cursor> = d.cursors.iter().map(|c| self.cursor(c)).collect();
+
+        let mut w = Workflow {
+            file: self.file.to_string(),
+            name: wd.name.clone(),
+            entry: wd.entry.clone(),
+            vars,
+            presets,
+            attachments,
+            mcp_servers: d.mcp.iter().map(|m| (*m).clone()).collect(),
+            prompts: d.prompts.iter().map(|p| (*p).clone()).collect(),
+            schemas: d.schemas.iter().map(|s| (*s).clone()).collect(),
+            cursors,
+            nodes: d.nodes.iter().map(|n| (*n).clone()).collect(),
+            edges: wd.edges.clone(),
+            default_backend: wd.default_backend.clone(),
+            tool_policy: wd.tool_policy.clone(),
+            capabilities: wd.capabilities.clone(),
+            interaction: wd.interaction.clone(),
+            mcp: wd.mcp.clone(),
+            compaction: wd.compaction.as_ref().map(|c| c.value.clone()),
+            budget: wd.budget.as_ref().map(|b| b.value.clone()),
+            worktree: Worktree::None,
+            sandbox: wd.sandbox.clone(),
+        };
+
+        // workflow properties
+        if let Some(b) = &wd.default_backend
+            && is_literal(&b.value)
+            && !BACKENDS.contains(&b.value.as_str())
+        {
+            self.err(
+                "C087",
+                b.span,
+                format!("unknown backend '{}' (want claw, claude_code or codex)", b.value),
+            );
+        }
+        if let Some(wt) = &wd.worktree {
+            match wt.value.as_str() {
+                "auto" => w.worktree = Worktree::Auto,
+                "none" => {}
+                other => {
+                    self.warn(
+                        "C090",
+                        wt.span,
+                        format!("unknown worktree value '{other}'; running in place"),
+                    );
+                }
+            }
+        }
+        if let Some(c) = &wd.compaction {
+            self.compaction(&c.value, c.span);
+        }
+        if let Some(b) = &wd.budget {
+            let mut budget = b.value.clone();
+            self.budget(&mut budget, b.span);
+            w.budget = Some(budget);
+        }
+        if let Some(m) = &wd.mcp {
+            self.mcp_refs(m, &w);
+        }
+
+        // entry
+        match &wd.entry {
+            None => {
+                self.err(
+                    "C008",
+                    wd.name.span,
+                    "workflow entry is missing or not a node: ''",
+                );
+            }
+            Some(e) if e.value == "done" || e.value == "fail" => {
+                self.err(
+                    "C042",
+                    e.span,
+                    format!("'{}' is a terminal node and cannot be the entry", e.value),
+                );
+            }
+            Some(e) if w.node(&e.value).is_none() => {
+                self.err(
+                    "C008",
+                    e.span,
+                    format!("workflow entry is missing or not a node: '{}'", e.value),
+                );
+            }
+            Some(_) => {}
+        }
+
+        let g = Graph::new(&w);
+        for n in &w.nodes {
+            self.node(n, &w, &g);
+        }
+        self.edges(&w, &g);
+        self.templates(&w, &g);
+        if let Some(s) = &wd.sandbox {
+            let label = format!("workflow '{}'", w.name.value);
+            let mut s = s.clone();
+            self.sandbox(&mut s, &label);
+            w.sandbox = Some(s);
+        }
+        for n in w.nodes.iter_mut() {
+            if let Some(s) = n.sandbox.as_mut() {
+                let label = format!("node '{}'", n.name.value);
+                self.sandbox(s, &label);
+            }
+        }
+        w
+    }
+
+    fn mcp_server(&mut self, m: &McpServer) {
+        let name = &m.name.value;
+        let problem = match m.transport {
+            None => Some("transport is required (stdio, http or sse)".to_string()),
+            Some(McpTransport::Stdio) if m.command.is_none() => {
+                Some("stdio transport needs a command".into())
+            }
+            Some(McpTransport::Stdio) if m.url.is_some() => {
+                Some("stdio transport does not take a url".into())
+            }
+            Some(McpTransport::Http | McpTransport::Sse) if m.url.is_none() => {
+                Some("http and sse transports need a url".into())
+            }
+            Some(McpTransport::Http | McpTransport::Sse) if m.command.is_some() || !m.args.is_empty() => {
+                Some("http and sse transports do not take command or args".into())
+            }
+            _ => None,
+        };
+        if let Some(p) = problem {
+            self.err("C025", m.name.span, format!("mcp_server '{name}': {p}"));
+        }
+        if let Some((_, t)) = m.auth.iter().find(|(k, _)| k == "type")
+            && t != "oauth2"
+        {
+            self.err(
+                "C038",
+                m.name.span,
+                format!("unsupported MCP auth type '{t}' (only \"oauth2\")"),
+            );
+        }
+    }
+
+    fn cursor(&mut self, c: &CursorDecl) -> Cursor {
+        let name = &c.name.value;
+        let levels = match (&c.values, &c.bands) {
+            (Some(v), None) => Some(CursorLevels::Values(
+                v.iter()
+                    .map(|(k, d)| (k.value.clone(), d.value.clone()))
+                    .collect(),
+            )),
+            (None, Some(b)) => {
+                let mut out = Vec::new();
+                let mut ok = true;
+                for (k, d) in b {
+                    match parse_band(&k.value) {
+                        Some((lo, hi)) => out.push((lo, hi, d.value.clone())),
+                        None => {
+                            ok = false;
+                            self.err(
+                                "C085",
+                                k.span,
+                                format!("cursor '{name}': malformed band '{}' (want \"LO..HI\")", k.value),
+                            );
+                        }
+                    }
+                }
+                ok.then_some(CursorLevels::Bands(out))
+            }
+            _ => {
+                self.err(
+                    "C085",
+                    c.name.span,
+                    format!("cursor '{name}': exactly one of values or bands is required"),
+                );
+                None
+            }
+        };
+        Cursor {
+            name: c.name.clone(),
+            description: c.description.clone(),
+            levels,
+        }
+    }
+
+    fn compaction(&mut self, c: &crate::model::Compaction, span: Span) {
+        if let Some(t) = c.threshold
+            && !(t > 0.0 && t <= 1.0)
+        {
+            self.err(
+                "C043",
+                span,
+                format!("invalid compaction: threshold {t} must be in (0, 1]"),
+            );
+        }
+        if let Some(p) = c.preserve_recent
+            && p < 1
+        {
+            self.err(
+                "C043",
+                span,
+                "invalid compaction: preserve_recent must be at least 1",
+            );
+        }
+    }
+
+    fn budget(&mut self, b: &mut Budget, span: Span) {
+        if let Some(d) = &b.max_duration {
+            match parse_duration(&d.value) {
+                Some(ns) => b.max_duration_ns = Some(ns),
+                None => {
+                    self.err("C091", d.span, format!("invalid duration '{}'", d.value));
+                }
+            }
+        }
+        if let Some(c) = b.max_cost_usd
+            && !c.is_finite()
+        {
+            self.err("C046", span, "max_cost_usd must be a finite number");
+        }
+    }
+
+    fn mcp_refs(&mut self, m: &crate::model::McpBlock, w: &Workflow) {
+        for s in m.servers.iter().flatten() {
+            if !w.mcp_servers.iter().any(|x| x.name.value == s.value) {
+                self.err("C025", s.span, format!("mcp_server '{}': not declared", s.value));
+            }
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------------------
+    // nodes
+    // ----------------------------------------------------------------------------------------------------
+
+    fn schema_ref(&mut self, w: &Workflow, r: &Option<Spanned<String>>) {
+        if let Some(r) = r
+            && w.schema(&r.value).is_none()
+        {
+            self.err("C002", r.span, format!("unknown schema '{}'", r.value));
+        }
+    }
+
+    fn prompt_ref(&mut self, w: &Workflow, r: &Option<Spanned<String>>) {
+        if let Some(r) = r
+            && w.prompt(&r.value).is_none()
+        {
+            self.err("C003", r.span, format!("unknown prompt '{}'", r.value));
+        }
+    }
+
+    fn node(&mut self, n: &Node, w: &Workflow, g: &Graph) {
+        let name = n.name.value.as_str();
+        self.schema_ref(w, &n.input);
+        self.schema_ref(w, &n.output);
+        self.prompt_ref(w, &n.system);
+        self.prompt_ref(w, &n.user);
+        self.prompt_ref(w, &n.instructions);
+        self.prompt_ref(w, &n.interaction_prompt);
+        if let Some(c) = &n.compaction {
+            self.compaction(c, n.name.span);
+        }
+        if let Some(m) = &n.mcp {
+            self.mcp_refs(m, w);
+        }
+        if let Some(r) = &n.reasoning_effort
+            && is_literal(&r.value)
+            && !EFFORTS.contains(&r.value.as_str())
+        {
+            self.err(
+                "C027",
+                r.span,
+                format!(
+                    "invalid reasoning_effort '{}' (want low, medium, high, xhigh, max)",
+                    r.value
+                ),
+            );
+        }
+        if let Some(b) = &n.backend
+            && is_literal(&b.value)
+            && !BACKENDS.contains(&b.value.as_str())
+        {
+            self.err(
+                "C087",
+                b.span,
+                format!("unknown backend '{}' (want claw, claude_code or codex)", b.value),
+            );
+        }
+        let backend = n
+            .backend
+            .as_ref()
+            .or(w.default_backend.as_ref())
+            .map_or("claw", |b| b.value.as_str());
+        match n.kind {
+            NodeKind::Agent | NodeKind::Judge => {
+                if backend == "claw" && n.model.is_none() {
+                    self.err(
+                        "C018",
+                        n.name.span,
+                        format!("node '{name}' needs a model for backend 'claw'"),
+                    );
+                }
+                if backend == "codex" {
+                    let span = n.backend.as_ref().map_or(n.name.span, |b| b.span);
+                    self.warn(
+                        "C030",
+                        span,
+                        "backend codex is discouraged (it cannot run inside the iterion sandbox)",
+                    );
+                }
+                if let Some(m) = &n.memory {
+                    if m.enabled == Some(true) && m.scope.is_none() {
+                        self.err("C048", n.name.span, "memory is enabled but has no scope");
+                    }
+                    if is_literal(backend) && backend != "claw" {
+                        self.warn("C047", n.name.span, "memory is only used by the claw backend");
+                    }
+                }
+                if let Some(c) = &n.cursors {
+                    self.cursor_settings(c, w);
+                }
+                if let (Some(mt), Some(b)) = (n.max_tokens, w.budget.as_ref().and_then(|b| b.max_tokens))
+                    && mt > b
+                {
+                    self.warn(
+                        "C037",
+                        n.name.span,
+                        format!("max_tokens of '{name}' exceeds the workflow budget"),
+                    );
+                }
+                if let Some(s) = &n.session
+                    && matches!(s.value.as_str(), "inherit" | "fork")
+                    && g.converging(name)
+                {
+                    self.err(
+                        "C009",
+                        s.span,
+                        format!(
+                            "session '{}' on node '{name}', which several branches converge on",
+                            s.value
+                        ),
+                    );
+                }
+            }
+            NodeKind::Router => {
+                let mode = n.router_mode.as_ref().map_or("fan_out_all", |m| m.value.as_str());
+                if mode != "llm" {
+                    let llm_only: [(&str, Option<Span>); 7] = [
+                        ("model", n.model.as_ref().map(|x| x.span)),
+                        ("backend", n.backend.as_ref().map(|x| x.span)),
+                        ("provider", n.provider.as_ref().map(|x| x.span)),
+                        ("system", n.system.as_ref().map(|x| x.span)),
+                        ("user", n.user.as_ref().map(|x| x.span)),
+                        ("multi", n.multi.map(|_| n.name.span)),
+                        ("reasoning_effort", n.reasoning_effort.as_ref().map(|x| x.span)),
+                    ];
+                    for (prop, span) in llm_only {
+                        if let Some(span) = span {
+                            self.err("C023", span, format!("'{prop}' is only valid on llm routers"));
+                        }
+                    }
+                }
+                let out: Vec<&Edge> = w.edges_from(name).collect();
+                match mode {
+                    "round_robin" if out.len() < 2 => {
+                        self.err(
+                            "C020",
+                            n.name.span,
+                            format!("round_robin router '{name}' needs at least 2 edges"),
+                        );
+                    }
+                    "llm" => {
+                        if out.len() < 2 {
+                            self.err(
+                                "C021",
+                                n.name.span,
+                                format!("llm router '{name}' needs at least 2 edges"),
+                            );
+                        }
+                        for e in out.iter().filter(|e| e.condition.is_some()) {
+                            self.err(
+                                "C022",
+                                e.span,
+                                format!("edges of llm router '{name}' must not use 'when'"),
+                            );
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            NodeKind::Human => {
+                let interaction = n
+                    .interaction
+                    .as_ref()
+                    .or(w.interaction.as_ref())
+                    .map_or("human", |i| i.value.as_str());
+                if matches!(interaction, "llm" | "llm_or_human")
+                    && (n.model.is_none() && n.interaction_model.is_none() || n.output.is_none())
+                {
+                    self.err(
+                        "C018",
+                        n.name.span,
+                        format!("node '{name}' needs a model for backend '{backend}'"),
+                    );
+                }
+            }
+            NodeKind::Tool => {
+                if n.command.is_some() == n.script.is_some() {
+                    self.err(
+                        "C088",
+                        n.name.span,
+                        format!("tool '{name}' must set exactly one of command or script"),
+                    );
+                }
+                if let Some(l) = &n.language {
+                    if n.script.is_none() {
+                        self.err("C089", l.span, format!("tool '{name}': language requires script"));
+                    } else if !LANGUAGES.contains(&l.value.as_str()) {
+                        self.err(
+                            "C089",
+                            l.span,
+                            format!("tool '{name}': unknown language '{}'", l.value),
+                        );
+                    }
+                }
+            }
+            NodeKind::Compute => {
+                if n.expr.is_empty() {
+                    self.err(
+                        "C039",
+                        n.name.span,
+                        format!("compute node '{name}' has no expr entries"),
+                    );
+                }
+                for (_, e) in &n.expr {
+                    self.expression(e);
+                }
+            }
+        }
+    }
+
+    fn cursor_settings(&mut self, c: &crate::model::CursorSettings, w: &Workflow) {
+        for (k, v) in &c.values {
+            let Some(cur) = w.cursors.iter().find(|x| x.name.value == k.value) else {
+                self.warn("C083", k.span, format!("unknown cursor '{}'", k.value));
+                continue;
+            };
+            let ok = match &cur.levels {
+                Some(CursorLevels::Values(levels)) => levels.iter().any(|(n, _)| *n == v.value),
+                Some(CursorLevels::Bands(bands)) => v
+                    .value
+                    .parse::<f64>()
+                    .is_ok_and(|x| bands.iter().any(|(lo, hi, _)| *lo <= x && x <= *hi)),
+                None => true,
+            };
+            if !ok {
+                self.err(
+                    "C084",
+                    v.span,
+                    format!("invalid value '{}' for cursor '{}'", v.value, k.value),
+                );
+            }
+        }
+    }
+
+    fn expression(&mut self, e: &Spanned<String>) {
+        if let Err(err) = parse_expr(&e.value) {
+            let span = inner_span(e, err.offset, 1);
+            self.err("C040", span, format!("invalid expression: {}", err.detail));
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------------------
+    // edges and graph rules (01 §4.3–§4.5)
+    // ----------------------------------------------------------------------------------------------------
+
+    fn edges(&mut self, w: &Workflow, g: &Graph) {
+        for e in &w.edges {
+            for (end, role) in [(&e.from, "source"), (&e.to, "target")] {
+                let terminal = end.value == "done" || end.value == "fail";
+                if terminal && role == "source" {
+                    self.err(
+                        "C042",
+                        end.span,
+                        format!("'{}' is a terminal node and cannot be an edge source", end.value),
+                    );
+                } else if !terminal && w.node(&end.value).is_none() {
+                    self.err(
+                        "C001",
+                        end.span,
+                        format!("edge refers to unknown node '{}'", end.value),
+                    );
+                }
+            }
+            match &e.condition {
+                Some(Condition::Field { field, .. }) => {
+                    if let Some(src) = w.node(&e.from.value) {
+                        match src.output.as_ref().and_then(|o| w.schema(&o.value)) {
+                            None => {
+                                if src.output.is_none() {
+                                    self.warn(
+                                        "C032",
+                                        field.span,
+                                        format!(
+                                            "'{}' has no output schema; '{}' is not checked",
+                                            src.name.value, field.value
+                                        ),
+                                    );
+                                }
+                            }
+                            Some(s) => match s.field(&field.value) {
+                                None => {
+                                    self.err(
+                                        "C014",
+                                        field.span,
+                                        format!(
+                                            "condition field '{}' is not in the output schema of '{}'",
+                                            field.value, src.name.value
+                                        ),
+                                    );
+                                }
+                                Some(f) if f.ty != VarType::Bool => {
+                                    self.err(
+                                        "C013",
+                                        field.span,
+                                        format!(
+                                            "condition field '{}' of node '{}' is not bool",
+                                            field.value, src.name.value
+                                        ),
+                                    );
+                                }
+                                Some(_) => {}
+                            },
+                        }
+                    }
+                }
+                Some(Condition::Expr { text }) if !text.value.trim().is_empty() => self.expression(text),
+                _ => {}
+            }
+        }
+        // per-source rules
+        let mut loops: HashMap<&str, &Edge> = HashMap::new();
+        for e in &w.edges {
+            if let Some(l) = &e.loop_spec {
+                match &l.cap.value {
+                    LoopCap::Literal(n) if *n < 1 => {
+                        self.err(
+                            "C026",
+                            l.cap.span,
+                            format!("loop '{}' cap must be at least 1", l.name.value),
+                        );
+                    }
+                    LoopCap::Template(t) => {
+                        let single = matches!(parse_template(t).as_deref(), Ok([Segment::Placeholder(_)]));
+                        if !single {
+                            self.err(
+                                "C004",
+                                l.cap.span,
+                                format!("invalid template '{t}': a loop cap must be exactly one placeholder"),
+                            );
+                        }
+                    }
+                    _ => {}
+                }
+                match loops.get(l.name.value.as_str()) {
+                    Some(prev) => {
+                        let pc = &prev.loop_spec.as_ref().map(|p| p.cap.value.clone());
+                        if pc.as_ref() != Some(&l.cap.value) {
+                            let fmt = |c: &LoopCap| match c {
+                                LoopCap::Literal(n) => n.to_string(),
+                                LoopCap::Template(t) => format!("\"{t}\""),
+                            };
+                            let a = pc.as_ref().map(fmt).unwrap_or_default();
+                            self.err(
+                                "C005",
+                                l.cap.span,
+                                format!(
+                                    "loop '{}' has conflicting caps ({a} vs {})",
+                                    l.name.value,
+                                    fmt(&l.cap.value)
+                                ),
+                            );
+                        }
+                    }
+                    None => {
+                        loops.insert(&l.name.value, e);
+                    }
+                }
+            }
+        }
+        for n in &w.nodes {
+            if n.kind == NodeKind::Router {
+                continue;
+            }
+            let name = n.name.value.as_str();
+            let out: Vec<&Edge> = w.edges_from(name).collect();
+            let mut uncond = 0;
+            for e in &out {
+                if e.is_unconditional() {
+                    uncond += 1;
+                    if uncond == 2 {
+                        self.err(
+                            "C010",
+                            e.span,
+                            format!("node '{name}' has more than one unconditional non-loop edge"),
+                        );
+                    }
+                }
+            }
+            let mut seen: Vec<&Condition> = Vec::new();
+            for e in &out {
+                if let Some(c) = &e.condition {
+                    if seen.iter().any(|s| same_condition(s, c)) {
+                        self.err(
+                            "C011",
+                            e.span,
+                            format!(
+                                "node '{name}' has overlapping conditions: {}",
+                                describe_condition(c)
+                            ),
+                        );
+                    } else {
+                        seen.push(c);
+                    }
+                }
+            }
+            let has_cond = out.iter().any(|e| e.condition.is_some());
+            let has_fallback = out.iter().any(|e| e.condition.is_none());
+            if has_cond && !has_fallback && !exhaustive_pair(&seen) {
+                let span = out
+                    .iter()
+                    .find(|e| e.condition.is_some())
+                    .map_or(n.name.span, |e| e.span);
+                self.err(
+                    "C012",
+                    span,
+                    format!("node '{name}' has conditional edges but no fallback edge"),
+                );
+            }
+        }
+        // with-key collisions
+        let mut into: HashMap<(&str, &str), &str> = HashMap::new();
+        for e in &w.edges {
+            for entry in &e.with.entries {
+                let k = (e.to.value.as_str(), entry.key.value.as_str());
+                match into.get(&k) {
+                    Some(prev_from) if *prev_from != e.from.value => {
+                        self.err(
+                            "C028",
+                            entry.key.span,
+                            format!(
+                                "input key '{}' of '{}' is mapped by several edges",
+                                entry.key.value, e.to.value
+                            ),
+                        );
+                    }
+                    Some(_) => {}
+                    None => {
+                        into.insert(k, &e.from.value);
+                    }
+                }
+            }
+        }
+        // cycles without loop edge
+        for (cycle, edge) in g.cycles_without_loop(w) {
+            self.err(
+                "C019",
+                edge,
+                format!("cycle {} has no loop edge (add 'as NAME(N)')", cycle.join(" -> ")),
+            );
+        }
+        // reachability
+        if let Some(entry) = &w.entry
+            && w.node(&entry.value).is_some()
+        {
+            let reach = g.reachable(&entry.value);
+            for n in &w.nodes {
+                if !reach.contains(n.name.value.as_str()) {
+                    self.err(
+                        "C016",
+                        n.name.span,
+                        format!(
+                            "node '{}' is not reachable from entry '{}'",
+                            n.name.value, entry.value
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------------------
+    // templates (01 §5.1)
+    // ----------------------------------------------------------------------------------------------------
+
+    fn templates(&mut self, w: &Workflow, g: &Graph) {
+        let publishes: HashSet<&str> = w
+            .nodes
+            .iter()
+            .filter_map(|n| n.publish.as_ref().map(|p| p.value.as_str()))
+            .collect();
+        let ctx = TplCtx { w, g, publishes };
+        // prompt bodies: consumers are the nodes that use them
+        for p in &w.prompts {
+            let users: Vec<&Node> = w
+                .nodes
+                .iter()
+                .filter(|n| {
+                    [&n.system, &n.user, &n.instructions, &n.interaction_prompt]
+                        .iter()
+                        .any(|r| r.as_ref().is_some_and(|r| r.value == p.name.value))
+                })
+                .collect();
+            let v = Spanned::new(p.body.clone(), p.name.span);
+            if users.is_empty() {
+                self.template(&ctx, &v, None, false);
+            }
+            for u in users {
+                self.template(&ctx, &v, Some(u), false);
+            }
+        }
+        for n in &w.nodes {
+            for v in [&n.command, &n.script].into_iter().flatten() {
+                self.template(&ctx, v, Some(n), false);
+            }
+        }
+        for e in &w.edges {
+            let src = w.node(&e.from.value);
+            for entry in &e.with.entries {
+                self.template(&ctx, &entry.value, src, true);
+            }
+        }
+    }
+
+    /// Checks one template-bearing string. `consumer` is the node on whose behalf it is rendered;
+    /// `inclusive` lets the consumer read its own output (edge mappings run after the source finished).
+    fn template(&mut self, ctx: &TplCtx<'_>, v: &Spanned<String>, consumer: Option<&Node>, inclusive: bool) {
+        let segs = match parse_template(&v.value) {
+            Ok(s) => s,
+            Err(e) => {
+                let span = inner_span(v, e.offset, 2);
+                self.err(
+                    "C004",
+                    span,
+                    format!("invalid template '{}': {}", e.text, e.detail),
+                );
+                return;
+            }
+        };
+        for seg in segs {
+            let Segment::Placeholder(p) = seg else {
+                continue;
+            };
+            self.placeholder(ctx, v, &p, consumer, inclusive);
+        }
+    }
+
+    fn placeholder(
+        &mut self,
+        ctx: &TplCtx<'_>,
+        v: &Spanned<String>,
+        p: &Placeholder,
+        consumer: Option<&Node>,
+        inclusive: bool,
+    ) {
+        let span = inner_span(v, p.start, p.end - p.start);
+        let w = ctx.w;
+        let text = p.path.join(".");
+        match p.namespace() {
+            "outputs" => {
+                let target = &p.path[1];
+                let Some(tn) = w.node(target) else {
+                    self.err(
+                        "C029",
+                        span,
+                        format!("template refers to unknown node '{target}'"),
+                    );
+                    return;
+                };
+                let is_history = p.path.get(2).is_some_and(|s| s == "history");
+                if let Some(c) = consumer {
+                    let cname = c.name.value.as_str();
+                    let ok = (inclusive && cname == target) || ctx.g.is_ancestor(target, cname);
+                    if !ok {
+                        self.err(
+                            "C036",
+                            span,
+                            format!("'{cname}' may run before '{target}' has produced output"),
+                        );
+                    }
+                    if is_history && !ctx.g.in_cycle(cname) {
+                        self.err("C017", span, "'.history' used outside a loop body");
+                    }
+                }
+                if let Some(f) = p.path.get(2).filter(|_| !is_history) {
+                    match tn.output.as_ref().and_then(|o| w.schema(&o.value)) {
+                        Some(s) if s.field(f).is_none() => {
+                            self.err(
+                                "C031",
+                                span,
+                                format!("field '{f}' is not in the output schema of '{target}'"),
+                            );
+                        }
+                        Some(_) => {}
+                        None if tn.output.is_none() => {
+                            self.warn(
+                                "C032",
+                                span,
+                                format!("'{target}' has no output schema; '{text}' is not checked"),
+                            );
+                        }
+                        None => {}
+                    }
+                }
+            }
+            "vars" if w.var(&p.path[1]).is_none() => {
+                self.err("C033", span, format!("undeclared var '{}'", p.path[1]));
+            }
+            "input" => {
+                if let (Some(c), Some(f)) = (consumer, p.path.get(1))
+                    && !inclusive
+                    && let Some(s) = c.input.as_ref().and_then(|i| w.schema(&i.value))
+                    && s.field(f).is_none()
+                {
+                    self.err(
+                        "C034",
+                        span,
+                        format!("field '{f}' is not in the input schema of '{}'", c.name.value),
+                    );
+                }
+            }
+            "artifacts" if !ctx.publishes.contains(p.path[1].as_str()) => {
+                self.err(
+                    "C035",
+                    span,
+                    format!("no node publishes artifact '{}'", p.path[1]),
+                );
+            }
+            "attachments" if !w.attachments.iter().any(|a| a.name.value == p.path[1]) => {
+                self.err("C052", span, format!("unknown attachment '{}'", p.path[1]));
+            }
+            _ => {}
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------------------
+    // sandbox (01 §6)
+    // ----------------------------------------------------------------------------------------------------
+
+    fn sandbox(&mut self, d: &mut SandboxDecl, label: &str) {
+        d.kind = d.derive_kind();
+        let node = d.scope == SandboxScope::Node;
+        let none_warning = |c: &mut Self, d: &SandboxDecl| {
+            let i = c.warn(
+                "C128",
+                d.span,
+                format!("sandbox: none disables isolation for {label}; prefer sandbox: auto"),
+            );
+            c.hint(
+                i,
+                "write sandbox: auto, or set mode: auto with the properties you need",
+            );
+        };
+        if d.short {
+            let m = d
+                .mode
+                .clone()
+                .unwrap_or_else(|| Spanned::new(String::new(), d.span));
+            match m.value.as_str() {
+                "auto" => {}
+                "none" => none_warning(self, d),
+                "inline" => {
+                    self.err(
+                        "C044",
+                        m.span,
+                        "sandbox: inline needs a block with image: or build:",
+                    );
+                }
+                other => {
+                    self.err(
+                        "C044",
+                        m.span,
+                        format!("invalid sandbox mode '{other}' (want auto, none or inline)"),
+                    );
+                }
+            }
+            return;
+        }
+        if let Some(m) = &d.mode
+            && !matches!(m.value.as_str(), "auto" | "none" | "inline")
+        {
+            self.err(
+                "C044",
+                m.span,
+                format!("invalid sandbox mode '{}' (want auto, none or inline)", m.value),
+            );
+        }
+        if let Some(h) = &d.host_state
+            && !matches!(h.value.as_str(), "auto" | "none")
+        {
+            self.err(
+                "C044",
+                h.span,
+                format!("invalid host_state '{}' (want auto or none)", h.value),
+            );
+        }
+        let build_span = d.build.as_ref().map(|b| b.span);
+        let image_span = d.image.as_ref().map(|i| i.span);
+        match d.mode_str() {
+            Some("none") => {
+                let props = d.properties_set();
+                if !props.is_empty() {
+                    self.warn(
+                        "C092",
+                        d.span,
+                        format!("ignored because sandbox mode is none: {}", props.join(", ")),
+                    );
+                }
+                none_warning(self, d);
+                return;
+            }
+            Some("auto") => {
+                if let Some(s) = image_span.or(build_span) {
+                    self.err(
+                        "C093",
+                        s,
+                        "image and build are not allowed with mode auto; use mode inline",
+                    );
+                }
+            }
+            Some("inline") => match (image_span, build_span) {
+                (Some(_), Some(b)) => {
+                    self.err("C044", b, "image and build are mutually exclusive");
+                }
+                (None, None) => {
+                    self.err("C044", d.span, "mode inline requires image or build");
+                }
+                _ => {}
+            },
+            Some(_) => {}
+            None => match (image_span, build_span) {
+                (Some(_), Some(b)) => {
+                    self.err("C044", b, "image and build are mutually exclusive");
+                }
+                (None, None) => {
+                    let others = d.user.is_some()
+                        || d.workspace_folder.is_some()
+                        || d.post_create.is_some()
+                        || d.env.is_some()
+                        || d.mounts.is_some();
+                    if others || (d.network.is_none() && d.host_state.is_none()) {
+                        let i = self.err(
+                            "C044",
+                            d.span,
+                            "a sandbox block without mode must declare image: or build:, or only override network/host_state; write mode: auto to customise the automatic sandbox",
+                        );
+                        self.hint(i, "add mode: auto");
+                    } else if node && d.host_state.is_some() {
+                        let s = d.host_state.as_ref().map_or(d.span, |h| h.span);
+                        self.err(
+                            "C094",
+                            s,
+                            "a node that shares the run's sandbox can only override network",
+                        );
+                    }
+                }
+                _ => {}
+            },
+        }
+        self.sandbox_values(d);
+        if let Some(n) = &d.network {
+            self.network(n, node);
+        }
+        if d.kind == SandboxKind::Invalid {
+            // diagnostics above explain why
+        }
+    }
+
+    fn sandbox_values(&mut self, d: &SandboxDecl) {
+        if let Some(i) = &d.image
+            && is_literal(&i.value)
+            && let Err(r) = values::validate_image(&i.value)
+        {
+            self.err("C044", i.span, format!("invalid image '{}': {r}", i.value));
+        }
+        if let Some(wf) = &d.workspace_folder
+            && is_literal(&wf.value)
+            && values::validate_workspace_folder(&wf.value).is_err()
+        {
+            self.err(
+                "C100",
+                wf.span,
+                format!("workspace_folder '{}' must be an absolute path", wf.value),
+            );
+        }
+        if let Some(u) = &d.user
+            && is_literal(&u.value)
+            && values::validate_user(&u.value).is_err()
+        {
+            self.err("C101", u.span, format!("invalid sandbox user '{}'", u.value));
+        }
+        for m in d.mounts.iter().flatten() {
+            if let Err(r) = values::parse_mount_with(&m.value, values::VarPolicy::Unexpanded) {
+                self.err("C102", m.span, format!("invalid mount '{}': {r}", m.value));
+            }
+        }
+        if let Some(env) = &d.env {
+            for e in &env.entries {
+                if let Err(r) = values::validate_env_entry(&e.key.value, &e.value.value) {
+                    self.err(
+                        "C103",
+                        e.key.span,
+                        format!("invalid sandbox env entry '{}': {r}", e.key.value),
+                    );
+                }
+            }
+        }
+        if let Some(b) = &d.build {
+            for (field, v) in [("dockerfile", &b.dockerfile), ("context", &b.context)] {
+                if let Some(v) = v
+                    && is_literal(&v.value)
+                    && let Err(r) = values::validate_build_path(&v.value)
+                {
+                    self.err(
+                        "C104",
+                        v.span,
+                        format!("invalid build {field} '{}': {r}", v.value),
+                    );
+                }
+            }
+            for e in b.args.iter().flat_map(|a| a.entries.iter()) {
+                if let Err(r) = values::validate_build_arg_name(&e.key.value) {
+                    self.err(
+                        "C104",
+                        e.key.span,
+                        format!("invalid build args '{}': {r}", e.key.value),
+                    );
+                }
+            }
+        }
+        // devcontainer-style variables (01 §6.7)
+        let mut strings: Vec<&Spanned<String>> = Vec::new();
+        strings.extend(d.image.iter());
+        strings.extend(d.user.iter());
+        strings.extend(d.workspace_folder.iter());
+        strings.extend(d.post_create.iter());
+        strings.extend(d.mounts.iter().flatten());
+        strings.extend(d.env.iter().flat_map(|e| e.entries.iter().map(|x| &x.value)));
+        if let Some(b) = &d.build {
+            strings.extend(b.dockerfile.iter());
+            strings.extend(b.context.iter());
+            strings.extend(b.target.iter());
+            strings.extend(b.args.iter().flat_map(|e| e.entries.iter().map(|x| &x.value)));
+        }
+        for s in strings {
+            for (off, len, msg) in sandbox_variable_warnings(&s.value) {
+                let span = inner_span(s, off, len);
+                self.warn("C105", span, msg);
+            }
+        }
+    }
+
+    fn network(&mut self, n: &crate::model::NetworkDecl, node: bool) {
+        if let Some(m) = &n.mode
+            && !matches!(m.value.as_str(), "allowlist" | "denylist" | "open")
+        {
+            self.err(
+                "C095",
+                m.span,
+                format!(
+                    "invalid network mode '{}' (want allowlist, denylist or open)",
+                    m.value
+                ),
+            );
+        }
+        if let Some(p) = &n.preset
+            && iterion_netpolicy::preset(&p.value).is_none()
+        {
+            self.err(
+                "C096",
+                p.span,
+                format!(
+                    "unknown network preset '{}' (want iterion-default or none)",
+                    p.value
+                ),
+            );
+        }
+        for r in n.rules.iter().flatten() {
+            if let Err(e) = iterion_netpolicy::Rule::parse(&r.value) {
+                let i = self.err("C097", r.span, format!("invalid network rule '{}': {e}", r.value));
+                if r.value.trim() == "*" {
+                    self.hint(i, "use ** for any host");
+                }
+            }
+        }
+        if let Some(inh) = &n.inherit {
+            if !node {
+                self.warn(
+                    "C098",
+                    inh.span,
+                    "network.inherit has no effect at workflow level",
+                );
+            } else if !matches!(inh.value.as_str(), "merge" | "append" | "replace") {
+                self.err(
+                    "C098",
+                    inh.span,
+                    format!(
+                        "network.inherit '{}' is invalid (want merge, append or replace)",
+                        inh.value
+                    ),
+                );
+            } else if inh.value == "append" && n.names_base() {
+                self.err("C098", inh.span, "inherit: append cannot set mode or preset");
+            }
+        }
+        if n.mode.as_ref().is_some_and(|m| m.value == "open")
+            && n.rules.as_ref().is_some_and(|r| !r.is_empty())
+        {
+            let span = n.mode.as_ref().map_or(n.span, |m| m.span);
+            self.warn("C099", span, "network rules have no effect when mode is open");
+        }
+    }
+}
+
+struct TplCtx<'w> {
+    w: &'w Workflow,
+    g: &'w Graph,
+    publishes: HashSet<&'w str>,
+}
+
+/// `(offset, len, message)` for every devcontainer-style variable that is unsupported or names a `localEnv`
+/// variable outside the allowlist (01 §6.7, §7.4).
+pub fn sandbox_variable_warnings(s: &str) -> Vec<(usize, usize, String)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(off) = s[i..].find("${") {
+        let st = i + off;
+        let Some(close) = s[st + 2..].find('}') else {
+            break;
+        };
+        let inner = &s[st + 2..st + 2 + close];
+        let len = close + 3;
+        let env_name = inner
+            .strip_prefix("localEnv:")
+            .or_else(|| inner.strip_prefix("env:"))
+            .map(|r| r.split(':').next().unwrap_or(""));
+        match env_name {
+            Some(name) => {
+                let valid = !name.is_empty()
+                    && name
+                        .bytes()
+                        .next()
+                        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+                    && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+                if valid && !(LOCAL_ENV_ALLOWLIST.contains(&name) || name.starts_with("LC_")) {
+                    out.push((
+                        st,
+                        len,
+                        format!("localEnv:{name} is not on the allowlist and expands as unset"),
+                    ));
+                }
+            }
+            None => {
+                let supported = matches!(
+                    inner,
+                    "localWorkspaceFolder"
+                        | "localWorkspaceFolderBasename"
+                        | "containerWorkspaceFolder"
+                        | "containerWorkspaceFolderBasename"
+                ) || inner.starts_with("containerEnv:");
+                if !supported {
+                    out.push((
+                        st,
+                        len,
+                        format!("sandbox variable '${{{inner}}}' is not supported and is kept verbatim"),
+                    ));
+                }
+            }
+        }
+        i = st + len;
+    }
+    out
+}
+
+fn same_condition(a: &Condition, b: &Condition) -> bool {
+    match (a, b) {
+        (
+            Condition::Field {
+                field: f1,
+                negated: n1,
+            },
+            Condition::Field {
+                field: f2,
+                negated: n2,
+            },
+        ) => f1.value == f2.value && n1 == n2,
+        (Condition::Expr { text: t1 }, Condition::Expr { text: t2 }) => {
+            t1.value.split_whitespace().eq(t2.value.split_whitespace())
+        }
+        _ => false,
+    }
+}
+
+fn describe_condition(c: &Condition) -> String {
+    match c {
+        Condition::Field { field, negated } => {
+            format!("when {}{}", if *negated { "not " } else { "" }, field.value)
+        }
+        Condition::Expr { text } => format!("when \"{}\"", text.value),
+    }
+}
+
+fn exhaustive_pair(conds: &[&Condition]) -> bool {
+    conds.iter().any(|a| {
+        conds.iter().any(|b| match (a, b) {
+            (
+                Condition::Field {
+                    field: f1,
+                    negated: false,
+                },
+                Condition::Field {
+                    field: f2,
+                    negated: true,
+                },
+            ) => f1.value == f2.value,
+            _ => false,
+        })
+    })
+}
+
+fn valid_mime(m: &str) -> bool {
+    let Some((t, s)) = m.split_once('/') else {
+        return false;
+    };
+    let part = |p: &str| {
+        p == "*"
+            || (!p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$&^_.+-".contains(&b)))
+    };
+    part(t) && part(s)
+}
+
+/// Whether a JSON value fits a var type (used for presets, `C071`).
+pub fn value_fits(ty: VarType, v: &serde_json::Value) -> bool {
+    use serde_json::Value as V;
+    match ty {
+        VarType::String => v.is_string(),
+        VarType::Bool => v.is_boolean(),
+        VarType::Int => v.is_i64() || v.is_u64(),
+        VarType::Float => v.is_number(),
+        VarType::Json => true,
+        VarType::StringList => match v {
+            V::Array(a) => a.iter().all(V::is_string),
+            V::String(_) => true,
+            _ => false,
+        },
+    }
+}
+
+fn parse_band(k: &str) -> Option<(f64, f64)> {
+    let (lo, hi) = k.split_once("..")?;
+    let lo: f64 = lo.trim().parse().ok()?;
+    let hi: f64 = hi.trim().parse().ok()?;
+    (lo.is_finite() && hi.is_finite() && lo <= hi).then_some((lo, hi))
+}
+
+/// Parses a Go-style duration (`90s`, `1h30m`, `1.5h`): one or more `<number><unit>` with units `ns`, `us`,
+/// `µs`, `ms`, `s`, `m`, `h`. Returns nanoseconds.
+pub fn parse_duration(s: &str) -> Option<u128> {
+    let mut rest = s;
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total: f64 = 0.0;
+    while !rest.is_empty() {
+        let n = rest
+            .bytes()
+            .take_while(|b| b.is_ascii_digit() || *b == b'.')
+            .count();
+        if n == 0 {
+            return None;
+        }
+        let num: f64 = rest[..n].parse().ok()?;
+        rest = &rest[n..];
+        let units: [(&str, f64); 7] = [
+            ("ns", 1.0),
+            ("us", 1e3),
+            ("µs", 1e3),
+            ("ms", 1e6),
+            ("s", 1e9),
+            ("m", 60e9),
+            ("h", 3600e9),
+        ];
+        // longest unit first so that "ms" is not read as "m"
+        let (u, mult) = units
+            .iter()
+            .filter(|(u, _)| rest.starts_with(u))
+            .max_by_key(|(u, _)| u.len())?;
+        rest = &rest[u.len()..];
+        total += num * mult;
+    }
+    (total.is_finite() && total < 1e30).then_some(total as u128)
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// graph helpers
+// ---------------------------------------------------------------------------------------------------------
+
+struct Graph {
+    /// node → successors (all edges, terminals excluded)
+    succ: BTreeMap<String, Vec<String>>,
+    /// node → successors through non-loop edges only
+    succ_no_loop: BTreeMap<String, Vec<(String, Span)>>,
+    /// node → distinct sources of non-loop incoming edges
+    preds: HashMap<String, HashSet<String>>,
+    /// memo of reachability sets
+    reach: std::cell::RefCell<HashMap<String, HashSet<String>>>,
+}
+
+impl Graph {
+    fn new(w: &Workflow) -> Graph {
+        let mut succ: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut succ_no_loop: BTreeMap<String, Vec<(String, Span)>> = BTreeMap::new();
+        let mut preds: HashMap<String, HashSet<String>> = HashMap::new();
+        for n in &w.nodes {
+            succ.entry(n.name.value.clone()).or_default();
+        }
+        for e in &w.edges {
+            if w.node(&e.to.value).is_none() || w.node(&e.from.value).is_none() {
+                continue;
+            }
+            succ.entry(e.from.value.clone())
+                .or_default()
+                .push(e.to.value.clone());
+            if e.loop_spec.is_none() {
+                succ_no_loop
+                    .entry(e.from.value.clone())
+                    .or_default()
+                    .push((e.to.value.clone(), e.span));
+                preds
+                    .entry(e.to.value.clone())
+                    .or_default()
+                    .insert(e.from.value.clone());
+            }
+        }
+        Graph {
+            succ,
+            succ_no_loop,
+            preds,
+            reach: Default::default(),
+        }
+    }
+
+    /// Nodes reachable from `from` through at least one edge.
+    fn reach_from(&self, from: &str) -> HashSet<String> {
+        if let Some(r) = self.reach.borrow().get(from) {
+            return r.clone();
+        }
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut stack: Vec<&str> = self
+            .succ
+            .get(from)
+            .map(|v| v.iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        while let Some(n) = stack.pop() {
+            if seen.insert(n.to_string())
+                && let Some(s) = self.succ.get(n)
+            {
+                stack.extend(s.iter().map(String::as_str));
+            }
+        }
+        self.reach.borrow_mut().insert(from.to_string(), seen.clone());
+        seen
+    }
+
+    fn reachable(&self, entry: &str) -> HashSet<String> {
+        let mut r = self.reach_from(entry);
+        r.insert(entry.to_string());
+        r
+    }
+
+    /// Whether `a` can run before `b` (there is a path a →+ b).
+    fn is_ancestor(&self, a: &str, b: &str) -> bool {
+        self.reach_from(a).contains(b)
+    }
+
+    fn in_cycle(&self, n: &str) -> bool {
+        self.reach_from(n).contains(n)
+    }
+
+    fn converging(&self, n: &str) -> bool {
+        self.preds.get(n).is_some_and(|p| p.len() > 1)
+    }
+
+    /// Cycles made only of non-loop edges: `(node names with the first repeated at the end, closing edge)`.
+    fn cycles_without_loop(&self, w: &Workflow) -> Vec<(Vec<String>, Span)> {
+        #[derive(Clone, Copy, PartialEq)]
+        enum C {
+            White,
+            Grey,
+            Black,
+        }
+        let mut color: HashMap<&str, C> = w
+            .nodes
+            .iter()
+            .map(|n| (n.name.value.as_str(), C::White))
+            .collect();
+        let mut out = Vec::new();
+        for start in w.nodes.iter().map(|n| n.name.value.as_str()) {
+            if color.get(start) != Some(&C::White) {
+                continue;
+            }
+            // iterative DFS: (node, next child index)
+            let mut stack: Vec<(&str, usize)> = vec![(start, 0)];
+            color.insert(start, C::Grey);
+            while let Some(&mut (node, ref mut idx)) = stack.last_mut() {
+                let children = self.succ_no_loop.get(node);
+                let child = children.and_then(|c| c.get(*idx));
+                *idx += 1;
+                match child {
+                    None => {
+                        color.insert(node, C::Black);
+                        stack.pop();
+                    }
+                    Some((to, span)) => match color.get(to.as_str()).copied() {
+                        Some(C::White) => {
+                            color.insert(to.as_str(), C::Grey);
+                            stack.push((to.as_str(), 0));
+                        }
+                        Some(C::Grey) => {
+                            let pos = stack.iter().position(|(n, _)| *n == to).unwrap_or(0);
+                            let mut cyc: Vec<String> =
+                                stack[pos..].iter().map(|(n, _)| n.to_string()).collect();
+                            cyc.push(to.clone());
+                            out.push((cyc, *span));
+                        }
+                        _ => {}
+                    },
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        let check = |s: &str, expect: Option<u128>| assert_eq!(parse_duration(s), expect, "{s}");
+        check("90s", Some(90_000_000_000));
+        check("30m", Some(1_800_000_000_000));
+        check("1h30m", Some(5_400_000_000_000));
+        check("1.5h", Some(5_400_000_000_000));
+        check("250ms", Some(250_000_000));
+        check("10µs", Some(10_000));
+        check("90 minutes", None);
+        check("", None);
+        check("5", None);
+        check("m", None);
+    }
+
+    #[test]
+    fn sandbox_variables() {
+        let check = |s: &str, expect: &[&str]| {
+            let got: Vec<String> = sandbox_variable_warnings(s).into_iter().map(|x| x.2).collect();
+            assert_eq!(got, expect, "{s}");
+        };
+        check("${localEnv:HOME}/x ${localEnv:LC_ALL}", &[]);
+        check(
+            "${localEnv:AWS_SECRET_ACCESS_KEY}",
+            &["localEnv:AWS_SECRET_ACCESS_KEY is not on the allowlist and expands as unset"],
+        );
+        check(
+            "${devcontainerId}",
+            &["sandbox variable '${devcontainerId}' is not supported and is kept verbatim"],
+        );
+        check("${localWorkspaceFolder}/x ${containerEnv:PATH}", &[]);
+    }
+}
