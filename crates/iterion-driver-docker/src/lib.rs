@@ -18,6 +18,7 @@ pub mod engine;
 mod error;
 pub mod image;
 pub mod imagebuild;
+pub mod mounts;
 pub mod names;
 pub mod relay;
 
