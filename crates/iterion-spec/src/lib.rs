@@ -35,6 +35,7 @@ pub mod expr;
 pub mod lexer;
 pub mod model;
 pub mod parser;
+pub mod resolve;
 pub mod resolved;
 pub mod template;
 pub mod values;

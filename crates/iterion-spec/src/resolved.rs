@@ -378,7 +378,7 @@ impl ResolvedSandbox {
 }
 
 /// Where a node runs (01 §8.8). JSON: `{"placement": "host" | "run" | "own", …}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "placement", rename_all = "snake_case")]
 pub enum Placement {
     /// On the host, unsandboxed.
@@ -386,13 +386,13 @@ pub enum Placement {
         /// Why (e.g. `node sandbox: none`, `cli flag --sandbox none`, `run is unsandboxed`).
         reason: String,
         /// Text of the `sandbox_skipped` event the runtime emits for this node, when one is due.
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         skip_notice: Option<String>,
     },
     /// In the run container.
     Run {
         /// The node's own egress policy when it overrides the run's (an override block).
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         network: Option<NetworkPolicySpec>,
     },
     /// In a container of its own; nodes with the same `key` share one.
@@ -405,7 +405,7 @@ pub enum Placement {
 }
 
 /// Which floor variable changed a value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Floor {
     /// `ITERION_SANDBOX_FLOOR`.
     #[serde(rename = "ITERION_SANDBOX_FLOOR")]
@@ -426,7 +426,7 @@ impl Floor {
 }
 
 /// The scope a floor changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {
     /// The run scope.
@@ -436,7 +436,7 @@ pub enum Scope {
 }
 
 /// One change made by a floor (01 §8.6); the runtime emits each as `sandbox_floor_applied`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FloorApplication {
     /// The floor variable.
     pub floor: Floor,
@@ -445,7 +445,7 @@ pub struct FloorApplication {
     /// Run or node.
     pub scope: Scope,
     /// The node, for a node scope.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,
     /// Value before the floor (`none`, `auto`, …; `degradable` / `no degrade` for the inline floor on auto).
     pub from: String,
@@ -472,9 +472,25 @@ pub struct RequestedInputs {
     pub builtin_default_mode: String,
 }
 
+/// The mode of the run scope after the mode chain and floors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunMode {
+    /// Unsandboxed.
+    None,
+    /// Isolate if you can (see [`SandboxPlan::run_skippable`]).
+    Auto,
+    /// The workflow's own image or build.
+    Inline,
+}
+
 /// The result of sandbox resolution (01 §8.9).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SandboxPlan {
+    /// The run scope's mode (also when it is `none`, which has no [`ResolvedSandbox`]).
+    pub run_mode: RunMode,
+    /// Label of the rule that chose `run_mode` (01 §8.2, or `ITERION_SANDBOX_FLOOR`).
+    pub run_source: String,
     /// The run-scope sandbox; `None` = unsandboxed.
     pub run: Option<ResolvedSandbox>,
     /// Set when auto could not produce a spec (01 §8.4 step 3): the reason for `sandbox_skipped`.
