@@ -166,7 +166,7 @@ pub enum ResolveError {
     /// A value failed its check after variable expansion.
     #[error("{scope}: {message}")]
     InvalidValue {
-        /// The code of the failed check (`C100`–`C104`, `C095`–`C098`, `E020`).
+        /// The code of the failed check (`C044`, `C095`–`C098`, `C100`–`C104`).
         code: &'static str,
         /// `workflow 'w'` or `node 'n'`.
         scope: String,
@@ -556,7 +556,7 @@ impl<'w, 'i> Resolver<'w, 'i> {
         if let Some(img) = &d.image {
             let v = self.expand(img, Some(&cwf));
             values::validate_image(&v)
-                .map_err(|r| self.invalid("E020", node, format!("invalid value for 'image': {r}")))?;
+                .map_err(|r| self.invalid("C044", node, format!("invalid image '{v}': {r}")))?;
             sb.image = Some(v);
         }
         if let Some(b) = &d.build {

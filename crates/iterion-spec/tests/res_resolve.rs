@@ -378,7 +378,7 @@ fn inline_values_are_checked_after_expansion() {
     );
     assert_eq!(
         code(bad(wf(Some(B::wf().image("${localEnv:HOME} x").done())))),
-        "E020"
+        "C044"
     );
     let e = bad(wf(Some(B::wf().image("a").user("-u root").done())));
     assert_eq!(e.to_string(), "workflow 'w': invalid sandbox user '-u root'");
