@@ -433,3 +433,71 @@ fn check_labels(name: &str) -> Result<(), HostError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[track_caller]
+    fn check_ends_in_number(text: &str, expect: bool) {
+        assert_eq!(ends_in_number(text), expect, "{text:?}");
+    }
+
+    #[test]
+    fn ends_in_number_looks_at_the_last_label_only() {
+        check_ends_in_number("example.123", true);
+        check_ends_in_number("1.2.3.0x1F", true);
+        check_ends_in_number("0X", true);
+        check_ends_in_number("123.example", false);
+        check_ends_in_number("1.2.3.0x1g", false);
+        check_ends_in_number("1.2.3.", false);
+        check_ends_in_number("", false);
+    }
+
+    #[track_caller]
+    fn check_port(text: &str, expect: Option<u16>) {
+        assert_eq!(parse_port(text), expect, "{text:?}");
+    }
+
+    #[test]
+    fn ports_are_plain_decimal() {
+        check_port("1", Some(1));
+        check_port("443", Some(443));
+        check_port("65535", Some(65535));
+        check_port("0", None);
+        check_port("65536", None);
+        check_port("0443", None);
+        check_port("+443", None);
+        check_port("", None);
+        check_port("4 43", None);
+        check_port("１", None);
+    }
+
+    #[track_caller]
+    fn check_strict(text: &str, expect: Option<&str>) {
+        assert_eq!(
+            parse_ipv4_strict(text).map(|a| a.to_string()).as_deref(),
+            expect,
+            "{text:?}"
+        );
+    }
+
+    #[test]
+    fn strict_dotted_quads() {
+        check_strict("10.0.0.0", Some("10.0.0.0"));
+        check_strict("255.255.255.255", Some("255.255.255.255"));
+        check_strict("010.0.0.0", None);
+        check_strict("10.0.0", None);
+        check_strict("256.0.0.0", None);
+        check_strict("0x0a.0.0.0", None);
+        check_strict("1.2.3.4.5", None);
+    }
+
+    #[test]
+    fn mapped_addresses_normalise_to_ipv4() {
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().expect("address");
+        assert_eq!(normalize_ip(mapped), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
+        let compatible: IpAddr = "::10.0.0.1".parse().expect("address");
+        assert_eq!(normalize_ip(compatible), compatible);
+    }
+}

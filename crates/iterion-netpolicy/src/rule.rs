@@ -238,10 +238,10 @@ pub enum RuleError {
     #[error("a wildcard needs a domain after it")]
     WildcardSuffix,
     /// `E_HOST`: the host or wildcard suffix is not a valid host name.
-    #[error("{source}")]
+    #[error("{reason}")]
     Host {
         /// Why the host was refused.
-        source: HostError,
+        reason: HostError,
     },
 }
 
@@ -346,7 +346,7 @@ fn split_port(body: &str) -> Result<(&str, Option<u16>), RuleError> {
 fn parse_pattern(text: &str) -> Result<Pattern, RuleError> {
     if text.is_empty() {
         return Err(RuleError::Host {
-            source: HostError::Empty,
+            reason: HostError::Empty,
         });
     }
     if let Some((addr, prefix)) = text.split_once('/') {
@@ -393,15 +393,15 @@ fn parse_pattern(text: &str) -> Result<Pattern, RuleError> {
     }
     if trimmed.is_empty() {
         return Err(RuleError::Host {
-            source: HostError::Empty,
+            reason: HostError::Empty,
         });
     }
     if trimmed.split('.').any(str::is_empty) {
         return Err(RuleError::Host {
-            source: HostError::EmptyLabel,
+            reason: HostError::EmptyLabel,
         });
     }
-    match canonical_name(trimmed).map_err(|source| RuleError::Host { source })? {
+    match canonical_name(trimmed).map_err(|reason| RuleError::Host { reason })? {
         Host::Name(name) => Ok(make(name)),
         Host::Ip(ip) if !is_wildcard => Ok(Pattern::Ip(ip)),
         Host::Ip(_) => Err(RuleError::Wildcard),
