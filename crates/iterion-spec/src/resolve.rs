@@ -1051,7 +1051,7 @@ fn place_node(
                 None => host("run is unsandboxed"),
             });
         }
-        Some(_) if cli_off => (ScopeMode::None, SRC_CLI.to_owned()),
+        Some(k) if cli_off && k != SandboxKind::Override => (ScopeMode::None, SRC_CLI.to_owned()),
         Some(SandboxKind::Off) => (ScopeMode::None, SRC_NODE.to_owned()),
         Some(SandboxKind::Auto) => (ScopeMode::Auto, SRC_NODE.to_owned()),
         Some(SandboxKind::Inline) => (ScopeMode::Inline, SRC_NODE.to_owned()),
@@ -1074,7 +1074,6 @@ fn place_node(
             });
         }
     };
-    let was = mode;
     let mode = r.mode_floor(mode, &mut source, Some(id));
     let d = decl.ok_or_else(|| ResolveError::InvalidDeclaration {
         scope: scope_label(r.wf, Some(id)),
@@ -1093,7 +1092,6 @@ fn place_node(
         ),
         None => (run_hs.0, run_hs.1.to_owned()),
     };
-    let raised = was == ScopeMode::None && mode == ScopeMode::Auto;
     let mut sb = match mode {
         ScopeMode::None => {
             return Ok(host(if cli_off {
@@ -1104,15 +1102,15 @@ fn place_node(
         }
         ScopeMode::Inline => r.build_inline(d, source, Origin::Node, Some(id), wdecl)?,
         ScopeMode::Auto => {
-            // A node raised by a floor has no customisation of its own.
-            let own = if raised {
-                BlockFields::default()
-            } else {
-                BlockFields::of(Some(d))
-            };
+            // A node raised by a floor keeps its own fields (an off block has none).
+            let own = BlockFields::of(Some(d));
+            // The workflow's auto block fields are inherited; its env layer is inherited from any block kind.
             let base = match wdecl {
                 Some(w) if w.kind == SandboxKind::Auto => BlockFields::of(Some(w)),
-                _ => BlockFields::default(),
+                w => BlockFields {
+                    env: BlockFields::of(w).env,
+                    ..BlockFields::default()
+                },
             };
             match r.build_auto(&own.over(base), source, Some(id))? {
                 Built::Sandbox(sb) => *sb,
@@ -1140,11 +1138,7 @@ fn place_node(
             )?
         }
     };
-    sb.network = match d
-        .network
-        .as_ref()
-        .filter(|_| !raised && d.kind != SandboxKind::Off)
-    {
+    sb.network = match d.network.as_ref().filter(|_| d.kind != SandboxKind::Off) {
         Some(net) => r.node_network(&parent, net, id)?,
         None => NetworkPolicySpec {
             defaulted: false,

@@ -235,3 +235,38 @@ fn root_level_devcontainer_json_builds_relative_to_the_root() {
     assert_eq!(spec.source.path, ".devcontainer.json");
     assert_eq!(spec.source.sha256.len(), 64);
 }
+
+/// A reader whose `/repo/proj/.devcontainer/link` is a symlink to `/etc`.
+struct SymlinkReader(iterion_spec::devcontainer::MemReader);
+
+impl iterion_spec::devcontainer::SourceReader for SymlinkReader {
+    fn read(&self, path: &std::path::Path) -> iterion_spec::devcontainer::FileRead {
+        self.0.read(path)
+    }
+    fn canonicalize(&self, path: &std::path::Path) -> Option<std::path::PathBuf> {
+        let p = path.to_string_lossy();
+        Some(std::path::PathBuf::from(
+            p.replace("/repo/proj/.devcontainer/link", "/etc"),
+        ))
+    }
+}
+
+#[test]
+fn build_paths_are_checked_after_resolving_symlinks() {
+    use iterion_spec::devcontainer::{LoadContext, MemReader, load};
+    let reader = SymlinkReader(
+        MemReader::new().with_file(devc_common::MAIN, r#"{"build":{"dockerfile":"link/Dockerfile"}}"#),
+    );
+    let env = devc_common::env_home();
+    let out = load(&LoadContext {
+        repo_root: std::path::Path::new(devc_common::ROOT),
+        env: &env,
+        host_workspace: "/job",
+        reader: &reader,
+    });
+    assert_eq!(codes(&out), ["D011@1:24"]);
+    assert_eq!(
+        out.diagnostics[0].message,
+        "build dockerfile 'link/Dockerfile' resolves outside the repository"
+    );
+}

@@ -819,3 +819,74 @@ fn plan_snapshots() {
     let p = run(&wf(None), &MemReader::new(), nothing).unwrap();
     insta::assert_json_snapshot!("res_plan_default_image", p);
 }
+
+#[test]
+fn forced_off_nodes_and_floors() {
+    // `--sandbox none` with the auto floor: an override node keeps its network in the raised run container.
+    let w = workflow(
+        None,
+        vec![("n", NodeKind::Agent, Some(B::node().rule("b.com").done()))],
+    );
+    let p = run(&w, &MemReader::new(), |i| {
+        i.cli_mode = Some(ModeChoice::None);
+        set_env(i, "ITERION_SANDBOX_FLOOR", "auto");
+    })
+    .unwrap();
+    assert_eq!(placement(&p.nodes["n"]), "run [allowlist / - / [b.com] / false]");
+    // Without the floor the override is ignored on the host, with a notice.
+    let p = run(&w, &MemReader::new(), |i| i.cli_mode = Some(ModeChoice::None)).unwrap();
+    assert_eq!(
+        placement(&p.nodes["n"]),
+        "host (run is unsandboxed; notice: node network override ignored: the node runs on the host)"
+    );
+    // A node auto inherits the workflow's env layer whatever the workflow block kind.
+    let w = workflow(
+        Some(B::wf().image("a").env("A", "wf").done()),
+        vec![(
+            "n",
+            NodeKind::Agent,
+            Some(B::node().mode("auto").env("B", "node").done()),
+        )],
+    );
+    let p = run(&w, &MemReader::new(), nothing).unwrap();
+    let Placement::Own { sandbox, .. } = &p.nodes["n"] else {
+        panic!("own expected")
+    };
+    assert_eq!(
+        format!("{:?}", sandbox.env_layers.workflow),
+        r#"{"A": "wf", "B": "node"}"#
+    );
+    // A node that cannot be sandboxed (no root, no image) runs on the host with a notice; the inline floor
+    // refuses instead.
+    let w = workflow(
+        None,
+        vec![("n", NodeKind::Agent, Some(B::node().short("auto").done()))],
+    );
+    let p = run(&w, &MemReader::new(), |i| {
+        i.builtin_default_mode = ModeChoice::None;
+        i.repo_root = None;
+        i.binary_version = None;
+    })
+    .unwrap();
+    assert_eq!(
+        placement(&p.nodes["n"]),
+        "host (no repository root and no default image; notice: no repository root and no default image)"
+    );
+    let e = run(&w, &MemReader::new(), |i| {
+        i.repo_root = None;
+        i.binary_version = None;
+        set_env(i, "ITERION_SANDBOX_FLOOR", "inline");
+    })
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "workflow 'w' cannot be sandboxed (no repository root and no default image) and ITERION_SANDBOX_FLOOR=inline forbids running it unsandboxed"
+    );
+    // An invalid declaration is refused.
+    let bad = B::wf().image("a").build(Some("D"), None).done();
+    let e = run(&wf(Some(bad)), &MemReader::new(), nothing).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the sandbox declaration of workflow 'w' is invalid (see the compile diagnostics)"
+    );
+}
