@@ -287,8 +287,14 @@ impl<'a> Parser<'a> {
         self.bump();
         if self.kind() != TokenKind::Indent {
             let t = self.peek();
-            let msg = format!("expected {what}, found {}", self.describe(t));
-            self.diag_at("E002", t.span, msg);
+            // a block whose lines were all rejected by the lexer (tabs, bad indentation) was already reported
+            let after_lex_error = self.toks[..self.i]
+                .last()
+                .is_some_and(|prev| (prev.span.line..t.span.line).any(|l| self.err_lines.contains(&l)));
+            if !after_lex_error {
+                let msg = format!("expected {what}, found {}", self.describe(t));
+                self.diag_at("E002", t.span, msg);
+            }
             return false;
         }
         self.bump();
