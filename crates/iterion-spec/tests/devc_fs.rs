@@ -1,6 +1,4 @@
-//! `FsReader` against a real directory: regular files only, unreadable and symlinked paths.
-
-mod devc_common;
+//! `FsReader` against a real directory: regular files only and symlinked paths.
 
 use std::collections::BTreeMap;
 
