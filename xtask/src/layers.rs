@@ -67,7 +67,7 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
             "iterion-runtime",
         ],
     ),
-    ("iterion-test-support", 9, &[]),
+    ("iterion-test-support", 9, &["iterion-driver", "iterion-spec"]),
     ("xtask", 9, &[]),
 ];
 

@@ -25,8 +25,11 @@ mod driver;
 mod error;
 mod exec;
 pub mod labels;
+mod noop;
 pub mod owner;
+mod post_create;
 mod types;
+mod untar;
 
 pub use driver::{Driver, Run, Started};
 pub use error::{CopyDirection, Error, FailureCode, Result, SetupPhase, fmt_duration};
@@ -35,4 +38,7 @@ pub use exec::{
     ExecRequest, ExecStdin, ExitStatus, KILL_CONFIRM, KillExec, Output, OutputLimits, SIGKILL, SIGTERM,
     Stdin, exec_collect,
 };
+pub use noop::{NoopDriver, NoopRun};
+pub use post_create::{LOG_PREFIX, TAIL_BYTES, run_post_create};
 pub use types::*;
+pub use untar::{DEFAULT_UNTAR_CAP, UntarReport, safe_untar, safe_untar_sync};

@@ -4,6 +4,7 @@
 //! machine without an engine they are skipped with a visible notice; when `CI` (or `ITERION_REQUIRE_DOCKER=1`)
 //! is set, a missing engine is a failure, never a silent skip.
 
+pub mod conformance;
 pub mod docker_http;
 pub mod docker_image;
 
