@@ -883,6 +883,16 @@ fn decl_mode(d: &SandboxDecl) -> Option<ScopeMode> {
 /// with [`ResolveError::InvalidDeclaration`].
 pub fn resolve_sandbox(wf: &Workflow, inputs: &ResolveInputs<'_>) -> Result<SandboxPlan> {
     let env = read_env(&inputs.env)?;
+    if !inputs.workspace_path.is_absolute() {
+        return Err(ResolveError::InvalidValue {
+            code: "C100",
+            scope: scope_label(wf, None),
+            message: format!(
+                "the host workspace path '{}' must be absolute",
+                inputs.workspace_path.display()
+            ),
+        });
+    }
     let requested = RequestedInputs {
         cli_mode: inputs.cli_mode.map(|m| m.as_str().to_owned()),
         cli_host_state: inputs.cli_host_state.map(|h| h.as_str().to_owned()),

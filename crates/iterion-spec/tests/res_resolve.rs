@@ -882,6 +882,15 @@ fn forced_off_nodes_and_floors() {
         e.to_string(),
         "workflow 'w' cannot be sandboxed (no repository root and no default image) and ITERION_SANDBOX_FLOOR=inline forbids running it unsandboxed"
     );
+    // The host workspace must be absolute (it is the default container workspace folder).
+    let e = run(&wf(None), &MemReader::new(), |i| {
+        i.workspace_path = "rel/app".into()
+    })
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "workflow 'w': the host workspace path 'rel/app' must be absolute"
+    );
     // An invalid declaration is refused.
     let bad = B::wf().image("a").build(Some("D"), None).done();
     let e = run(&wf(Some(bad)), &MemReader::new(), nothing).unwrap_err();
