@@ -25,6 +25,7 @@ mod driver;
 mod error;
 mod exec;
 pub mod labels;
+pub mod mount_safety;
 mod noop;
 pub mod owner;
 mod post_create;
