@@ -1,0 +1,2 @@
+//! Proxy benchmark (written later).
+fn main() {}
