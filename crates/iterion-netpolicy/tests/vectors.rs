@@ -337,6 +337,37 @@ fn compilation_more() {
 }
 
 #[test]
+fn dsl_rule_errors_01_s12() {
+    // 01 §11 vector S12: each of these is a C097.
+    let rules = [
+        "a*b.com",
+        "github.com.*",
+        "*github.com",
+        "***.x.com",
+        "*.",
+        "**.",
+        "*.*.com",
+        "*",
+        "!",
+        "10.0.0.0/99",
+        "example.com:0",
+        "example.com:70000",
+        "https://x.com",
+        "x.com/path",
+    ];
+    let errors = Policy::compile(A, &[], &rules).map(|_| ()).unwrap_err();
+    let indices: Vec<(usize, &str)> = errors
+        .iter()
+        .map(|e| match e {
+            PolicyError::Rule { index, .. } => (*index, e.code()),
+            _ => (usize::MAX, e.code()),
+        })
+        .collect();
+    let want: Vec<(usize, &str)> = (0..rules.len()).map(|i| (i, "C097")).collect();
+    assert_eq!(indices, want);
+}
+
+#[test]
 fn every_preset_rule_parses() {
     for name in iterion_netpolicy::PRESET_NAMES {
         for rule in preset(name).expect("known preset") {
