@@ -47,6 +47,12 @@ pub fn now_timestamp() -> String {
     format_timestamp(SystemTime::now())
 }
 
+/// Parses an RFC 3339 time (any offset) as written in `run.json` and `events.jsonl`; `None` when invalid.
+pub fn parse_timestamp(s: &str) -> Option<SystemTime> {
+    let t: jiff::Timestamp = s.parse().ok()?;
+    Some(SystemTime::from(t))
+}
+
 /// Proleptic Gregorian date of a day count since 1970-01-01 (H. Hinnant's algorithm).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -1482,6 +1488,19 @@ mod tests {
                 .to_string();
             assert_eq!(ours, theirs);
         }
+    }
+
+    #[test]
+    fn timestamps_parse_back() {
+        for (secs, nanos) in [(1_768_383_067u64, 520_000_000u32), (0, 0), (1_768_383_067, 1)] {
+            let t = at(secs, nanos);
+            assert_eq!(parse_timestamp(&format_timestamp(t)), Some(t));
+        }
+        assert_eq!(
+            parse_timestamp("2026-01-14T10:31:07+01:00"),
+            Some(at(1_768_383_067, 0))
+        );
+        assert_eq!(parse_timestamp("yesterday"), None);
     }
 
     #[test]

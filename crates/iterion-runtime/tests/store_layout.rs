@@ -173,9 +173,7 @@ fn st6_reopen_continues_after_torn_line() {
     drop(f);
     assert_eq!(read_events(&path).unwrap().len(), 5);
 
-    let reopened = st
-        .open_run("r6", &Owner::current(), jiff::tz::TimeZone::UTC)
-        .unwrap();
+    let reopened = st.open_run("r6", &Owner::current()).unwrap();
     assert_eq!(reopened.events().next_seq(), 5);
     let a = reopened.events().append(&started()).unwrap();
     assert_eq!(a.seq, 5);
@@ -219,9 +217,7 @@ fn st8_stale_temp_file_is_ignored_and_cleaned_on_open() {
     )
     .unwrap();
     assert_eq!(st.read_run("r8").unwrap(), before);
-    let reopened = st
-        .open_run("r8", &Owner::current(), jiff::tz::TimeZone::UTC)
-        .unwrap();
+    let reopened = st.open_run("r8", &Owner::current()).unwrap();
     assert_eq!(reopened.document(), &before);
     assert!(!dir.join(".run.json.tmp-0123456789abcdef").exists());
 }
@@ -239,9 +235,7 @@ fn st9_unknown_top_level_field_survives_a_status_change() {
     v["sandbox"]["x_future"] = serde_json::json!(true);
     fs::write(dir.join("run.json"), serde_json::to_string_pretty(&v).unwrap()).unwrap();
 
-    let mut run = st
-        .open_run("r9", &Owner::current(), jiff::tz::TimeZone::UTC)
-        .unwrap();
+    let mut run = st.open_run("r9", &Owner::current()).unwrap();
     run.transition(iterion_runtime::status::Transition::Finish)
         .unwrap();
     let after = raw_json(&run);
@@ -366,9 +360,7 @@ fn st14_lock_held_by_another_process() {
     let st = Store::create(tmp.path()).unwrap();
     let run = create(&st, "r14");
     // Same process, second open: refused with the spec's message.
-    let err = st
-        .open_run("r14", &Owner::current(), jiff::tz::TimeZone::UTC)
-        .unwrap_err();
+    let err = st.open_run("r14", &Owner::current()).unwrap_err();
     assert_eq!(err.to_string(), "run r14 is locked by another process");
     let lock = run.dir().join(".lock");
     drop(run);
@@ -394,7 +386,7 @@ fn st14_lock_held_by_another_process() {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let res = st.open_run("r14", &Owner::current(), jiff::tz::TimeZone::UTC);
+    let res = st.open_run("r14", &Owner::current());
     let _ = child.kill();
     let _ = child.wait();
     assert!(held, "the child never took the lock");
@@ -429,8 +421,7 @@ fn runs_are_listed_and_unknown_runs_reported() {
     assert!(matches!(
         st.create_run(
             &store::RunId::parse("a").unwrap(),
-            store_common::new_run("a", &[]),
-            jiff::tz::TimeZone::UTC
+            store_common::new_run("a", &[])
         ),
         Err(Error::RunExists { .. })
     ));

@@ -132,9 +132,7 @@ fn sc5_resume_then_done_clears_the_failure() {
     let tmp = tempfile::tempdir().unwrap();
     let st = Store::create(tmp.path()).unwrap();
     sc4(&st);
-    let mut run = st
-        .open_run("sc4", &Owner::current(), jiff::tz::TimeZone::UTC)
-        .unwrap();
+    let mut run = st.open_run("sc4", &Owner::current()).unwrap();
     run.transition(Transition::Resume).unwrap();
     let v = raw_json(&run);
     assert_eq!(v["status"], "running");
@@ -271,9 +269,7 @@ fn crash_recovery_marks_interrupted_and_keeps_checkpoint() {
     let mut run = create(&st, "crashed");
     run.save_checkpoint(Checkpoint::stub("b", vars())).unwrap();
     drop(run);
-    let mut run = st
-        .open_run("crashed", &Owner::current(), jiff::tz::TimeZone::UTC)
-        .unwrap();
+    let mut run = st.open_run("crashed", &Owner::current()).unwrap();
     run.transition(
         Transition::for_code(
             FailureCode::RunInterrupted,

@@ -202,9 +202,9 @@ pub struct SandboxRecord {
     /// A scope that degraded to unsandboxed.
     #[serde(default)]
     pub skipped: Option<SkippedScope>,
-    /// The `ResolvedSandbox` JSON form of the run scope (01 §8.9), kept as JSON.
+    /// The resolved run-scope sandbox in its JSON form (01 §8.9).
     #[serde(default)]
-    pub resolved: Option<Value>,
+    pub resolved: Option<iterion_spec::resolved::ResolvedSandbox>,
     /// Effective container user (`uid:gid`).
     #[serde(default)]
     pub effective_user: Option<String>,
@@ -559,6 +559,57 @@ mod tests {
             &[("ITERION_SANDBOX_DEFAULT", "auto")],
             json!({"ITERION_SANDBOX_DEFAULT": "auto"}),
         );
+    }
+
+    #[test]
+    fn sandbox_record_round_trips_the_spec_example() {
+        // 05 §1.7, elisions filled in.
+        let example = serde_json::json!({
+          "requested": {
+            "cli_mode": "auto", "cli_host_state": null, "cli_default_image": null, "cli_driver": null,
+            "operator_env": [{"name": "NPM_TOKEN", "form": "copy"}, {"name": "CI_LABEL", "form": "value", "value": "nightly"}],
+            "env": {"ITERION_SANDBOX_DEFAULT": "", "ITERION_SANDBOX_HOST_STATE": "", "ITERION_SANDBOX_DEFAULT_IMAGE": ""},
+            "builtin_default_mode": "auto"
+          },
+          "floors": [],
+          "active": true,
+          "driver": "docker",
+          "skipped": null,
+          "resolved": { "mode": "auto", "source": "default (default image: ghcr.io/socialgouv/iterion-sandbox-slim:v0.4.0)",
+                        "origin": "default_image", "devcontainer": null, "image": "ghcr.io/socialgouv/iterion-sandbox-slim:v0.4.0",
+                        "build": null, "user": null, "workspace_folder": "/home/jo/src/app", "post_create": [],
+                        "mounts": [], "host_state": "auto", "host_state_source": "default",
+                        "network": {"mode": "open", "preset": null, "rules": [], "defaulted": false, "source": "default"},
+                        "degrade_allowed": true, "key": "5f0c1a2b" },
+          "effective_user": "1000:1000",
+          "env_layers": {"repo": [], "workflow": ["CI"], "operator": ["NPM_TOKEN"]},
+          "env_report": [],
+          "nodes": {"notify": {"placement": "host", "reason": "node sandbox: none"}, "tests": {"placement": "run"}},
+          "network": {"enforced": false, "placement": "open"},
+          "containers": [{"role": "run", "id": "3f2a9c1d4e5b", "name": "iterion-0194f7e2"}],
+          "file_secrets_dropped": false
+        });
+        let record: SandboxRecord = serde_json::from_value(example.clone()).unwrap();
+        assert_eq!(record.requested.operator_env.len(), 2);
+        assert!(record.resolved.is_some());
+        let back = serde_json::to_value(&record).unwrap();
+        for key in [
+            "requested",
+            "floors",
+            "active",
+            "driver",
+            "skipped",
+            "effective_user",
+            "env_layers",
+            "nodes",
+            "network",
+            "containers",
+        ] {
+            assert_eq!(back[key], example[key], "{key}");
+        }
+        assert_eq!(back["resolved"]["mode"], "auto");
+        assert_eq!(back["resolved"]["network"]["mode"], "open");
+        assert_eq!(back["resolved"]["workspace_folder"], "/home/jo/src/app");
     }
 
     #[test]

@@ -20,7 +20,7 @@
 //!         iterion_version: "0.1.0".into(),
 //!         owner: Owner::current(),
 //!         now: now_timestamp(),
-//!     }, jiff::tz::TimeZone::UTC)
+//!     })
 //!     .unwrap();
 //! let appended = run.events().append(&RunStarted {
 //!     workflow: "demo".into(), file: "/src/app/demo.bot".into(), sandboxed: false, driver: None,
@@ -49,7 +49,7 @@ pub use location::{
 };
 pub use lock::{RunLock, host_name, process_start_time};
 pub use run::{ArtifactRecord, OpenRun};
-pub use run_log::{LogLevel, RunLog, format_log_line};
+pub use run_log::{LogClock, LogLevel, RunLog, format_log_line};
 
 use std::fs::{self, DirBuilder, OpenOptions};
 use std::io::Write;
@@ -89,9 +89,10 @@ pub(crate) fn create_private_dir(path: &Path) -> Result<()> {
 }
 
 /// A run store dir: `runs/` and `worktrees/`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Store {
     root: PathBuf,
+    clock: LogClock,
 }
 
 /// One entry of [`Store::list_runs`].
@@ -106,7 +107,16 @@ pub struct RunEntry {
 impl Store {
     /// A store at `root` without touching the file system (for reading).
     pub fn at(root: impl Into<PathBuf>) -> Store {
-        Store { root: root.into() }
+        Store {
+            root: root.into(),
+            clock: LogClock::system(),
+        }
+    }
+
+    /// Uses `clock` for the `run.log` timestamps of runs opened from this value (default: local time).
+    pub fn with_log_clock(mut self, clock: LogClock) -> Store {
+        self.clock = clock;
+        self
     }
 
     /// Opens the store at `root` for writing: creates `runs/` (mode 0700) and, when absent, `.gitignore`
@@ -153,7 +163,7 @@ impl Store {
 
     /// Creates `runs/<id>/`, takes its lock, opens `run.log` and `events.jsonl` and writes `run.json` (status
     /// `running`). An existing run dir → [`Error::RunExists`].
-    pub fn create_run(&self, id: &RunId, new: NewRun, tz: jiff::tz::TimeZone) -> Result<OpenRun> {
+    pub fn create_run(&self, id: &RunId, new: NewRun) -> Result<OpenRun> {
         let dir = self.run_dir(id.as_str())?;
         create_private_dir(&self.runs_dir())?;
         match DirBuilder::new().mode(0o700).create(&dir) {
@@ -171,14 +181,14 @@ impl Store {
             id: id.to_string(),
             ..new
         });
-        OpenRun::open_new(dir, id.as_str(), &owner, document, tz)
+        OpenRun::open_new(dir, id.as_str(), &owner, document, self.clock.clone())
     }
 
     /// Opens an existing run for writing (resume, crash recovery): takes its lock, reads `run.json` and opens
     /// the logs for appending. Unknown run → [`Error::RunNotFound`]; held lock → [`Error::Locked`].
-    pub fn open_run(&self, run_id: &str, owner: &Owner, tz: jiff::tz::TimeZone) -> Result<OpenRun> {
+    pub fn open_run(&self, run_id: &str, owner: &Owner) -> Result<OpenRun> {
         let dir = self.existing_run_dir(run_id)?;
-        OpenRun::open_existing(dir, run_id, owner, tz)
+        OpenRun::open_existing(dir, run_id, owner, self.clock.clone())
     }
 
     fn existing_run_dir(&self, run_id: &str) -> Result<PathBuf> {

@@ -9,7 +9,7 @@ use super::document::{Checkpoint, Owner, RunDocument, temp_prefix, write_atomic}
 use super::event_log::EventLog;
 use super::ids::validate_component;
 use super::lock::RunLock;
-use super::run_log::RunLog;
+use super::run_log::{LogClock, RunLog};
 use super::{create_private_dir, names};
 use crate::error::{Error, Result};
 use crate::events::now_timestamp;
@@ -47,10 +47,10 @@ impl OpenRun {
         id: &str,
         owner: &Owner,
         document: RunDocument,
-        tz: jiff::tz::TimeZone,
+        clock: LogClock,
     ) -> Result<OpenRun> {
         let lock = RunLock::try_acquire(&dir.join(names::LOCK), id, owner)?;
-        let log = Arc::new(RunLog::open(&dir.join(names::RUN_LOG), tz)?);
+        let log = Arc::new(RunLog::open(&dir.join(names::RUN_LOG), clock)?);
         let events = Arc::new(EventLog::open(&dir.join(names::EVENTS), id)?);
         document.save(&dir.join(names::RUN_JSON))?;
         Ok(OpenRun {
@@ -63,17 +63,12 @@ impl OpenRun {
         })
     }
 
-    pub(crate) fn open_existing(
-        dir: PathBuf,
-        id: &str,
-        owner: &Owner,
-        tz: jiff::tz::TimeZone,
-    ) -> Result<OpenRun> {
+    pub(crate) fn open_existing(dir: PathBuf, id: &str, owner: &Owner, clock: LogClock) -> Result<OpenRun> {
         let lock = RunLock::try_acquire(&dir.join(names::LOCK), id, owner)?;
         let run_json = dir.join(names::RUN_JSON);
         let document = RunDocument::load(&run_json)?;
         remove_stale_temp_files(&run_json);
-        let log = Arc::new(RunLog::open(&dir.join(names::RUN_LOG), tz)?);
+        let log = Arc::new(RunLog::open(&dir.join(names::RUN_LOG), clock)?);
         let events = Arc::new(EventLog::open(&dir.join(names::EVENTS), id)?);
         Ok(OpenRun {
             dir,

@@ -47,18 +47,53 @@ pub fn format_log_line(hms: (u8, u8, u8), level: LogLevel, message: &str) -> Str
     )
 }
 
+/// The time zone of `run.log` timestamps (local wall-clock time by default).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogClock {
+    tz: jiff::tz::TimeZone,
+}
+
+impl LogClock {
+    /// The system's local time zone (UTC when it cannot be determined).
+    pub fn system() -> LogClock {
+        LogClock {
+            tz: jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC),
+        }
+    }
+
+    /// UTC.
+    pub fn utc() -> LogClock {
+        LogClock {
+            tz: jiff::tz::TimeZone::UTC,
+        }
+    }
+
+    /// The current `(hour, minute, second)` in this time zone.
+    pub fn now_hms(&self) -> (u8, u8, u8) {
+        let now = jiff::Timestamp::now().to_zoned(self.tz.clone());
+        let p = |v: i8| u8::try_from(v).unwrap_or(0);
+        (p(now.hour()), p(now.minute()), p(now.second()))
+    }
+}
+
+impl Default for LogClock {
+    fn default() -> LogClock {
+        LogClock::system()
+    }
+}
+
 /// Appender for `run.log` (mode 0600, append mode: a resumed run appends). The caller must never pass
 /// secret values.
 #[derive(Debug)]
 pub struct RunLog {
     path: PathBuf,
     file: Mutex<File>,
-    tz: jiff::tz::TimeZone,
+    clock: LogClock,
 }
 
 impl RunLog {
-    /// Opens the log; times are rendered in `tz` (the CLI passes the system time zone).
-    pub fn open(path: &Path, tz: jiff::tz::TimeZone) -> Result<RunLog> {
+    /// Opens the log; times are rendered with `clock`.
+    pub fn open(path: &Path, clock: LogClock) -> Result<RunLog> {
         let file = OpenOptions::new()
             .append(true)
             .create(true)
@@ -68,7 +103,7 @@ impl RunLog {
         Ok(RunLog {
             path: path.to_path_buf(),
             file: Mutex::new(file),
-            tz,
+            clock,
         })
     }
 
@@ -80,12 +115,7 @@ impl RunLog {
     /// Appends one line stamped with the current local time and returns it (the CLI also prints it to
     /// stderr).
     pub fn write(&self, level: LogLevel, message: &str) -> Result<String> {
-        let now = jiff::Timestamp::now().to_zoned(self.tz.clone());
-        let line = format_log_line(
-            (now.hour() as u8, now.minute() as u8, now.second() as u8),
-            level,
-            message,
-        );
+        let line = format_log_line(self.clock.now_hms(), level, message);
         let mut f = self.file.lock().unwrap_or_else(|p| p.into_inner());
         f.write_all(format!("{line}\n").as_bytes())
             .map_err(|e| Error::io("append to", &self.path, e))?;
@@ -120,10 +150,10 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("run.log");
-        let log = RunLog::open(&path, jiff::tz::TimeZone::UTC).unwrap();
+        let log = RunLog::open(&path, LogClock::utc()).unwrap();
         log.write(LogLevel::Info, "one").unwrap();
         drop(log);
-        let log = RunLog::open(&path, jiff::tz::TimeZone::UTC).unwrap();
+        let log = RunLog::open(&path, LogClock::utc()).unwrap();
         log.write(LogLevel::Warn, "two").unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<&str> = text.lines().collect();

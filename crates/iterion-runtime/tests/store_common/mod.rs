@@ -27,9 +27,7 @@ pub fn create(store: &Store, id: &str) -> OpenRun {
 
 pub fn create_with_env(store: &Store, id: &str, env: &[(&str, &str)]) -> OpenRun {
     let rid = RunId::parse(id).unwrap();
-    store
-        .create_run(&rid, new_run(id, env), jiff::tz::TimeZone::UTC)
-        .unwrap()
+    store.create_run(&rid, new_run(id, env)).unwrap()
 }
 
 pub fn raw_json(run: &OpenRun) -> serde_json::Value {
