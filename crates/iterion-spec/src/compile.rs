@@ -11,7 +11,7 @@ use crate::model::{
     NodeKind, Preset, Prompt, SandboxDecl, SandboxKind, SandboxScope, Schema, Span, Spanned, Var, VarType,
     Workflow, Worktree,
 };
-use crate::template::{Placeholder, Segment, parse_template};
+use crate::template::{Placeholder, Segment, parse_template, scan_template};
 use crate::values;
 
 /// Compiles a parsed file. Returns the compiled workflow (only the first `workflow` of a file is compiled,
@@ -1101,18 +1101,15 @@ impl<'a> Compiler<'a> {
     /// Checks one template-bearing string. `consumer` is the node on whose behalf it is rendered;
     /// `inclusive` lets the consumer read its own output (edge mappings run after the source finished).
     fn template(&mut self, ctx: &TplCtx<'_>, v: &Spanned<String>, consumer: Option<&Node>, inclusive: bool) {
-        let segs = match parse_template(&v.value) {
-            Ok(s) => s,
-            Err(e) => {
-                let span = inner_span(v, e.offset, 2);
-                self.err(
-                    "C004",
-                    span,
-                    format!("invalid template '{}': {}", e.text, e.detail),
-                );
-                return;
-            }
-        };
+        let (segs, errs) = scan_template(&v.value);
+        for e in errs {
+            let span = inner_span(v, e.offset, 2);
+            self.err(
+                "C004",
+                span,
+                format!("invalid template '{}': {}", e.text, e.detail),
+            );
+        }
         for seg in segs {
             let Segment::Placeholder(p) = seg else {
                 continue;
@@ -1453,10 +1450,7 @@ impl<'a> Compiler<'a> {
         }
         for r in n.rules.iter().flatten() {
             if let Err(e) = iterion_netpolicy::Rule::parse(&r.value) {
-                let i = self.err("C097", r.span, format!("invalid network rule '{}': {e}", r.value));
-                if r.value.trim() == "*" {
-                    self.hint(i, "use ** for any host");
-                }
+                self.err("C097", r.span, format!("invalid network rule '{}': {e}", r.value));
             }
         }
         if let Some(inh) = &n.inherit {

@@ -279,6 +279,9 @@ impl P {
         while self.is_op("!") || self.is_word("not") {
             self.bump();
             n += 1;
+            if n > 64 {
+                return self.err("expression nested too deeply");
+            }
         }
         let mut e = self.cmp()?;
         for _ in 0..n {

@@ -44,6 +44,7 @@ pub fn parse_lexed(lexed: &Lexed, file: &str) -> (Ast, Vec<Diagnostic>) {
         seen_vars: false,
         seen_presets: false,
         seen_attachments: false,
+        lit_depth: 0,
     };
     let decls = p.file();
     let mut diags = p.diags;
@@ -57,6 +58,9 @@ pub fn parse_lexed(lexed: &Lexed, file: &str) -> (Ast, Vec<Diagnostic>) {
         diags,
     )
 }
+
+/// Deepest accepted nesting of `[…]` / `{…}` literals.
+const MAX_LITERAL_DEPTH: usize = 64;
 
 const DECL_KEYWORDS: &[&str] = &[
     "vars",
@@ -85,6 +89,7 @@ struct Parser<'a> {
     seen_vars: bool,
     seen_presets: bool,
     seen_attachments: bool,
+    lit_depth: usize,
 }
 
 /// A parsed scalar-ish value on the right of `key:`.
@@ -674,6 +679,23 @@ impl<'a> Parser<'a> {
 
     /// A literal (01 §3.1): scalar, `[…]` or `{…}`.
     fn literal(&mut self) -> Option<(serde_json::Value, Span, LitKind)> {
+        self.lit_depth += 1;
+        let r = if self.lit_depth > MAX_LITERAL_DEPTH {
+            let t = self.peek();
+            self.diag_at(
+                "E020",
+                t.span,
+                format!("invalid value: literal nested too deeply (max {MAX_LITERAL_DEPTH})"),
+            );
+            None
+        } else {
+            self.literal_inner()
+        };
+        self.lit_depth -= 1;
+        r
+    }
+
+    fn literal_inner(&mut self) -> Option<(serde_json::Value, Span, LitKind)> {
         let t = self.peek();
         match t.kind {
             TokenKind::LBracket => {

@@ -63,59 +63,77 @@ pub struct TemplateError {
     pub detail: String,
 }
 
-/// Splits a template-bearing string into text and placeholders (01 §5.1).
+/// Splits a template-bearing string into text and placeholders (01 §5.1); the first error wins.
 pub fn parse_template(s: &str) -> Result<Vec<Segment>, TemplateError> {
+    let (segs, mut errs) = scan_template(s);
+    if errs.is_empty() {
+        Ok(segs)
+    } else {
+        Err(errs.swap_remove(0))
+    }
+}
+
+/// Like [`parse_template`] but keeps going after an invalid placeholder: returns every valid segment and
+/// every error (an invalid placeholder is kept as text).
+pub fn scan_template(s: &str) -> (Vec<Segment>, Vec<TemplateError>) {
     let mut out = Vec::new();
+    let mut errs = Vec::new();
     let mut rest_start = 0;
     let mut i = 0;
     while let Some(off) = s[i..].find("{{") {
         let open = i + off;
-        if open > rest_start {
-            out.push(Segment::Text(s[rest_start..open].to_string()));
-        }
         let inner_start = open + 2;
         let close = s[inner_start..].find("}}").map(|c| inner_start + c);
         let nested = s[inner_start..].find("{{").map(|c| inner_start + c);
         let Some(close) = close else {
-            return Err(TemplateError {
+            errs.push(TemplateError {
                 offset: open,
                 text: s[open..].chars().take(60).collect(),
                 detail: "unterminated '{{'".into(),
             });
+            break;
         };
         if let Some(n) = nested
             && n < close
         {
-            return Err(TemplateError {
+            errs.push(TemplateError {
                 offset: open,
                 text: s[open..close + 2].to_string(),
                 detail: "'{{' inside a placeholder".into(),
             });
+            i = close + 2;
+            continue;
         }
         let inner = s[inner_start..close].trim_matches(' ');
         let (raw, path_text) = match inner.strip_prefix('!') {
             Some(p) => (true, p),
             None => (false, inner),
         };
-        let text = s[open..close + 2].to_string();
-        let path = parse_path(path_text).map_err(|detail| TemplateError {
-            offset: open,
-            text: text.clone(),
-            detail,
-        })?;
-        out.push(Segment::Placeholder(Placeholder {
-            raw,
-            path,
-            start: open,
-            end: close + 2,
-        }));
+        match parse_path(path_text) {
+            Ok(path) => {
+                if open > rest_start {
+                    out.push(Segment::Text(s[rest_start..open].to_string()));
+                }
+                out.push(Segment::Placeholder(Placeholder {
+                    raw,
+                    path,
+                    start: open,
+                    end: close + 2,
+                }));
+                rest_start = close + 2;
+            }
+            Err(detail) => errs.push(TemplateError {
+                offset: open,
+                text: s[open..close + 2].to_string(),
+                detail,
+            }),
+        }
         i = close + 2;
-        rest_start = i;
     }
     if rest_start < s.len() {
         out.push(Segment::Text(s[rest_start..].to_string()));
     }
-    Ok(out)
+    (out, errs)
 }
 
 fn is_ident(seg: &str) -> bool {

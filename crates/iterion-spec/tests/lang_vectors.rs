@@ -886,3 +886,18 @@ fn ex4_flaky_job() {
         "append"
     );
 }
+
+#[test]
+fn deep_nesting_is_reported_not_overflowed() {
+    let deep = format!("vars:\n  x: json = {}\n", "[".repeat(100_000));
+    let (_, d) = parse(&deep, "t.bot");
+    assert!(d.iter().any(|d| d.code == "E020"), "{d:?}");
+    let deep_indent: String = (0..150).map(|i| format!("{}a:\n", " ".repeat(i))).collect();
+    let (_, d) = parse(&deep_indent, "t.bot");
+    assert!(
+        d.iter()
+            .any(|d| d.code == "E003" && d.message.contains("max 100"))
+    );
+    let deep_expr = format!("{}1", "(".repeat(10_000));
+    assert!(iterion_spec::expr::parse_expr(&deep_expr).is_err());
+}
