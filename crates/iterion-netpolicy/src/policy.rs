@@ -253,7 +253,8 @@ impl Policy {
 
     /// The address stage for one address (§8.2 steps 1–7). `own_listen` are the proxy's own TCP listening
     /// addresses: an address equal to one of them (with the target port) is refused; a listener on an unspecified
-    /// address (`0.0.0.0`, `::`) also covers the unspecified and loopback addresses of its family on its port.
+    /// address also covers the unspecified and loopback addresses on its port (`0.0.0.0`: IPv4; `::`, usually
+    /// dual-stack: both families).
     ///
     /// For an address embedding an IPv4 address (NAT64, 6to4; IPv4-mapped addresses are checked as IPv4), a `!`
     /// rule matching either the address or the embedded IPv4 refuses it, and the explicit-allow test of §8.3 uses
@@ -372,8 +373,9 @@ fn is_own_listener(address: IpAddr, port: u16, own_listen: &[SocketAddr]) -> boo
         if listen_ip == address {
             return true;
         }
+        // `0.0.0.0` covers IPv4; `::` is usually dual-stack and covers both families.
         listen_ip.is_unspecified()
-            && listen_ip.is_ipv4() == address.is_ipv4()
+            && (listen_ip.is_ipv6() || address.is_ipv4())
             && (address.is_loopback() || address.is_unspecified())
     })
 }

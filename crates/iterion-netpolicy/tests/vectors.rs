@@ -722,6 +722,10 @@ fn self_connection_s20() {
     // A wildcard listener covers loopback on its port.
     let d = decide(A, &["127.0.0.1"], "127.0.0.1:3128", &[], &["0.0.0.0:3128"]);
     assert_eq!(describe_decision(&d), format!("refused, {NG}, address 127.0.0.1"));
+    let d = decide(A, &["127.0.0.1"], "127.0.0.1:3128", &[], &["[::]:3128"]);
+    assert_eq!(describe_decision(&d), format!("refused, {NG}, address 127.0.0.1"));
+    let d = decide(A, &["::1"], "[::1]:3128", &[], &["0.0.0.0:3128"]);
+    assert_eq!(describe_decision(&d), "allowed");
     let d = decide(A, &["127.0.0.1"], "127.0.0.1:3129", &[], &["0.0.0.0:3128"]);
     assert_eq!(describe_decision(&d), "allowed");
 }
