@@ -29,6 +29,7 @@ pub mod mount_safety;
 mod noop;
 pub mod owner;
 mod post_create;
+pub mod spec_safety;
 mod types;
 mod untar;
 
