@@ -681,3 +681,168 @@ pub async fn exec_collect(run: &dyn crate::Run, req: ExecRequest, limits: Output
         stderr_truncated,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+
+    /// A fake process: ends with `128 + n` when it receives a signal it does not ignore.
+    #[derive(Debug)]
+    struct Fake {
+        ignore: Vec<i32>,
+        end: Mutex<Option<oneshot::Sender<i32>>>,
+        got: Arc<Mutex<Vec<i32>>>,
+    }
+
+    #[async_trait]
+    impl KillExec for Fake {
+        async fn signal(&self, signal: i32) -> Result<()> {
+            self.got.lock().unwrap().push(signal);
+            if !self.ignore.contains(&signal)
+                && let Some(tx) = self.end.lock().unwrap().take()
+            {
+                let _ = tx.send(128 + signal);
+            }
+            Ok(())
+        }
+    }
+
+    struct Proc {
+        exec: Exec,
+        end: Arc<Fake>,
+        cancel: CancellationToken,
+    }
+
+    fn spawn(ignore: &[i32], stdout: Option<Pin<Box<dyn AsyncRead + Send>>>) -> Proc {
+        let (tx, rx) = oneshot::channel::<i32>();
+        let fake = Arc::new(Fake {
+            ignore: ignore.to_vec(),
+            end: Mutex::new(Some(tx)),
+            got: Arc::default(),
+        });
+        let cancel = CancellationToken::new();
+        let exec = Exec::new(ExecParts {
+            id: ExecId::random(),
+            stdin: None,
+            stdout,
+            stderr: None,
+            wait: async move { rx.await.map(ExitStatus::code).map_err(|_| Error::gone()) }.boxed(),
+            killer: fake.clone(),
+            cancel: cancel.clone(),
+            kill_grace: Duration::from_millis(50),
+        });
+        Proc {
+            exec,
+            end: fake,
+            cancel,
+        }
+    }
+
+    fn exit(p: &Proc, code: i32) {
+        if let Some(tx) = p.end.end.lock().unwrap().take() {
+            let _ = tx.send(code);
+        }
+    }
+
+    async fn check(ignore: &[i32], cancel: bool, code: Option<i32>, expect: Result<ExitStatus>) {
+        let p = spawn(ignore, None);
+        if let Some(c) = code {
+            exit(&p, c);
+        }
+        if cancel {
+            p.cancel.cancel();
+        }
+        assert_eq!(
+            p.exec.wait().await,
+            expect,
+            "ignore {ignore:?} cancel {cancel} code {code:?}"
+        );
+    }
+
+    fn st(code: i32, signal: Option<i32>, cancelled: bool) -> Result<ExitStatus> {
+        Ok(ExitStatus {
+            code,
+            signal,
+            cancelled,
+        })
+    }
+
+    #[tokio::test]
+    async fn vectors_16_5() {
+        check(&[], false, Some(0), st(0, None, false)).await;
+        check(&[], false, Some(17), st(17, None, false)).await;
+        check(&[], false, Some(127), st(127, None, false)).await;
+        check(&[], true, None, st(143, Some(15), true)).await;
+        check(&[SIGTERM], true, None, st(137, Some(9), true)).await;
+        check(&[], false, Some(143), st(143, None, false)).await;
+    }
+
+    #[tokio::test]
+    async fn driver_errors_pass_through() {
+        let p = spawn(&[], None);
+        p.end.end.lock().unwrap().take();
+        assert_eq!(p.exec.wait().await, Err(Error::gone()));
+    }
+
+    #[tokio::test]
+    async fn an_unkillable_process_is_exec_kill_failed() {
+        let p = spawn(&[SIGTERM, SIGKILL], None);
+        let id = p.exec.id().to_string();
+        p.cancel.cancel();
+        assert_eq!(p.exec.wait().await, Err(Error::ExecKillFailed { exec_id: id }));
+        assert_eq!(*p.end.got.lock().unwrap(), vec![SIGTERM, SIGKILL]);
+    }
+
+    #[tokio::test]
+    async fn dropping_a_running_exec_starts_the_kill_sequence() {
+        let p = spawn(&[], None);
+        let got = p.end.got.clone();
+        drop(p.exec);
+        for _ in 0..200 {
+            if !got.lock().unwrap().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(*got.lock().unwrap(), vec![SIGTERM]);
+    }
+
+    #[tokio::test]
+    async fn wait_also_waits_for_a_taken_output_stream() {
+        let (mut w, r) = tokio::io::duplex(64);
+        let mut p = spawn(&[], Some(Box::pin(r)));
+        let mut out = p.exec.stdout.take().unwrap();
+        exit(&p, 0);
+        let waiting = tokio::spawn(p.exec.wait());
+        tokio::io::AsyncWriteExt::write_all(&mut w, b"tail")
+            .await
+            .unwrap();
+        drop(w);
+        let mut buf = Vec::new();
+        out.read_to_end(&mut buf).await.unwrap();
+        assert_eq!(buf, b"tail");
+        assert_eq!(waiting.await.unwrap(), st(0, None, false));
+    }
+
+    #[test]
+    fn exec_ids_are_16_lower_hex() {
+        let id = ExecId::random();
+        assert_eq!(id.as_str().len(), 16);
+        assert!(
+            id.as_str()
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        );
+    }
+
+    #[test]
+    fn request_debug_never_shows_env_values() {
+        let r = ExecRequest::new(["x"]).env("ANTHROPIC_API_KEY", "sk-secret-value");
+        let d = format!("{r:?}");
+        assert!(
+            d.contains("ANTHROPIC_API_KEY") && !d.contains("sk-secret-value"),
+            "{d}"
+        );
+    }
+}

@@ -1,0 +1,280 @@
+//! `NoopDriver` specifics and the post-create helper (03 §3.9, §3.10, C16 on the host).
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use iterion_driver::{
+    Driver, DriverEvent, DriverKind, Error, EventSink, ExecRequest, LogLevel, NetworkLease, NetworkRequest,
+    NoopDriver, OutputLimits, Placement, PrepareRequest, Prepared, ProxyListen, Run, SetupPhase,
+    StartRequest, exec_collect, owner, run_post_create,
+};
+use iterion_test_support::conformance::sandbox_for;
+
+async fn start(ws: &Path) -> Box<dyn Run> {
+    let d = NoopDriver::new(vec![("PATH".into(), std::env::var("PATH").unwrap_or_default())]);
+    let p = d
+        .prepare(PrepareRequest::new(sandbox_for(None, ws)))
+        .await
+        .unwrap();
+    assert_eq!(
+        p.skipped_reason.as_deref(),
+        Some("noop driver does not implement mode=inline; running on the host")
+    );
+    let req = StartRequest::new("r1", ws, owner::current_owner(ws));
+    d.start(p, None, req).await.unwrap().run
+}
+
+fn sink() -> (EventSink, Arc<Mutex<Vec<(LogLevel, String)>>>) {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let l2 = lines.clone();
+    let sink = EventSink::new(move |e| {
+        if let DriverEvent::Log { level, message } = e {
+            l2.lock().unwrap().push((level, message));
+        }
+    });
+    (sink, lines)
+}
+
+#[tokio::test]
+async fn post_create_runs_in_order_and_streams_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    let run = start(&ws).await;
+    let (log, lines) = sink();
+    let cmds = vec![
+        "echo one; echo; echo two >&2; printf last".to_string(),
+        "touch made-by-post-create".to_string(),
+    ];
+    run_post_create(&*run, &cmds, Duration::from_secs(60), &log)
+        .await
+        .unwrap();
+    assert!(ws.join("made-by-post-create").exists());
+    let mut got = lines.lock().unwrap().clone();
+    got.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_eq!(
+        got,
+        vec![
+            (LogLevel::Info, "sandbox: post_create: last".to_string()),
+            (LogLevel::Info, "sandbox: post_create: one".to_string()),
+            (LogLevel::Warn, "sandbox: post_create: two".to_string()),
+        ]
+    );
+    run.cleanup().await;
+}
+
+#[tokio::test]
+async fn post_create_failure_stops_and_reports_tails() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    let run = start(&ws).await;
+    let cmds = vec![
+        "true".to_string(),
+        "echo bad >&2; exit 99".to_string(),
+        "touch never".to_string(),
+    ];
+    let e = run_post_create(&*run, &cmds, Duration::from_secs(60), &EventSink::discard())
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "post_create command 2 exited 99");
+    match e {
+        Error::PostCreateFailed {
+            index,
+            code,
+            stderr_tail,
+            ..
+        } => {
+            assert_eq!((index, code, stderr_tail.as_str()), (2, 99, "bad\n"));
+        }
+        other => panic!("want PostCreateFailed, got {other:?}"),
+    }
+    assert!(!ws.join("never").exists());
+    run.cleanup().await;
+}
+
+#[tokio::test]
+async fn post_create_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    let run = start(&ws).await;
+    let e = run_post_create(
+        &*run,
+        &["sleep 30".to_string()],
+        Duration::from_secs(1),
+        &EventSink::discard(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::SetupTimeout {
+                phase: SetupPhase::PostCreate,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("ITERION_SANDBOX_POST_CREATE_TIMEOUT"));
+    run.cleanup().await;
+}
+
+#[tokio::test]
+async fn noop_refuses_what_it_cannot_do() {
+    let d = NoopDriver::new(Vec::new());
+    assert_eq!(d.kind(), DriverKind::Noop);
+    let caps = d.capabilities();
+    assert!(caps.copy && caps.exec_kill && !caps.image && !caps.build && !caps.post_create);
+    let e = d
+        .network(NetworkRequest::new("r", "/tmp", false))
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "the noop driver does not support network");
+    let ws = Path::new("/tmp");
+    let foreign = Prepared::new(DriverKind::Docker, sandbox_for(None, ws));
+    let e = d
+        .start(
+            foreign,
+            None,
+            StartRequest::new("r", ws, owner::current_owner(ws)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e,
+        Error::ForeignPrepared {
+            expected: DriverKind::Noop,
+            got: DriverKind::Docker
+        }
+    );
+    let p = d
+        .prepare(PrepareRequest::new(sandbox_for(None, ws)))
+        .await
+        .unwrap();
+    let lease = NetworkLease::new(
+        DriverKind::Docker,
+        Placement::Relay,
+        ProxyListen::Unix("/x".into()),
+        "127.0.0.1",
+        3128,
+    );
+    let e = d
+        .start(
+            p,
+            Some(&lease),
+            StartRequest::new("r", ws, owner::current_owner(ws)),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::ForeignPrepared { .. }), "{e:?}");
+    assert!(d.list_managed().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn exec_env_is_injected_base_then_exec_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    let run = start(&ws).await;
+    let c = exec_collect(
+        &*run,
+        ExecRequest::new(["env"]).env("X", "1"),
+        OutputLimits::default(),
+    )
+    .await
+    .unwrap();
+    let mut names: Vec<String> = c
+        .stdout_text()
+        .lines()
+        .map(|l| l.split('=').next().unwrap().to_string())
+        .collect();
+    names.sort();
+    names.retain(|n| n != "PWD" && n != "SHLVL" && n != "_");
+    assert_eq!(names, ["PATH", "X"]);
+    run.cleanup().await;
+}
+
+#[tokio::test]
+async fn invalid_requests_and_copies_outside_the_workspace_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    let run = start(&ws).await;
+    let e = run
+        .exec(ExecRequest::new(Vec::<String>::new()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidSpec { ref field, .. } if field == "argv"),
+        "{e:?}"
+    );
+    let e = run
+        .exec(ExecRequest::new(["true"]).env("1BAD", "x"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidSpec { ref field, .. } if field == "env.1BAD"),
+        "{e:?}"
+    );
+    let e = run
+        .exec(ExecRequest::new(["true"]).workdir("relative"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidSpec { ref field, .. } if field == "workdir"),
+        "{e:?}"
+    );
+    let Err(e) = run.copy_out("/etc/passwd").await else {
+        panic!("copy_out outside the workspace succeeded")
+    };
+    assert!(e.to_string().contains("outside the workspace"), "{e}");
+    let Err(e) = run.copy_out(&format!("{}/../x", ws.display())).await else {
+        panic!("copy_out with .. succeeded")
+    };
+    assert!(e.to_string().contains("without '..'"), "{e}");
+    run.cleanup().await;
+    let e = run.status().await.unwrap_err();
+    assert!(e.is_sandbox_gone());
+}
+
+#[test]
+fn network_lease_release_is_idempotent_and_concurrent_safe() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = dir.path().join("net");
+    std::fs::create_dir_all(net.join("sub")).unwrap();
+    let count = Arc::new(Mutex::new(0));
+    let c2 = count.clone();
+    let lease = Arc::new(
+        NetworkLease::new(
+            DriverKind::Docker,
+            Placement::Relay,
+            ProxyListen::Unix(net.join("proxy.sock")),
+            "127.0.0.1",
+            3128,
+        )
+        .remove_dir_on_release(&net),
+    );
+    let counted = NetworkLease::new(
+        DriverKind::Docker,
+        Placement::Advisory,
+        ProxyListen::Tcp("127.0.0.1:0".parse().unwrap()),
+        "host.docker.internal",
+        0,
+    )
+    .on_release(move || {
+        *c2.lock().unwrap() += 1;
+        Vec::new()
+    });
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let l = lease.clone();
+            std::thread::spawn(move || l.release())
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap(), Vec::<String>::new());
+    }
+    assert!(!net.exists());
+    assert!(lease.is_released());
+    counted.release();
+    counted.release();
+    assert_eq!(*count.lock().unwrap(), 1);
+}
