@@ -13,6 +13,8 @@
 //! ```
 #![deny(missing_docs)]
 
+mod dexec;
+mod driver;
 pub mod endpoint;
 pub mod engine;
 mod error;
@@ -21,5 +23,10 @@ pub mod imagebuild;
 pub mod mounts;
 pub mod names;
 pub mod relay;
+mod run;
 
+pub use driver::{
+    DockerDriver, DockerSettings, RELAY_BIN_TARGET, RELAY_LISTEN, RELAY_SOCK_TARGET, socket_dir,
+};
 pub use error::{Error, Result};
+pub use run::DockerRun;

@@ -1,0 +1,387 @@
+//! Exec over the engine API with the exec shim (03 §8.9): streaming stdin/stdout/stderr with bounded buffers,
+//! failure separation, and signals delivered INSIDE the container through the recorded pid.
+
+use crate::run::RunInner;
+use async_trait::async_trait;
+use bollard::container::LogOutput;
+use bollard::exec::{StartExecOptions, StartExecResults};
+use bollard::models::ExecConfig;
+use futures::StreamExt;
+use iterion_driver::{
+    Error as DError, Exec, ExecId, ExecParts, ExecRequest, ExitStatus, KillExec, Output, Stdin,
+};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+/// Directory (tmpfs) of the shim's pid files.
+pub const PID_DIR: &str = "/run/iterion/exec";
+/// Bytes buffered per output stream before the engine connection stops being read (backpressure).
+pub const OUTPUT_BUFFER: usize = 256 * 1024;
+/// Pid files are removed in batches of this many finished execs.
+pub const PID_BATCH: usize = 64;
+
+/// The shim command of 03 §8.9.
+pub fn shim_cmd(pid_file: &str, argv: &[String]) -> Vec<String> {
+    let mut cmd = vec![
+        "/bin/sh".to_string(),
+        "-c".to_string(),
+        "echo $$ > \"$1\" && shift && exec \"$@\"".to_string(),
+        "iterion-exec".to_string(),
+        pid_file.to_string(),
+    ];
+    cmd.extend(argv.iter().cloned());
+    cmd
+}
+
+/// The kill command of 03 §8.9 for a signal number.
+pub fn kill_cmd(pid_file: &str, signal: i32) -> Vec<String> {
+    let name = match signal {
+        15 => "TERM".to_string(),
+        9 => "KILL".to_string(),
+        2 => "INT".to_string(),
+        1 => "HUP".to_string(),
+        n => n.to_string(),
+    };
+    vec![
+        "/bin/sh".to_string(),
+        "-c".to_string(),
+        "p=$(cat \"$1\" 2>/dev/null) || exit 0; kill -$2 -$p 2>/dev/null || kill -$2 $p 2>/dev/null; exit 0"
+            .to_string(),
+        "iterion-kill".to_string(),
+        pid_file.to_string(),
+        name,
+    ]
+}
+
+/// Runs a command to completion as user `user` without attaching any stream; returns its exit code.
+pub(crate) async fn run_quiet(inner: &RunInner, user: &str, cmd: Vec<String>) -> Result<i64, DError> {
+    let cfg = ExecConfig {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(false),
+        cmd: Some(cmd),
+        user: Some(user.to_string()),
+        ..Default::default()
+    };
+    let created = match inner.docker.create_exec(&inner.id, cfg).await {
+        Ok(c) => c,
+        Err(e) => return Err(inner.exec_create_error(e).await),
+    };
+    match inner
+        .docker
+        .start_exec(
+            &created.id,
+            Some(StartExecOptions {
+                detach: false,
+                tty: false,
+                output_capacity: None,
+            }),
+        )
+        .await
+    {
+        Ok(StartExecResults::Attached { mut output, input }) => {
+            drop(input);
+            while let Some(item) = output.next().await {
+                if item.is_err() {
+                    break;
+                }
+            }
+        }
+        Ok(StartExecResults::Detached) => {}
+        Err(e) => return Err(inner.stream_error(e.to_string()).await),
+    }
+    exit_code_of(inner, &created.id).await
+}
+
+async fn exit_code_of(inner: &RunInner, exec_id: &str) -> Result<i64, DError> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        match inner.docker.inspect_exec(exec_id).await {
+            Ok(i) if i.running != Some(true) => return Ok(i.exit_code.unwrap_or(-1)),
+            Ok(_) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(_) => {
+                return Err(inner
+                    .stream_error("the exec still runs after its output ended".into())
+                    .await);
+            }
+            Err(e) => return Err(inner.stream_error(e.to_string()).await),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct DockerKill {
+    inner: Arc<RunInner>,
+    pid_file: String,
+    signalled: Arc<AtomicBool>,
+}
+
+#[async_trait]
+impl KillExec for DockerKill {
+    async fn signal(&self, signal: i32) -> iterion_driver::Result<()> {
+        self.signalled.store(true, Ordering::SeqCst);
+        match run_quiet(&self.inner, "0", kill_cmd(&self.pid_file, signal)).await {
+            Ok(_) => Ok(()),
+            // The container is gone: so is the process.
+            Err(DError::SandboxGone { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// A stdin writer whose drop half-closes the connection, like `shutdown()`.
+struct HalfClosing {
+    w: Option<Pin<Box<dyn AsyncWrite + Send>>>,
+}
+
+impl AsyncWrite for HalfClosing {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.w.as_mut() {
+            Some(w) => w.as_mut().poll_write(cx, buf),
+            None => Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into())),
+        }
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.w.as_mut() {
+            Some(w) => w.as_mut().poll_flush(cx),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.w.as_mut() {
+            Some(w) => {
+                let r = w.as_mut().poll_shutdown(cx);
+                if r.is_ready() {
+                    self.w = None;
+                }
+                r
+            }
+            None => Poll::Ready(Ok(())),
+        }
+    }
+}
+
+impl Drop for HalfClosing {
+    fn drop(&mut self) {
+        if let Some(mut w) = self.w.take()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            rt.spawn(async move {
+                let _ = w.shutdown().await;
+            });
+        }
+    }
+}
+
+async fn forward(w: &mut Option<tokio::io::DuplexStream>, bytes: &[u8]) {
+    if let Some(s) = w.as_mut()
+        && s.write_all(bytes).await.is_err()
+    {
+        // The reader was dropped: keep draining the engine, discard this stream.
+        *w = None;
+    }
+}
+
+/// Starts `req` in the run container.
+pub(crate) async fn exec(inner: Arc<RunInner>, req: ExecRequest) -> Result<Exec, DError> {
+    req.validate()?;
+    inner.check_open()?;
+    let id = ExecId::random();
+    let pid_file = format!("{PID_DIR}/{id}.pid");
+    let piped_in = req.stdin == Stdin::Piped;
+    let out = req.stdout == Output::Piped;
+    let err = req.stderr == Output::Piped;
+    let env: Vec<String> = req.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let cfg = ExecConfig {
+        attach_stdin: Some(piped_in),
+        attach_stdout: Some(out),
+        attach_stderr: Some(err),
+        tty: Some(false),
+        env: (!env.is_empty()).then_some(env),
+        cmd: Some(shim_cmd(&pid_file, &req.argv)),
+        user: req.user.clone().or_else(|| inner.user.clone()),
+        working_dir: Some(req.workdir.clone().unwrap_or_else(|| inner.workspace.clone())),
+        ..Default::default()
+    };
+    let created = match inner.docker.create_exec(&inner.id, cfg).await {
+        Ok(c) => c,
+        Err(e) => return Err(inner.exec_create_error(e).await),
+    };
+    let started = inner
+        .docker
+        .start_exec(
+            &created.id,
+            Some(StartExecOptions {
+                detach: false,
+                tty: false,
+                output_capacity: None,
+            }),
+        )
+        .await;
+    let (mut output, input) = match started {
+        Ok(StartExecResults::Attached { output, input }) => (output, input),
+        Ok(StartExecResults::Detached) => {
+            return Err(DError::ExecStart {
+                reason: "the engine detached an attached exec".into(),
+            });
+        }
+        Err(e) => return Err(inner.exec_create_error(e).await),
+    };
+    let (mut out_w, out_r) = if out {
+        let (a, b) = tokio::io::duplex(OUTPUT_BUFFER);
+        (Some(a), Some(b))
+    } else {
+        (None, None)
+    };
+    let (mut err_w, err_r) = if err {
+        let (a, b) = tokio::io::duplex(OUTPUT_BUFFER);
+        (Some(a), Some(b))
+    } else {
+        (None, None)
+    };
+    let stdin: Option<Pin<Box<dyn AsyncWrite + Send>>> = if piped_in {
+        Some(Box::pin(HalfClosing { w: Some(input) }))
+    } else {
+        drop(input);
+        None
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel::<Result<ExitStatus, DError>>();
+    let signalled = Arc::new(AtomicBool::new(false));
+    let signalled_kill = Arc::clone(&signalled);
+    let task_inner = Arc::clone(&inner);
+    let exec_id = created.id.clone();
+    let pid_for_task = pid_file.clone();
+    tokio::spawn(async move {
+        let mut failure = None;
+        while let Some(item) = output.next().await {
+            match item {
+                Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
+                    forward(&mut out_w, &message).await
+                }
+                Ok(LogOutput::StdErr { message }) => forward(&mut err_w, &message).await,
+                Ok(LogOutput::StdIn { .. }) => {}
+                Err(e) => {
+                    failure = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        // End-of-file to the readers first, so `wait` (which also waits for them) can finish.
+        drop(out_w);
+        drop(err_w);
+        let result = match failure {
+            Some(msg) => Err(task_inner.stream_error(msg).await),
+            None => match exit_code_of(&task_inner, &exec_id).await {
+                Ok(code) if code == 126 || code == 127 => {
+                    let probe = vec![
+                        "/bin/sh".to_string(),
+                        "-c".to_string(),
+                        "test -e \"$1\"".to_string(),
+                        "iterion-probe".to_string(),
+                        pid_for_task.clone(),
+                    ];
+                    match run_quiet(&task_inner, "0", probe).await {
+                        Ok(0) => Ok(ExitStatus::code(code as i32)),
+                        Ok(_) => Err(DError::ExecStart {
+                            reason: "the exec shim could not start (is /bin/sh present?)".into(),
+                        }),
+                        Err(e) => Err(e),
+                    }
+                }
+                Ok(code) if code >= 128 => {
+                    // A signal death: the container itself may have been stopped or removed under the exec.
+                    // A SIGKILL iterion did not send is what a container removal looks like: give the engine a
+                    // moment to report the container's state.
+                    let polls = if code == 137 && !signalled.load(Ordering::SeqCst) {
+                        10
+                    } else {
+                        1
+                    };
+                    let mut verdict = Ok(ExitStatus::code(i32::try_from(code).unwrap_or(-1)));
+                    for n in 0..polls {
+                        match task_inner.state().await {
+                            Ok(Some(s)) if s.running => {
+                                if n + 1 < polls {
+                                    tokio::time::sleep(Duration::from_millis(100)).await;
+                                }
+                            }
+                            Ok(Some(s)) => {
+                                verdict = Err(DError::SandboxGone {
+                                    exit_code: s.exit_code,
+                                    oom_killed: s.oom_killed,
+                                });
+                                break;
+                            }
+                            Ok(None) => {
+                                verdict = Err(DError::gone());
+                                break;
+                            }
+                            Err(e) => {
+                                verdict = Err(e);
+                                break;
+                            }
+                        }
+                    }
+                    verdict
+                }
+                Ok(code) => Ok(ExitStatus::code(i32::try_from(code).unwrap_or(-1))),
+                Err(e) => Err(e),
+            },
+        };
+        task_inner.exec_finished(pid_for_task).await;
+        let _ = tx.send(result);
+    });
+    let wait = Box::pin(async move {
+        match rx.await {
+            Ok(r) => r,
+            Err(_) => Err(DError::Engine {
+                status: None,
+                message: "the exec supervisor stopped".into(),
+            }),
+        }
+    });
+    let killer: Arc<dyn KillExec> = Arc::new(DockerKill {
+        inner: Arc::clone(&inner),
+        pid_file,
+        signalled: signalled_kill,
+    });
+    Ok(Exec::new(ExecParts {
+        id,
+        stdin,
+        stdout: out_r.map(|r| Box::pin(r) as Pin<Box<dyn tokio::io::AsyncRead + Send>>),
+        stderr: err_r.map(|r| Box::pin(r) as Pin<Box<dyn tokio::io::AsyncRead + Send>>),
+        wait,
+        killer,
+        cancel: req.cancel.clone(),
+        kill_grace: req.kill_grace,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shim_and_kill_commands() {
+        let c = shim_cmd("/run/iterion/exec/ab.pid", &["echo".into(), "hi there".into()]);
+        assert_eq!(c[..2], ["/bin/sh", "-c"]);
+        assert_eq!(
+            c[3..],
+            ["iterion-exec", "/run/iterion/exec/ab.pid", "echo", "hi there"]
+        );
+        let k = kill_cmd("/run/iterion/exec/ab.pid", 15);
+        assert_eq!(k[3..], ["iterion-kill", "/run/iterion/exec/ab.pid", "TERM"]);
+        assert_eq!(kill_cmd("/p", 9)[5], "KILL");
+        assert_eq!(kill_cmd("/p", 10)[5], "10");
+    }
+}

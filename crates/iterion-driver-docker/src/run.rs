@@ -1,0 +1,389 @@
+//! The `Run` handle of a docker sandbox: exec, copy, status, and the single shared cleanup (03 §8.9–§9.1).
+
+use crate::dexec;
+use crate::error::status_of;
+use async_trait::async_trait;
+use bollard::Docker;
+use bollard::query_parameters::{
+    DownloadFromContainerOptions, RemoveContainerOptions, StopContainerOptions, UploadToContainerOptions,
+};
+use futures::FutureExt;
+use futures::StreamExt;
+use futures::future::{BoxFuture, Shared};
+use iterion_driver::{
+    CleanupReport, CopyDirection, DriverKind, Error as DError, Exec, ExecRequest, Run, SandboxStatus,
+    TarSource, TarStream,
+};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// State shared by a run handle and its execs.
+#[derive(Debug)]
+pub(crate) struct RunInner {
+    pub(crate) docker: Docker,
+    pub(crate) socket: PathBuf,
+    pub(crate) id: String,
+    pub(crate) workspace: String,
+    pub(crate) user: Option<String>,
+    pub(crate) kind: DriverKind,
+    closed: AtomicBool,
+    finished: tokio::sync::Mutex<Vec<String>>,
+}
+
+/// Container facts: `None` when the container no longer exists.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct State {
+    pub(crate) running: bool,
+    pub(crate) exit_code: Option<i64>,
+    pub(crate) oom_killed: Option<bool>,
+}
+
+pub(crate) fn engine_error(e: bollard::errors::Error) -> DError {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { status_code, message } => DError::Engine {
+            status: Some(status_code),
+            message,
+        },
+        other => DError::Engine {
+            status: None,
+            message: other.to_string(),
+        },
+    }
+}
+
+impl RunInner {
+    pub(crate) fn new(
+        docker: Docker,
+        socket: PathBuf,
+        id: String,
+        workspace: String,
+        user: Option<String>,
+        kind: DriverKind,
+    ) -> Self {
+        Self {
+            docker,
+            socket,
+            id,
+            workspace,
+            user,
+            kind,
+            closed: AtomicBool::new(false),
+            finished: tokio::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    pub(crate) fn check_open(&self) -> Result<(), DError> {
+        if self.closed.load(Ordering::SeqCst) {
+            Err(DError::gone())
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) async fn state(&self) -> Result<Option<State>, DError> {
+        match self.docker.inspect_container(&self.id, None).await {
+            Ok(c) => {
+                let s = c.state.unwrap_or_default();
+                Ok(Some(State {
+                    running: s.running == Some(true),
+                    exit_code: s.exit_code,
+                    oom_killed: s.oom_killed,
+                }))
+            }
+            Err(e) if status_of(&e) == Some(404) => Ok(None),
+            Err(e) => Err(engine_error(e)),
+        }
+    }
+
+    async fn gone_or(&self, otherwise: DError) -> DError {
+        match self.state().await {
+            Ok(None) => DError::gone(),
+            Ok(Some(s)) if !s.running => DError::SandboxGone {
+                exit_code: s.exit_code,
+                oom_killed: s.oom_killed,
+            },
+            _ => otherwise,
+        }
+    }
+
+    /// Classifies an exec create/start failure (03 §8.9 table).
+    pub(crate) async fn exec_create_error(&self, e: bollard::errors::Error) -> DError {
+        match status_of(&e) {
+            Some(404) => DError::gone(),
+            Some(409) => match self.state().await {
+                Ok(Some(s)) => DError::SandboxGone {
+                    exit_code: s.exit_code,
+                    oom_killed: s.oom_killed,
+                },
+                _ => DError::gone(),
+            },
+            _ => {
+                let msg = e.to_string();
+                self.gone_or(DError::ExecStart { reason: msg }).await
+            }
+        }
+    }
+
+    /// Classifies a stream failure mid-exec: `SandboxGone` when the container is not running, else `Engine`.
+    pub(crate) async fn stream_error(&self, message: String) -> DError {
+        self.gone_or(DError::Engine {
+            status: None,
+            message,
+        })
+        .await
+    }
+
+    /// Records a finished exec's pid file; every [`dexec::PID_BATCH`] files, removes them with one exec.
+    pub(crate) async fn exec_finished(self: &Arc<Self>, pid_file: String) {
+        let batch = {
+            let mut f = self.finished.lock().await;
+            f.push(pid_file);
+            if f.len() < dexec::PID_BATCH {
+                return;
+            }
+            std::mem::take(&mut *f)
+        };
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut cmd = vec!["rm".to_string(), "-f".to_string()];
+            cmd.extend(batch);
+            let _ = dexec::run_quiet(&me, "0", cmd).await;
+        });
+    }
+}
+
+/// A started docker sandbox.
+pub struct DockerRun {
+    inner: Arc<RunInner>,
+    cleanup: Mutex<Option<Shared<BoxFuture<'static, CleanupReport>>>>,
+}
+
+impl std::fmt::Debug for DockerRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerRun")
+            .field("id", &self.inner.id)
+            .field("workspace", &self.inner.workspace)
+            .field("user", &self.inner.user)
+            .finish()
+    }
+}
+
+impl DockerRun {
+    pub(crate) fn new(inner: RunInner) -> Self {
+        Self {
+            inner: Arc::new(inner),
+            cleanup: Mutex::new(None),
+        }
+    }
+}
+
+async fn do_cleanup(inner: Arc<RunInner>) -> CleanupReport {
+    inner.closed.store(true, Ordering::SeqCst);
+    let mut report = CleanupReport::new(inner.id.clone(), false);
+    let stop = inner.docker.stop_container(
+        &inner.id,
+        Some(StopContainerOptions {
+            signal: None,
+            t: Some(5),
+        }),
+    );
+    match tokio::time::timeout(Duration::from_secs(10), stop).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) if matches!(status_of(&e), Some(304 | 404)) => {}
+        Ok(Err(e)) => report.errors.push(format!("stop {}: {e}", short(&inner.id))),
+        Err(_) => report
+            .errors
+            .push(format!("stop {} did not finish within 10s", short(&inner.id))),
+    }
+    let rm = inner.docker.remove_container(
+        &inner.id,
+        Some(RemoveContainerOptions {
+            v: true,
+            force: true,
+            link: false,
+        }),
+    );
+    match tokio::time::timeout(Duration::from_secs(10), rm).await {
+        Ok(Ok(())) => report.container_removed = true,
+        Ok(Err(e)) if status_of(&e) == Some(404) => report.container_removed = true,
+        Ok(Err(e)) if status_of(&e) == Some(409) && e.to_string().contains("already in progress") => {
+            // Another remover (for example a force cleanup) is at work: wait for it.
+            for _ in 0..100 {
+                if matches!(inner.state().await, Ok(None)) {
+                    report.container_removed = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            if !report.container_removed {
+                report.errors.push(format!("remove {}: {e}", short(&inner.id)));
+            }
+        }
+        Ok(Err(e)) => report.errors.push(format!("remove {}: {e}", short(&inner.id))),
+        Err(_) => report
+            .errors
+            .push(format!("remove {} did not finish within 10s", short(&inner.id))),
+    }
+    for e in &report.errors {
+        tracing::warn!(container = %short(&inner.id), "sandbox cleanup: {e}");
+    }
+    report
+}
+
+pub(crate) fn short(id: &str) -> &str {
+    &id[..id.len().min(12)]
+}
+
+/// Force-removes a container with a blocking request over the engine socket (panic path), bounded by 5 s.
+pub(crate) fn force_remove_blocking(socket: &std::path::Path, id: &str) -> Result<u16, String> {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(socket).map_err(|e| e.to_string())?;
+    let bound = Some(Duration::from_secs(5));
+    s.set_read_timeout(bound).map_err(|e| e.to_string())?;
+    s.set_write_timeout(bound).map_err(|e| e.to_string())?;
+    let req =
+        format!("DELETE /containers/{id}?force=1&v=1 HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 64];
+    let n = s.read(&mut buf).map_err(|e| e.to_string())?;
+    let head = String::from_utf8_lossy(&buf[..n]);
+    head.split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("bad answer '{head}'"))
+}
+
+#[async_trait]
+impl Run for DockerRun {
+    fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    fn kind(&self) -> DriverKind {
+        self.inner.kind
+    }
+
+    fn workspace(&self) -> &str {
+        &self.inner.workspace
+    }
+
+    fn user(&self) -> Option<&str> {
+        self.inner.user.as_deref()
+    }
+
+    async fn exec(&self, req: ExecRequest) -> iterion_driver::Result<Exec> {
+        dexec::exec(Arc::clone(&self.inner), req).await
+    }
+
+    async fn copy_in(&self, dest_dir: &str, tar: TarSource) -> iterion_driver::Result<()> {
+        self.inner.check_open()?;
+        let body = tokio_util::io::ReaderStream::new(tar);
+        let opts = UploadToContainerOptions {
+            path: dest_dir.to_string(),
+            no_overwrite_dir_non_dir: Some("true".into()),
+            copy_uidgid: None,
+        };
+        match self
+            .inner
+            .docker
+            .upload_to_container(&self.inner.id, Some(opts), bollard::body_try_stream(body))
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let reason = e.to_string();
+                Err(self
+                    .inner
+                    .gone_or(DError::Copy {
+                        direction: CopyDirection::In,
+                        reason,
+                    })
+                    .await)
+            }
+        }
+    }
+
+    async fn copy_out(&self, src: &str) -> iterion_driver::Result<TarStream> {
+        self.inner.check_open()?;
+        let mut stream = self
+            .inner
+            .docker
+            .download_from_container(
+                &self.inner.id,
+                Some(DownloadFromContainerOptions {
+                    path: src.to_string(),
+                }),
+            )
+            .boxed();
+        // The first chunk (or error) tells whether the path exists.
+        let first = match stream.next().await {
+            Some(Ok(b)) => Some(b),
+            Some(Err(e)) => {
+                let reason = e.to_string();
+                return Err(self
+                    .inner
+                    .gone_or(DError::Copy {
+                        direction: CopyDirection::Out,
+                        reason,
+                    })
+                    .await);
+            }
+            None => None,
+        };
+        let rest = stream.map(|r| r.map_err(std::io::Error::other));
+        let all = futures::stream::iter(first.map(Ok)).chain(rest);
+        Ok(Box::pin(tokio_util::io::StreamReader::new(all)))
+    }
+
+    async fn status(&self) -> iterion_driver::Result<SandboxStatus> {
+        self.inner.check_open()?;
+        Ok(match self.inner.state().await? {
+            None => SandboxStatus::Gone,
+            Some(s) if s.running => SandboxStatus::Running,
+            Some(s) => SandboxStatus::Exited {
+                code: s.exit_code.unwrap_or(-1),
+                oom_killed: s.oom_killed == Some(true),
+            },
+        })
+    }
+
+    async fn cleanup(&self) -> CleanupReport {
+        let fut = {
+            let mut slot = self.cleanup.lock().unwrap_or_else(|p| p.into_inner());
+            slot.get_or_insert_with(|| {
+                // The work runs in its own task: a cancelled caller does not cancel it.
+                let handle = tokio::spawn(do_cleanup(Arc::clone(&self.inner)));
+                let id = self.inner.id.clone();
+                async move {
+                    handle.await.unwrap_or_else(|e| {
+                        let mut r = CleanupReport::new(id, false);
+                        r.errors.push(format!("cleanup task failed: {e}"));
+                        r
+                    })
+                }
+                .boxed()
+                .shared()
+            })
+            .clone()
+        };
+        fut.await
+    }
+
+    fn force_cleanup_blocking(&self) {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        let socket = self.inner.socket.clone();
+        let id = self.inner.id.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("iterion-force-cleanup".into())
+            .spawn(move || {
+                let _ = tx.send(force_remove_blocking(&socket, &id));
+            });
+        if spawned.is_ok() {
+            let _ = rx.recv_timeout(Duration::from_secs(5));
+        }
+    }
+}

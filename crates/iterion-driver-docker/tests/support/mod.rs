@@ -1,0 +1,117 @@
+//! Shared helpers of the docker driver's engine tests (included with `mod support;`).
+#![allow(dead_code)]
+
+use iterion_driver_docker::endpoint::{EndpointSettings, Family};
+use iterion_driver_docker::{DockerDriver, DockerSettings};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A driver on the test engine, with the relay of the current build when it was built.
+pub async fn driver() -> DockerDriver {
+    let socket = iterion_test_support::engine_socket().expect("unix socket");
+    let endpoints = EndpointSettings::new(Some(format!("unix://{}", socket.display())), None, None, None);
+    let host = hostname();
+    let mut s = DockerSettings::new(endpoints, Family::Docker, host, uid());
+    if let Some(r) = relay_binary() {
+        s = s.with_relay_binary(r);
+    }
+    DockerDriver::connect(s).await.expect("connect")
+}
+
+/// This host's name.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// This process's uid.
+pub fn uid() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// The static relay: compiled from the CLI's relay source with the toolchain running the tests.
+pub fn relay_binary() -> Option<PathBuf> {
+    static RELAY: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    RELAY
+        .get_or_init(|| {
+            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../iterion-cli/relay/main.rs");
+            let out = std::env::temp_dir().join(format!("iterion-relay-test-{}", std::process::id()));
+            let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+            let status = std::process::Command::new(rustc)
+                .args([
+                    "--edition",
+                    "2024",
+                    "-C",
+                    "opt-level=1",
+                    "-C",
+                    "panic=abort",
+                    "-C",
+                    "target-feature=+crt-static",
+                ])
+                .arg("-o")
+                .arg(&out)
+                .arg(&src)
+                .status()
+                .ok()?;
+            status.success().then_some(out)
+        })
+        .clone()
+}
+
+/// Force-removes a container by id or name (drop guards, behind-the-back removal).
+pub fn force_remove(id: &str) {
+    if let Some(s) = iterion_test_support::engine_socket() {
+        let _ = iterion_test_support::docker_http::request(
+            &s,
+            "DELETE",
+            &format!("/containers/{id}?force=1&v=1"),
+            None,
+            &[],
+            Duration::from_secs(30),
+        );
+    }
+}
+
+/// GET a JSON document from the engine.
+pub fn engine_get(path: &str) -> serde_json::Value {
+    let s = iterion_test_support::engine_socket().expect("socket");
+    let r = iterion_test_support::docker_http::request(&s, "GET", path, None, &[], Duration::from_secs(30))
+        .expect("engine");
+    serde_json::from_slice(&r.body).unwrap_or(serde_json::Value::Null)
+}
+
+/// Containers (all states) carrying `label=value`.
+pub fn containers_with_label(label: &str, value: &str) -> Vec<String> {
+    let filter = format!("{{\"label\":[\"{label}={value}\"]}}");
+    let v = engine_get(&format!(
+        "/containers/json?all=1&filters={}",
+        iterion_test_support::docker_http::encode_component(&filter)
+    ));
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|c| c["Id"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Removes every container of a run id when dropped.
+#[derive(Debug)]
+pub struct RunGuard(pub String);
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        for id in containers_with_label("iterion.io/run-id", &self.0) {
+            force_remove(&id);
+        }
+    }
+}
