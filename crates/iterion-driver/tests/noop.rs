@@ -25,7 +25,9 @@ async fn start(ws: &Path) -> Box<dyn Run> {
     d.start(p, None, req).await.unwrap().run
 }
 
-fn sink() -> (EventSink, Arc<Mutex<Vec<(LogLevel, String)>>>) {
+type Lines = Arc<Mutex<Vec<(LogLevel, String)>>>;
+
+fn sink() -> (EventSink, Lines) {
     let lines = Arc::new(Mutex::new(Vec::new()));
     let l2 = lines.clone();
     let sink = EventSink::new(move |e| {
