@@ -1,7 +1,7 @@
 //! Compilation (01 §3–§6, §9.3): resolves references, checks the graph rules, templates, expressions and
 //! sandbox declarations, and builds the [`Workflow`] model.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use crate::ast::{Ast, CursorDecl, Decl, WorkflowDecl};
 use crate::diag::Diagnostic;
@@ -23,6 +23,7 @@ pub fn compile(ast: &Ast, file: &str) -> (Vec<Workflow>, Vec<Diagnostic>) {
     let mut c = Compiler {
         file,
         diags: Vec::new(),
+        seen: HashMap::new(),
     };
     let wf = c.run(ast);
     let mut diags = c.diags;
@@ -74,6 +75,8 @@ pub fn check_bytes(bytes: &[u8], file: &str) -> Checked {
 struct Compiler<'a> {
     file: &'a str,
     diags: Vec<Diagnostic>,
+    /// Names already declared, per declaration family (for duplicate checks).
+    seen: HashMap<&'static str, HashMap<String, Span>>,
 }
 
 /// The top-level declarations of a file, deduplicated.
@@ -168,6 +171,7 @@ impl<'a> Compiler<'a> {
 
     fn dup<T>(
         &mut self,
+        family: &'static str,
         list: &mut Vec<&'a T>,
         item: &'a T,
         name: impl Fn(&T) -> &Spanned<String>,
@@ -175,11 +179,16 @@ impl<'a> Compiler<'a> {
         msg: impl Fn(&str, Span) -> String,
     ) {
         let n = name(item);
-        if let Some(prev) = list.iter().find(|x| name(x).value == n.value) {
-            let m = msg(&n.value, name(prev).span);
-            self.err(code, n.span, m);
-        } else {
-            list.push(item);
+        let seen = self.seen.entry(family).or_default();
+        match seen.get(n.value.as_str()) {
+            Some(prev) => {
+                let m = msg(&n.value, *prev);
+                self.err(code, n.span, m);
+            }
+            None => {
+                seen.insert(n.value.clone(), n.span);
+                list.push(item);
+            }
         }
     }
 
@@ -197,6 +206,7 @@ impl<'a> Compiler<'a> {
                 Decl::Presets(p) => {
                     for preset in &p.presets {
                         self.dup(
+                            "preset",
                             &mut d.presets,
                             preset,
                             |x| &x.name,
@@ -211,6 +221,7 @@ impl<'a> Compiler<'a> {
                 }
                 Decl::Attachments(_) => {}
                 Decl::McpServer(m) => self.dup(
+                    "mcp_server",
                     &mut d.mcp,
                     m,
                     |x| &x.name,
@@ -218,6 +229,7 @@ impl<'a> Compiler<'a> {
                     |n, _| format!("duplicate mcp_server '{n}'"),
                 ),
                 Decl::Prompt(p) => self.dup(
+                    "prompt",
                     &mut d.prompts,
                     p,
                     |x| &x.name,
@@ -230,6 +242,7 @@ impl<'a> Compiler<'a> {
                     },
                 ),
                 Decl::Schema(s) => self.dup(
+                    "schema",
                     &mut d.schemas,
                     s,
                     |x| &x.name,
@@ -242,6 +255,7 @@ impl<'a> Compiler<'a> {
                     },
                 ),
                 Decl::Cursor(c) => self.dup(
+                    "cursor",
                     &mut d.cursors,
                     c,
                     |x| &x.name,
@@ -249,6 +263,7 @@ impl<'a> Compiler<'a> {
                     |n, _| format!("duplicate cursor '{n}'"),
                 ),
                 Decl::Node(n) => self.dup(
+                    "node",
                     &mut d.nodes,
                     n,
                     |x| &x.name,
@@ -425,8 +440,9 @@ impl<'a> Compiler<'a> {
             self.budget(&mut budget, b.span);
             w.budget = Some(budget);
         }
+        let ix = Ix::new(&w);
         if let Some(m) = &wd.mcp {
-            self.mcp_refs(m, &w);
+            self.mcp_refs(m, &ix);
         }
 
         // entry
@@ -445,7 +461,7 @@ impl<'a> Compiler<'a> {
                     format!("'{}' is a terminal node and cannot be the entry", e.value),
                 );
             }
-            Some(e) if w.node(&e.value).is_none() => {
+            Some(e) if ix.node(&e.value).is_none() => {
                 self.err(
                     "C008",
                     e.span,
@@ -455,12 +471,14 @@ impl<'a> Compiler<'a> {
             Some(_) => {}
         }
 
-        let g = Graph::new(&w);
+        let g = Graph::new(&ix);
         for n in &w.nodes {
-            self.node(n, &w, &g);
+            self.node(n, &ix, &g);
         }
-        self.edges(&w, &g);
-        self.templates(&w, &g);
+        self.edges(&ix, &g);
+        self.templates(&ix, &g);
+        drop(g);
+        drop(ix);
         if let Some(s) = &wd.sandbox {
             let label = format!("workflow '{}'", w.name.value);
             let mut s = s.clone();
@@ -587,7 +605,7 @@ impl<'a> Compiler<'a> {
         }
     }
 
-    fn mcp_refs(&mut self, m: &crate::model::McpBlock, w: &Workflow) {
+    fn mcp_refs(&mut self, m: &crate::model::McpBlock, w: &Ix<'_>) {
         for s in m.servers.iter().flatten() {
             if !w.mcp_servers.iter().any(|x| x.name.value == s.value) {
                 self.err("C025", s.span, format!("mcp_server '{}': not declared", s.value));
@@ -599,7 +617,7 @@ impl<'a> Compiler<'a> {
     // nodes
     // ----------------------------------------------------------------------------------------------------
 
-    fn schema_ref(&mut self, w: &Workflow, r: &Option<Spanned<String>>) {
+    fn schema_ref(&mut self, w: &Ix<'_>, r: &Option<Spanned<String>>) {
         if let Some(r) = r
             && w.schema(&r.value).is_none()
         {
@@ -607,7 +625,7 @@ impl<'a> Compiler<'a> {
         }
     }
 
-    fn prompt_ref(&mut self, w: &Workflow, r: &Option<Spanned<String>>) {
+    fn prompt_ref(&mut self, w: &Ix<'_>, r: &Option<Spanned<String>>) {
         if let Some(r) = r
             && w.prompt(&r.value).is_none()
         {
@@ -615,7 +633,7 @@ impl<'a> Compiler<'a> {
         }
     }
 
-    fn node(&mut self, n: &Node, w: &Workflow, g: &Graph) {
+    fn node(&mut self, n: &Node, w: &Ix<'_>, g: &Graph) {
         let name = n.name.value.as_str();
         self.schema_ref(w, &n.input);
         self.schema_ref(w, &n.output);
@@ -696,7 +714,7 @@ impl<'a> Compiler<'a> {
                 }
                 if let Some(s) = &n.session
                     && matches!(s.value.as_str(), "inherit" | "fork")
-                    && g.converging(name)
+                    && g.converging(w, name)
                 {
                     self.err(
                         "C009",
@@ -805,7 +823,7 @@ impl<'a> Compiler<'a> {
         }
     }
 
-    fn cursor_settings(&mut self, c: &crate::model::CursorSettings, w: &Workflow) {
+    fn cursor_settings(&mut self, c: &crate::model::CursorSettings, w: &Ix<'_>) {
         for (k, v) in &c.values {
             let Some(cur) = w.cursors.iter().find(|x| x.name.value == k.value) else {
                 self.warn("C083", k.span, format!("unknown cursor '{}'", k.value));
@@ -840,7 +858,7 @@ impl<'a> Compiler<'a> {
     // edges and graph rules (01 §4.3–§4.5)
     // ----------------------------------------------------------------------------------------------------
 
-    fn edges(&mut self, w: &Workflow, g: &Graph) {
+    fn edges(&mut self, w: &Ix<'_>, g: &Graph) {
         for e in &w.edges {
             for (end, role) in [(&e.from, "source"), (&e.to, "target")] {
                 let terminal = end.value == "done" || end.value == "fail";
@@ -1028,7 +1046,7 @@ impl<'a> Compiler<'a> {
             }
         }
         // cycles without loop edge
-        for (cycle, edge) in g.cycles_without_loop(w) {
+        for (cycle, edge) in g.cycles_without_loop() {
             self.err(
                 "C019",
                 edge,
@@ -1039,9 +1057,9 @@ impl<'a> Compiler<'a> {
         if let Some(entry) = &w.entry
             && w.node(&entry.value).is_some()
         {
-            let reach = g.reachable(&entry.value);
-            for n in &w.nodes {
-                if !reach.contains(n.name.value.as_str()) {
+            let reach = g.reachable(w, &entry.value);
+            for (i, n) in w.nodes.iter().enumerate() {
+                if !reach[i] {
                     self.err(
                         "C016",
                         n.name.span,
@@ -1059,7 +1077,7 @@ impl<'a> Compiler<'a> {
     // templates (01 §5.1)
     // ----------------------------------------------------------------------------------------------------
 
-    fn templates(&mut self, w: &Workflow, g: &Graph) {
+    fn templates(&mut self, w: &Ix<'_>, g: &Graph) {
         let publishes: HashSet<&str> = w
             .nodes
             .iter()
@@ -1067,22 +1085,27 @@ impl<'a> Compiler<'a> {
             .collect();
         let ctx = TplCtx { w, g, publishes };
         // prompt bodies: consumers are the nodes that use them
-        for p in &w.prompts {
-            let users: Vec<&Node> = w
-                .nodes
-                .iter()
-                .filter(|n| {
-                    [&n.system, &n.user, &n.instructions, &n.interaction_prompt]
-                        .iter()
-                        .any(|r| r.as_ref().is_some_and(|r| r.value == p.name.value))
-                })
-                .collect();
-            let v = Spanned::new(p.body.clone(), p.name.span);
-            if users.is_empty() {
-                self.template(&ctx, &v, None, false);
+        let mut users: HashMap<&str, Vec<&Node>> = HashMap::new();
+        for n in &w.nodes {
+            for r in [&n.system, &n.user, &n.instructions, &n.interaction_prompt]
+                .into_iter()
+                .flatten()
+            {
+                let list = users.entry(r.value.as_str()).or_default();
+                if !list.iter().any(|u| std::ptr::eq(*u, n)) {
+                    list.push(n);
+                }
             }
-            for u in users {
-                self.template(&ctx, &v, Some(u), false);
+        }
+        for p in &w.prompts {
+            let v = Spanned::new(p.body.clone(), p.name.span);
+            match users.get(p.name.value.as_str()) {
+                None => self.template(&ctx, &v, None, false),
+                Some(us) => {
+                    for u in us {
+                        self.template(&ctx, &v, Some(u), false);
+                    }
+                }
             }
         }
         for n in &w.nodes {
@@ -1143,7 +1166,7 @@ impl<'a> Compiler<'a> {
                 let is_history = p.path.get(2).is_some_and(|s| s == "history");
                 if let Some(c) = consumer {
                     let cname = c.name.value.as_str();
-                    let ok = (inclusive && cname == target) || ctx.g.is_ancestor(target, cname);
+                    let ok = (inclusive && cname == target) || ctx.g.reaches(w, target, cname);
                     if !ok {
                         self.err(
                             "C036",
@@ -1151,7 +1174,7 @@ impl<'a> Compiler<'a> {
                             format!("'{cname}' may run before '{target}' has produced output"),
                         );
                     }
-                    if is_history && !ctx.g.in_cycle(cname) {
+                    if is_history && !ctx.g.reaches(w, cname, cname) {
                         self.err("C017", span, "'.history' used outside a loop body");
                     }
                 }
@@ -1483,7 +1506,7 @@ impl<'a> Compiler<'a> {
 }
 
 struct TplCtx<'w> {
-    w: &'w Workflow,
+    w: &'w Ix<'w>,
     g: &'w Graph,
     publishes: HashSet<&'w str>,
 }
@@ -1667,135 +1690,197 @@ pub fn parse_duration(s: &str) -> Option<u128> {
 // graph helpers
 // ---------------------------------------------------------------------------------------------------------
 
+/// Name lookups over a workflow, built once (the model's own lookups are linear scans). Derefs to the
+/// workflow; its inherent methods shadow the model's linear ones.
+struct Ix<'w> {
+    w: &'w Workflow,
+    node_ix: HashMap<&'w str, (usize, &'w Node)>,
+    schema_ix: HashMap<&'w str, &'w Schema>,
+    prompt_ix: HashMap<&'w str, &'w Prompt>,
+    var_ix: HashMap<&'w str, &'w Var>,
+    out_ix: HashMap<&'w str, Vec<&'w Edge>>,
+}
+
+impl std::ops::Deref for Ix<'_> {
+    type Target = Workflow;
+    fn deref(&self) -> &Workflow {
+        self.w
+    }
+}
+
+impl<'w> Ix<'w> {
+    fn new(w: &'w Workflow) -> Ix<'w> {
+        let mut out: HashMap<&str, Vec<&Edge>> = HashMap::new();
+        for e in &w.edges {
+            out.entry(e.from.value.as_str()).or_default().push(e);
+        }
+        Ix {
+            w,
+            node_ix: w
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name.value.as_str(), (i, n)))
+                .collect(),
+            schema_ix: w.schemas.iter().map(|s| (s.name.value.as_str(), s)).collect(),
+            prompt_ix: w.prompts.iter().map(|p| (p.name.value.as_str(), p)).collect(),
+            var_ix: w.vars.iter().map(|v| (v.name.value.as_str(), v)).collect(),
+            out_ix: out,
+        }
+    }
+
+    fn node(&self, name: &str) -> Option<&'w Node> {
+        self.node_ix.get(name).map(|(_, n)| *n)
+    }
+
+    fn node_index(&self, name: &str) -> Option<usize> {
+        self.node_ix.get(name).map(|(i, _)| *i)
+    }
+
+    fn schema(&self, name: &str) -> Option<&'w Schema> {
+        self.schema_ix.get(name).copied()
+    }
+
+    fn prompt(&self, name: &str) -> Option<&'w Prompt> {
+        self.prompt_ix.get(name).copied()
+    }
+
+    fn var(&self, name: &str) -> Option<&'w Var> {
+        self.var_ix.get(name).copied()
+    }
+
+    fn edges_from(&self, name: &str) -> impl Iterator<Item = &'w Edge> + '_ {
+        self.out_ix
+            .get(name)
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .copied()
+    }
+}
+
+/// The node graph by index (terminals excluded), with reachability queries that stop early and reuse one
+/// visit-stamp array, so checking many template references stays near-linear on typical graphs.
 struct Graph {
-    /// node → successors (all edges, terminals excluded)
-    succ: BTreeMap<String, Vec<String>>,
-    /// node → successors through non-loop edges only
-    succ_no_loop: BTreeMap<String, Vec<(String, Span)>>,
-    /// node → distinct sources of non-loop incoming edges
-    preds: HashMap<String, HashSet<String>>,
-    /// memo of reachability sets
-    reach: std::cell::RefCell<HashMap<String, HashSet<String>>>,
+    /// successors through any edge
+    succ: Vec<Vec<usize>>,
+    /// successors through non-loop edges, with the edge arrow
+    succ_no_loop: Vec<Vec<(usize, Span)>>,
+    /// distinct sources of non-loop incoming edges
+    preds: Vec<Vec<usize>>,
+    names: Vec<String>,
+    stamp: std::cell::RefCell<(u32, Vec<u32>)>,
 }
 
 impl Graph {
-    fn new(w: &Workflow) -> Graph {
-        let mut succ: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        let mut succ_no_loop: BTreeMap<String, Vec<(String, Span)>> = BTreeMap::new();
-        let mut preds: HashMap<String, HashSet<String>> = HashMap::new();
-        for n in &w.nodes {
-            succ.entry(n.name.value.clone()).or_default();
-        }
+    fn new(w: &Ix<'_>) -> Graph {
+        let n = w.nodes.len();
+        let mut succ = vec![Vec::new(); n];
+        let mut succ_no_loop = vec![Vec::new(); n];
+        let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n];
         for e in &w.edges {
-            if w.node(&e.to.value).is_none() || w.node(&e.from.value).is_none() {
+            let (Some(a), Some(b)) = (w.node_index(&e.from.value), w.node_index(&e.to.value)) else {
                 continue;
-            }
-            succ.entry(e.from.value.clone())
-                .or_default()
-                .push(e.to.value.clone());
+            };
+            succ[a].push(b);
             if e.loop_spec.is_none() {
-                succ_no_loop
-                    .entry(e.from.value.clone())
-                    .or_default()
-                    .push((e.to.value.clone(), e.span));
-                preds
-                    .entry(e.to.value.clone())
-                    .or_default()
-                    .insert(e.from.value.clone());
+                succ_no_loop[a].push((b, e.span));
+                if !preds[b].contains(&a) {
+                    preds[b].push(a);
+                }
             }
         }
         Graph {
             succ,
             succ_no_loop,
             preds,
-            reach: Default::default(),
+            names: w.w.nodes.iter().map(|n| n.name.value.clone()).collect(),
+            stamp: std::cell::RefCell::new((0, vec![0; n])),
         }
     }
 
-    /// Nodes reachable from `from` through at least one edge.
-    fn reach_from(&self, from: &str) -> HashSet<String> {
-        if let Some(r) = self.reach.borrow().get(from) {
-            return r.clone();
+    /// Whether `to` is reachable from `from` through at least one edge (`stop` = `None` marks everything
+    /// reachable and returns false).
+    fn search(&self, from: usize, stop: Option<usize>, mark: &mut dyn FnMut(usize)) -> bool {
+        let mut st = self.stamp.borrow_mut();
+        st.0 = st.0.wrapping_add(1);
+        if st.0 == 0 {
+            st.1.iter_mut().for_each(|x| *x = 0);
+            st.0 = 1;
         }
-        let mut seen: HashSet<String> = HashSet::new();
-        let mut stack: Vec<&str> = self
-            .succ
-            .get(from)
-            .map(|v| v.iter().map(String::as_str).collect())
-            .unwrap_or_default();
+        let cur = st.0;
+        let mut stack: Vec<usize> = self.succ[from].clone();
         while let Some(n) = stack.pop() {
-            if seen.insert(n.to_string())
-                && let Some(s) = self.succ.get(n)
-            {
-                stack.extend(s.iter().map(String::as_str));
+            if st.1[n] == cur {
+                continue;
             }
+            st.1[n] = cur;
+            mark(n);
+            if Some(n) == stop {
+                return true;
+            }
+            stack.extend(self.succ[n].iter().copied().filter(|&m| st.1[m] != cur));
         }
-        self.reach.borrow_mut().insert(from.to_string(), seen.clone());
+        false
+    }
+
+    fn reaches(&self, w: &Ix<'_>, a: &str, b: &str) -> bool {
+        match (w.node_index(a), w.node_index(b)) {
+            (Some(a), Some(b)) => self.search(a, Some(b), &mut |_| {}),
+            _ => false,
+        }
+    }
+
+    fn reachable(&self, w: &Ix<'_>, entry: &str) -> Vec<bool> {
+        let mut seen = vec![false; self.names.len()];
+        if let Some(e) = w.node_index(entry) {
+            seen[e] = true;
+            self.search(e, None, &mut |n| seen[n] = true);
+        }
         seen
     }
 
-    fn reachable(&self, entry: &str) -> HashSet<String> {
-        let mut r = self.reach_from(entry);
-        r.insert(entry.to_string());
-        r
-    }
-
-    /// Whether `a` can run before `b` (there is a path a →+ b).
-    fn is_ancestor(&self, a: &str, b: &str) -> bool {
-        self.reach_from(a).contains(b)
-    }
-
-    fn in_cycle(&self, n: &str) -> bool {
-        self.reach_from(n).contains(n)
-    }
-
-    fn converging(&self, n: &str) -> bool {
-        self.preds.get(n).is_some_and(|p| p.len() > 1)
+    fn converging(&self, w: &Ix<'_>, n: &str) -> bool {
+        w.node_index(n).is_some_and(|i| self.preds[i].len() > 1)
     }
 
     /// Cycles made only of non-loop edges: `(node names with the first repeated at the end, closing edge)`.
-    fn cycles_without_loop(&self, w: &Workflow) -> Vec<(Vec<String>, Span)> {
+    fn cycles_without_loop(&self) -> Vec<(Vec<String>, Span)> {
         #[derive(Clone, Copy, PartialEq)]
         enum C {
             White,
             Grey,
             Black,
         }
-        let mut color: HashMap<&str, C> = w
-            .nodes
-            .iter()
-            .map(|n| (n.name.value.as_str(), C::White))
-            .collect();
+        let n = self.names.len();
+        let mut color = vec![C::White; n];
         let mut out = Vec::new();
-        for start in w.nodes.iter().map(|n| n.name.value.as_str()) {
-            if color.get(start) != Some(&C::White) {
+        for start in 0..n {
+            if color[start] != C::White {
                 continue;
             }
-            // iterative DFS: (node, next child index)
-            let mut stack: Vec<(&str, usize)> = vec![(start, 0)];
-            color.insert(start, C::Grey);
-            while let Some(&mut (node, ref mut idx)) = stack.last_mut() {
-                let children = self.succ_no_loop.get(node);
-                let child = children.and_then(|c| c.get(*idx));
-                *idx += 1;
-                match child {
+            let mut stack: Vec<(usize, usize)> = vec![(start, 0)];
+            color[start] = C::Grey;
+            while let Some(top) = stack.last_mut() {
+                let (node, idx) = (top.0, top.1);
+                top.1 += 1;
+                match self.succ_no_loop[node].get(idx) {
                     None => {
-                        color.insert(node, C::Black);
+                        color[node] = C::Black;
                         stack.pop();
                     }
-                    Some((to, span)) => match color.get(to.as_str()).copied() {
-                        Some(C::White) => {
-                            color.insert(to.as_str(), C::Grey);
-                            stack.push((to.as_str(), 0));
+                    Some(&(to, span)) => match color[to] {
+                        C::White => {
+                            color[to] = C::Grey;
+                            stack.push((to, 0));
                         }
-                        Some(C::Grey) => {
-                            let pos = stack.iter().position(|(n, _)| *n == to).unwrap_or(0);
+                        C::Grey => {
+                            let pos = stack.iter().position(|(m, _)| *m == to).unwrap_or(0);
                             let mut cyc: Vec<String> =
-                                stack[pos..].iter().map(|(n, _)| n.to_string()).collect();
-                            cyc.push(to.clone());
-                            out.push((cyc, *span));
+                                stack[pos..].iter().map(|(m, _)| self.names[*m].clone()).collect();
+                            cyc.push(self.names[to].clone());
+                            out.push((cyc, span));
                         }
-                        _ => {}
+                        C::Black => {}
                     },
                 }
             }
