@@ -24,11 +24,13 @@
 mod driver;
 mod error;
 mod exec;
+pub mod home;
 pub mod labels;
 pub mod mount_safety;
 mod noop;
 pub mod owner;
 mod post_create;
+pub mod selection;
 pub mod spec_safety;
 mod types;
 mod untar;

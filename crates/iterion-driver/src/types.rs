@@ -14,7 +14,7 @@ use iterion_spec::resolved::ResolvedSandbox;
 use tokio::io::AsyncRead;
 
 /// Which driver implementation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DriverKind {
     /// Docker Engine.
