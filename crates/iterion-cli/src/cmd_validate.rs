@@ -1,0 +1,152 @@
+//! `iterion validate FILE…`: parse and compile workflow files and print every diagnostic.
+//!
+//! Exit codes: 0 when no file has an error-severity diagnostic, 1 when any has, 2 when a file cannot be read
+//! (usage errors are exit 2 through clap). Every file is processed even when an earlier one fails.
+
+use crate::render;
+use iterion_spec::diag::{Diagnostic, Severity};
+use iterion_spec::model::{SandboxDecl, Workflow};
+use serde::Serialize;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The most diagnostics printed per file in human output (01 §9.1); the rest are counted.
+const MAX_SHOWN: usize = 50;
+
+/// Arguments of `iterion validate`.
+#[derive(Debug, clap::Args)]
+pub struct ValidateArgs {
+    /// Workflow files (.bot / .iter; any extension is accepted when named explicitly).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Print one JSON object per file, one per line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct FileReport<'a> {
+    file: String,
+    ok: bool,
+    diagnostics: Vec<JsonDiag<'a>>,
+    workflows: Vec<JsonWorkflow<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonDiag<'a> {
+    code: &'a str,
+    severity: Severity,
+    message: &'a str,
+    line: u32,
+    col: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hint: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct JsonWorkflow<'a> {
+    name: &'a str,
+    entry: Option<&'a str>,
+    sandbox: Option<&'a SandboxDecl>,
+    nodes: Vec<JsonNode<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonNode<'a> {
+    name: &'a str,
+    kind: &'a str,
+    sandbox: Option<&'a SandboxDecl>,
+}
+
+fn json_workflow(w: &Workflow) -> JsonWorkflow<'_> {
+    JsonWorkflow {
+        name: w.name.as_str(),
+        entry: w.entry.as_ref().map(|e| e.as_str()),
+        sandbox: w.sandbox.as_ref(),
+        nodes: w
+            .nodes
+            .iter()
+            .map(|n| JsonNode { name: n.name.as_str(), kind: n.kind.as_str(), sandbox: n.sandbox.as_ref() })
+            .collect(),
+    }
+}
+
+fn json_diag(d: &Diagnostic) -> JsonDiag<'_> {
+    JsonDiag {
+        code: d.code,
+        severity: d.severity,
+        message: &d.message,
+        line: d.line,
+        col: d.col,
+        hint: d.hint.as_deref(),
+    }
+}
+
+/// Runs the command, writing results to stdout and problems with files to stderr.
+pub fn run(args: ValidateArgs) -> ExitCode {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut worst = 0u8;
+    for path in &args.files {
+        let label = path.display().to_string();
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("iterion: error: cannot read {label}: {e}");
+                worst = worst.max(2);
+                continue;
+            }
+        };
+        let checked = iterion_spec::check_bytes(&bytes, &label);
+        let failed = checked.has_errors();
+        if failed {
+            worst = worst.max(1);
+        }
+        let result = if args.json {
+            let report = FileReport {
+                file: label.clone(),
+                ok: !failed,
+                diagnostics: checked.diagnostics.iter().map(json_diag).collect(),
+                workflows: checked.workflows.iter().map(json_workflow).collect(),
+            };
+            serde_json::to_string(&report)
+                .map_err(std::io::Error::other)
+                .and_then(|line| writeln!(out, "{line}"))
+        } else {
+            let text = std::str::from_utf8(&bytes).ok();
+            write_human(&mut out, &label, text, &checked.diagnostics, failed)
+        };
+        if let Err(e) = result {
+            // stdout closed (for example piped into `head`): nothing more can be reported there.
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                break;
+            }
+            eprintln!("iterion: error: writing output: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    ExitCode::from(worst)
+}
+
+fn write_human(
+    out: &mut impl Write,
+    label: &str,
+    text: Option<&str>,
+    diags: &[Diagnostic],
+    failed: bool,
+) -> std::io::Result<()> {
+    // The parser strips a BOM and turns CR LF into LF before counting lines and columns; do the same here
+    // so the excerpt shows the line the diagnostic counts.
+    let normalised = text.map(|t| t.strip_prefix('\u{feff}').unwrap_or(t).replace("\r\n", "\n"));
+    for d in diags.iter().take(MAX_SHOWN) {
+        writeln!(out, "{}", render::render(d, normalised.as_deref()))?;
+    }
+    if diags.len() > MAX_SHOWN {
+        writeln!(out, "… and {} more", diags.len() - MAX_SHOWN)?;
+    }
+    let errors = diags.iter().filter(|d| d.is_error()).count();
+    let warnings = diags.len() - errors;
+    let verdict = if failed { "invalid" } else { "ok" };
+    writeln!(out, "{label}: {verdict} ({errors} error(s), {warnings} warning(s))")
+}
