@@ -24,54 +24,61 @@ async fn noop_driver_conforms() {
 }
 
 mod broken {
-    //! A driver that drops exec-scope env: the suite must notice (a suite that cannot fail is a defect).
+    //! A wrapper around `NoopDriver`: optionally drops exec-scope env (the suite must notice; a suite that
+    //! cannot fail is a defect) or claims the `post_create` capability (so C16 runs on the host).
     use async_trait::async_trait;
     use iterion_driver::*;
 
     #[derive(Debug)]
-    pub struct Broken(pub NoopDriver);
+    pub struct Broken {
+        pub inner: NoopDriver,
+        pub drop_env: bool,
+        pub post_create: bool,
+    }
 
     #[derive(Debug)]
-    struct BrokenRun(Box<dyn Run>);
+    struct BrokenRun(Box<dyn Run>, bool);
 
     #[async_trait]
     impl Driver for Broken {
         fn kind(&self) -> DriverKind {
-            self.0.kind()
+            self.inner.kind()
         }
         fn capabilities(&self) -> Capabilities {
-            self.0.capabilities()
+            let mut c = self.inner.capabilities();
+            c.post_create = self.post_create;
+            c
         }
         async fn engine_info(&self) -> Result<EngineInfo> {
-            self.0.engine_info().await
+            self.inner.engine_info().await
         }
         async fn prepare(&self, req: PrepareRequest) -> Result<Prepared> {
-            self.0.prepare(req).await
+            self.inner.prepare(req).await
         }
         async fn build(&self, p: Prepared, req: BuildRequest) -> Result<Prepared> {
-            self.0.build(p, req).await
+            self.inner.build(p, req).await
         }
         async fn network(&self, req: NetworkRequest) -> Result<NetworkLease> {
-            self.0.network(req).await
+            self.inner.network(req).await
         }
         async fn start(&self, p: Prepared, l: Option<&NetworkLease>, req: StartRequest) -> Result<Started> {
-            let s = self.0.start(p, l, req).await?;
+            let s = self.inner.start(p, l, req).await?;
             Ok(Started {
-                run: Box::new(BrokenRun(s.run)),
+                run: Box::new(BrokenRun(s.run, self.drop_env)),
                 report: s.report,
             })
         }
         async fn list_managed(&self) -> Result<Vec<ManagedResource>> {
-            self.0.list_managed().await
+            self.inner.list_managed().await
         }
         async fn owner_liveness(&self, r: &ManagedResource) -> Liveness {
-            self.0.owner_liveness(r).await
+            self.inner.owner_liveness(r).await
         }
         async fn remove_managed(&self, r: &ManagedResource) -> Result<RemoveOutcome> {
-            self.0.remove_managed(r).await
+            self.inner.remove_managed(r).await
         }
         async fn remove_image(&self, r: &str) -> Result<()> {
-            self.0.remove_image(r).await
+            self.inner.remove_image(r).await
         }
     }
 
@@ -90,7 +97,9 @@ mod broken {
             self.0.user()
         }
         async fn exec(&self, mut req: ExecRequest) -> Result<Exec> {
-            req.env.clear();
+            if self.1 {
+                req.env.clear();
+            }
             self.0.exec(req).await
         }
         async fn copy_in(&self, d: &str, t: TarSource) -> Result<()> {
@@ -116,8 +125,27 @@ async fn the_suite_notices_a_broken_driver() {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().canonicalize().unwrap();
     let base_env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k != "A" && k != "B").collect();
-    let driver = Arc::new(broken::Broken(NoopDriver::new(base_env)));
+    let driver = Arc::new(broken::Broken {
+        inner: NoopDriver::new(base_env),
+        drop_env: true,
+        post_create: false,
+    });
     let report = run_all(driver, ConformanceCtx::new(sandbox_for(None, &ws), ws.clone())).await;
     let failed: Vec<&str> = report.failed().iter().map(|c| c.id).collect();
     assert_eq!(failed, ["C08"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_create_case_runs_on_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    let base_env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k != "A" && k != "B").collect();
+    let driver = Arc::new(broken::Broken {
+        inner: NoopDriver::new(base_env),
+        drop_env: false,
+        post_create: true,
+    });
+    let report = run_all(driver, ConformanceCtx::new(sandbox_for(None, &ws), ws.clone())).await;
+    report.assert_ok();
+    assert!(report.passed_ids().contains(&"C16"), "{report:?}");
 }

@@ -23,11 +23,11 @@
 //! | C13 | `cancel_kill_after_grace` | no `exec_kill` capability |
 //! | C14 | `drop_kills` | no `exec_kill` capability |
 //! | C15 | `sandbox_gone` | never: with a `remove_behind_back` hook the sandbox is removed behind the driver's back; without one (noop) it is removed by `cleanup` |
+//! | C16 | `post_create` | no `post_create` capability (noop: the helper itself is tested against `NoopRun` in `iterion-driver`'s tests) |
 //! | C30 | `copy_roundtrip` | no `copy` capability |
 //! | C32 | `command_not_found` | never |
 //!
-//! C16 (post-create) needs the `post_create` capability and C17–C29, C31, C33, C34 need an engine; they live in
-//! the engine drivers' own tests. `NoopDriver` has no isolation: C10 is trivially true on the host and C15 uses
+//! C17–C29, C31, C33, C34 need an engine; they live in the engine drivers' own tests. `NoopDriver` has no isolation: C10 is trivially true on the host and C15 uses
 //! `cleanup`, which is the only way a host "sandbox" disappears.
 
 use std::collections::BTreeMap;
@@ -38,7 +38,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use iterion_driver::{
     Driver, DriverKind, Error, ExecRequest, Output, OutputLimits, PrepareRequest, Run, StartRequest, Stdin,
-    exec_collect, owner, safe_untar, safe_untar_sync,
+    exec_collect, owner, run_post_create, safe_untar, safe_untar_sync,
 };
 use iterion_spec::resolved::{HostState, NetworkPolicySpec, Origin, ResolvedMode, ResolvedSandbox};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -665,6 +665,42 @@ async fn c15(s: &Suite) -> CaseResultInner {
     }
 }
 
+async fn c16(s: &Suite) -> CaseResultInner {
+    let g = s.start().await?;
+    let run = g.run().clone();
+    let log = iterion_driver::EventSink::discard();
+    let name = format!("post-create-{}", token());
+    let ok = vec![format!("echo made > {name}")];
+    run_post_create(&*run, &ok, Duration::from_secs(60), &log)
+        .await
+        .map_err(err)?;
+    if s.ctx.workspace_shared {
+        let host = s.ctx.workspace.join(&name);
+        let got = std::fs::read_to_string(&host).map_err(|e| format!("{}: {e}", host.display()))?;
+        let _ = std::fs::remove_file(&host);
+        ensure!(got == "made\n", "post-create file content {got:?}");
+    }
+    match run_post_create(&*run, &["exit 99".to_string()], Duration::from_secs(60), &log).await {
+        Err(e @ Error::PostCreateFailed { code: 99, .. }) => {
+            ensure!(e.to_string().contains("99"), "message {e}");
+        }
+        other => return Err(format!("exit 99: want PostCreateFailed, got {other:?}")),
+    }
+    match run_post_create(&*run, &["sleep 30".to_string()], Duration::from_secs(1), &log).await {
+        Err(Error::SetupTimeout {
+            phase: iterion_driver::SetupPhase::PostCreate,
+            ..
+        }) => {}
+        other => {
+            return Err(format!(
+                "sleep 30 bounded by 1 s: want SetupTimeout, got {other:?}"
+            ));
+        }
+    }
+    let _ = run.cleanup().await;
+    Ok(())
+}
+
 fn tree_tar() -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
     let mut add = |path: &str, kind: tar::EntryType, data: &[u8], link: Option<&str>| {
@@ -909,6 +945,15 @@ pub async fn run_all(driver: Arc<dyn Driver>, ctx: ConformanceCtx) -> Conformanc
         "sandbox_gone",
         timed(deadline, Box::pin(c15(&suite))).await,
     );
+    if caps.post_create {
+        record("C16", "post_create", timed(deadline, Box::pin(c16(&suite))).await);
+    } else {
+        record(
+            "C16",
+            "post_create",
+            Outcome::Skipped("capability post_create is missing".into()),
+        );
+    }
     if caps.copy {
         record(
             "C30",
