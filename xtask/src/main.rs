@@ -35,7 +35,7 @@ commands:
   check-layers   check the crate layer DAG and where heavy dependencies may appear
   test           run every test of the workspace
   images         build the local test images (no registry needed), e.g. iterion-test/busybox:latest
-  bench NAME     run a benchmark: spec | proxy | docker
+  bench NAME     run a benchmark: spec | proxy | docker | doctor
   fuzz [DIR TARGET [SECONDS]]
                  list fuzz targets, or run fuzz/DIR's TARGET for SECONDS (default 300) with cargo-fuzz";
 
@@ -117,6 +117,7 @@ const BENCHES: &[(&str, &str, &str)] = &[
     ("spec", "iterion-spec", "parse"),
     ("proxy", "iterion-netproxy", "proxy"),
     ("docker", "iterion-driver-docker", "docker"),
+    ("doctor", "iterion-cli", "doctor"),
 ];
 
 fn bench(args: &[String]) -> Result<()> {
@@ -187,7 +188,7 @@ fn fuzz(args: &[String]) -> Result<()> {
     step(
         Command::new("cargo")
             .env("RUSTC_BOOTSTRAP", "1")
-            .args(["fuzz", "run", target, "--", &format!("-max_total_time={seconds}")])
+            .args(["fuzz", "run", "--fuzz-dir", ".", target, "--", &format!("-max_total_time={seconds}")])
             .current_dir(&dir),
     )
 }
