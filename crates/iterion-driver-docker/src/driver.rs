@@ -828,9 +828,10 @@ fn make_private_dir(dir: &Path, uid: u32) -> Result<(), DError> {
         reason: format!("create {}: {e}", dir.display()),
         hint: None,
     };
+    // The `/tmp/iterion-<uid>` fallback must be ours and private (03 §7.2 step 2).
     if let Some(parent) = dir.parent()
-        && parent.starts_with("/tmp")
-        && parent != Path::new("/tmp")
+        && parent.parent() == Some(Path::new("/tmp"))
+        && parent.file_name().and_then(|n| n.to_str()) == Some(format!("iterion-{uid}").as_str())
     {
         match std::fs::symlink_metadata(parent) {
             Ok(md) => {

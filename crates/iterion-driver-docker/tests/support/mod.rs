@@ -115,3 +115,85 @@ impl Drop for RunGuard {
         }
     }
 }
+
+/// POSTs a JSON body to the engine; returns the status and the parsed answer.
+pub fn engine_post(path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+    let s = iterion_test_support::engine_socket().expect("socket");
+    let bytes = if body.is_null() {
+        Vec::new()
+    } else {
+        serde_json::to_vec(body).expect("json")
+    };
+    let r = iterion_test_support::docker_http::request(
+        &s,
+        "POST",
+        path,
+        Some("application/json"),
+        &bytes,
+        Duration::from_secs(60),
+    )
+    .expect("engine");
+    (
+        r.status,
+        serde_json::from_slice(&r.body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+/// A plain container of the test image on the default network, labelled as a test resource; removed on drop.
+#[derive(Debug)]
+pub struct PlainContainer {
+    /// Container id.
+    pub id: String,
+    /// Its address on the default bridge.
+    pub ip: String,
+}
+
+impl PlainContainer {
+    /// Creates and starts `cmd` in the test image.
+    pub fn start(image: &str, cmd: &[&str]) -> Self {
+        let name = iterion_test_support::conformance::unique_name();
+        let body = serde_json::json!({
+            "Image": image,
+            "Cmd": cmd,
+            "Labels": {"iterion.io/component": "test"},
+            "HostConfig": {"Init": true}
+        });
+        let (st, v) = engine_post(&format!("/containers/create?name={name}"), &body);
+        assert_eq!(st, 201, "create: {v}");
+        let id = v["Id"].as_str().expect("id").to_string();
+        let (st, v) = engine_post(&format!("/containers/{id}/start"), &serde_json::Value::Null);
+        assert!(st == 204 || st == 304, "start: {st} {v}");
+        let info = engine_get(&format!("/containers/{id}/json"));
+        let ip = info["NetworkSettings"]["IPAddress"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        Self { id, ip }
+    }
+}
+
+impl Drop for PlainContainer {
+    fn drop(&mut self) {
+        force_remove(&self.id);
+    }
+}
+
+/// IPv4 addresses of this host's interfaces (from /proc/net/fib_trie, local /32 host entries).
+pub fn host_ipv4_addresses() -> Vec<String> {
+    let text = std::fs::read_to_string("/proc/net/fib_trie").unwrap_or_default();
+    let mut out = Vec::new();
+    let mut last = None;
+    for line in text.lines() {
+        let t = line.trim();
+        if let Some(a) = t.strip_prefix("|-- ") {
+            last = Some(a.to_string());
+        } else if t.contains("/32 host LOCAL")
+            && let Some(a) = last.take()
+            && !a.starts_with("127.")
+            && !out.contains(&a)
+        {
+            out.push(a);
+        }
+    }
+    out
+}
