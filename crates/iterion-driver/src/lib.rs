@@ -9,6 +9,10 @@
 //!   sequence and kill-on-drop are shared.
 //! - [`Error`] with [`Error::failure_code`] and [`Error::is_deterministic`] (§3.6).
 //! - [`labels`] and [`owner`]: labels of managed resources and owner liveness (§8.1).
+//! - [`NoopDriver`]: host execution in its own process group, no isolation (§3.10).
+//! - [`run_post_create`] (§3.9) and [`safe_untar`] (§8.10), shared by every driver.
+//! - [`mount_safety`] (§10), [`spec_safety`] (§11), [`selection`] (§2), [`home`] (§8.5) and [`timeouts`]
+//!   (§13): pure rules over injected facts.
 //!
 //! ```
 //! use iterion_driver::{Error, FailureCode, SetupPhase};
@@ -32,6 +36,7 @@ pub mod owner;
 mod post_create;
 pub mod selection;
 pub mod spec_safety;
+pub mod timeouts;
 mod types;
 mod untar;
 

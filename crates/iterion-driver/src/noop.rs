@@ -378,6 +378,11 @@ impl Run for NoopRun {
             let (uid, gid) = resolve_user(u)?;
             let (me, my_gid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
             if (uid, gid) != (me, my_gid) {
+                if me != 0 {
+                    return Err(NoopDriver::unsupported(&format!(
+                        "running as user {u} (iterion is not root, so host processes keep its uid)"
+                    )));
+                }
                 cmd.uid(uid).gid(gid);
             }
         }
