@@ -22,6 +22,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Inspect the runs of a store.
+    Runs(crate::cmd_runs::RunsArgs),
 }
 
 pub fn dispatch(cli: Cli) -> ExitCode {
@@ -30,6 +32,12 @@ pub fn dispatch(cli: Cli) -> ExitCode {
             let _ = (files, json);
             eprintln!("iterion: error: validate is not built yet");
             ExitCode::from(2)
+        }
+        Command::Runs(args) => {
+            let env: std::collections::BTreeMap<String, String> = std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                .collect();
+            crate::cmd_runs::run(args, &env)
         }
     }
 }

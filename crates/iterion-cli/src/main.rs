@@ -2,6 +2,7 @@
 use clap::Parser;
 
 mod cli;
+mod cmd_runs;
 mod relay;
 
 fn main() -> std::process::ExitCode {

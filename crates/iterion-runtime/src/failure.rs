@@ -180,6 +180,28 @@ impl FailureCode {
     }
 }
 
+impl From<iterion_driver::FailureCode> for FailureCode {
+    /// Driver errors carry a subset of the codes, with the same spelling.
+    fn from(code: iterion_driver::FailureCode) -> FailureCode {
+        FailureCode::parse(code.as_str()).unwrap_or(FailureCode::InternalError)
+    }
+}
+
+impl From<iterion_driver::SetupPhase> for FailurePhase {
+    fn from(phase: iterion_driver::SetupPhase) -> FailurePhase {
+        use iterion_driver::SetupPhase as P;
+        match phase {
+            P::Pull => FailurePhase::Pull,
+            P::Build => FailurePhase::Build,
+            P::Start => FailurePhase::Start,
+            P::PostCreate => FailurePhase::PostCreate,
+            P::PodReady => FailurePhase::PodReady,
+            P::WorkspaceCopy => FailurePhase::WorkspaceCopy,
+            P::Probe => FailurePhase::Probe,
+        }
+    }
+}
+
 impl fmt::Display for FailureCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -411,6 +433,36 @@ mod tests {
             FailureCode::NetworkTransient,
         );
         check_classify("command exited with status 3", FailureCode::ExecutionFailed);
+    }
+
+    #[test]
+    fn driver_codes_and_phases_convert_by_spelling() {
+        use iterion_driver::{FailureCode as D, SetupPhase as P};
+        for d in [
+            D::DriverUnavailable,
+            D::SpecInvalid,
+            D::NetworkUnavailable,
+            D::ImageUnavailable,
+            D::BuildFailed,
+            D::PostCreateFailed,
+            D::SetupTimeout,
+            D::StartFailed,
+            D::Lost,
+            D::Internal,
+        ] {
+            assert_eq!(FailureCode::from(d).as_str(), d.as_str());
+        }
+        for p in [
+            P::Pull,
+            P::Build,
+            P::Start,
+            P::PostCreate,
+            P::PodReady,
+            P::WorkspaceCopy,
+            P::Probe,
+        ] {
+            assert_eq!(FailurePhase::from(p).as_str(), p.as_str());
+        }
     }
 
     #[test]

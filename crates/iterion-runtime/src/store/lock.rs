@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::document::Owner;
 use crate::error::{Error, Result};
+use iterion_driver::{labels, owner};
 
 /// A held `.lock`: a non-blocking exclusive advisory lock (`flock` on Unix), released on drop.
 #[derive(Debug)]
@@ -88,6 +89,27 @@ impl Owner {
             started_at: process_start_time(pid).unwrap_or(0),
         }
     }
+
+    /// The driver's view of this owner (for the `iterion.io/owner-*` and `iterion.io/store` labels, 05 §8.3).
+    pub fn to_driver_owner(&self, store_dir: &Path) -> iterion_driver::OwnerInfo {
+        iterion_driver::OwnerInfo {
+            host_name: self.host.clone(),
+            pid: self.pid,
+            start_time: self.started_at,
+            store_dir: store_dir.to_path_buf(),
+        }
+    }
+
+    /// Liveness of this owner seen from host `this_host` (05 §8.4 rule 1, the driver crate's verdict): dead
+    /// when it ran here and its pid is gone or was reused.
+    pub fn liveness(&self, this_host: &str) -> iterion_driver::Liveness {
+        let labels = std::collections::BTreeMap::from([
+            (labels::OWNER_HOST.to_owned(), self.host.clone()),
+            (labels::OWNER_PID.to_owned(), self.pid.to_string()),
+            (labels::OWNER_START.to_owned(), self.started_at.to_string()),
+        ]);
+        owner::owner_liveness(&labels, this_host, &owner::HostProcesses)
+    }
 }
 
 /// This machine's host name (empty when it cannot be read).
@@ -98,44 +120,18 @@ pub fn host_name() -> String {
         .unwrap_or_default()
 }
 
-/// Start time of process `pid` in Unix seconds, from `/proc` (Linux); `None` when there is no such process
-/// or the platform does not expose it. Used to tell a live owner from a reused PID.
+/// Start time of process `pid` in Unix seconds (the driver crate's computation, so run records and resource
+/// labels agree); `None` when there is no such process or it cannot be read.
 pub fn process_start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let boot = std::fs::read_to_string("/proc/stat").ok()?;
-    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
-    start_time_from_proc(&stat, &boot, u64::try_from(ticks).ok()?)
-}
-
-/// Parses `/proc/<pid>/stat` (field 22, start time in clock ticks since boot) and `/proc/stat` (`btime`).
-fn start_time_from_proc(stat: &str, proc_stat: &str, ticks_per_second: u64) -> Option<u64> {
-    // The command name (field 2) may contain spaces and parentheses: fields resume after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let start_ticks: u64 = rest.split_whitespace().nth(19)?.parse().ok()?;
-    let btime: u64 = proc_stat
-        .lines()
-        .find_map(|l| l.strip_prefix("btime "))?
-        .trim()
-        .parse()
-        .ok()?;
-    if ticks_per_second == 0 {
-        return None;
+    match owner::process_start_time(pid) {
+        owner::ProcStart::Started(s) => Some(s),
+        owner::ProcStart::Missing | owner::ProcStart::Unreadable => None,
     }
-    Some(btime + start_ticks / ticks_per_second)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn start_time_parses_proc_fields() {
-        let stat = "4242 (my (odd) cmd) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 12345 1000 200";
-        let proc_stat = "cpu  1 2 3\nbtime 1700000000\nprocesses 5\n";
-        assert_eq!(start_time_from_proc(stat, proc_stat, 100), Some(1_700_000_123));
-        assert_eq!(start_time_from_proc("garbage", proc_stat, 100), None);
-        assert_eq!(start_time_from_proc(stat, "cpu 1\n", 100), None);
-    }
 
     #[test]
     fn current_owner_is_this_process() {
@@ -144,7 +140,26 @@ mod tests {
         if cfg!(target_os = "linux") {
             assert!(me.started_at > 1_500_000_000, "{me:?}");
             assert_eq!(process_start_time(me.pid), Some(me.started_at));
+            assert_eq!(me.liveness(&me.host), iterion_driver::Liveness::Alive);
         }
+        let gone = Owner {
+            pid: me.pid,
+            started_at: me.started_at + 1,
+            ..me.clone()
+        };
+        if cfg!(target_os = "linux") {
+            assert_eq!(
+                gone.liveness(&me.host),
+                iterion_driver::Liveness::Dead,
+                "pid reused"
+            );
+        }
+        assert_eq!(me.liveness("another-host"), iterion_driver::Liveness::Foreign);
+        let info = me.to_driver_owner(Path::new("/s"));
+        assert_eq!(
+            (info.host_name, info.pid, info.start_time),
+            (me.host.clone(), me.pid, me.started_at)
+        );
     }
 
     #[test]

@@ -1,0 +1,323 @@
+//! `iterion runs list` and `iterion runs show ID` (06 §10): read-only views of a run store.
+//!
+//! Store dir: `--store-dir`, else the store of the current directory as for a workflow file located there
+//! (05 §1.1: a managed `./.iterion`, else `<data dir>/projects/<key>`).
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use iterion_runtime::Error as RuntimeError;
+use iterion_runtime::events::{EventRecord, parse_timestamp};
+use iterion_runtime::store::{self, RunDocument, Store, StoreDirRequest, names};
+
+/// `iterion runs …`: inspect the runs of a store.
+#[derive(Debug, clap::Args)]
+pub struct RunsArgs {
+    #[command(subcommand)]
+    command: RunsCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum RunsCommand {
+    /// List the runs of a store (id, name, status, failure code, workflow, started, duration).
+    List {
+        /// Run store directory (default: the store of the current directory).
+        #[arg(long, value_name = "DIR")]
+        store_dir: Option<PathBuf>,
+        /// One JSON object per run, one per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the run document of one run (and its events).
+    Show {
+        /// The run id.
+        run_id: String,
+        /// Also print the run's events.
+        #[arg(long)]
+        events: bool,
+        /// Run store directory (default: the store of the current directory).
+        #[arg(long, value_name = "DIR")]
+        store_dir: Option<PathBuf>,
+        /// Print `run.json` as one JSON line (then, with `--events`, the stored event lines).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs the command against the environment `env` (read once by `main`). Exit 0 on success, 1 for an
+/// unknown or unreadable run, 2 for usage errors.
+pub fn run(args: RunsArgs, env: &BTreeMap<String, String>) -> ExitCode {
+    let cwd = match std::env::current_dir() {
+        Ok(c) => c,
+        Err(e) => return fail(1, &format!("cannot read the current directory: {e}")),
+    };
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    let code = match args.command {
+        RunsCommand::List { store_dir, json } => {
+            let store = Store::at(resolve_store(store_dir.as_deref(), env, &cwd));
+            list(&store, json, &mut out)
+        }
+        RunsCommand::Show {
+            run_id,
+            events,
+            store_dir,
+            json,
+        } => {
+            let store = Store::at(resolve_store(store_dir.as_deref(), env, &cwd));
+            show(&store, &run_id, events, json, &mut out)
+        }
+    };
+    let _ = out.flush();
+    code
+}
+
+fn resolve_store(flag: Option<&Path>, env: &BTreeMap<String, String>, cwd: &Path) -> PathBuf {
+    let home = env.get("HOME").map(PathBuf::from);
+    let temp = env
+        .get("TMPDIR")
+        .filter(|t| !t.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    let data = store::data_dir(env, home.as_deref(), cwd, &temp);
+    store::store_dir(StoreDirRequest {
+        store_dir: flag,
+        project_dir: cwd,
+        cwd,
+        data_dir: &data,
+    })
+}
+
+fn fail(code: u8, message: &str) -> ExitCode {
+    eprintln!("iterion: error: {message}");
+    ExitCode::from(code)
+}
+
+/// Duration between two RFC 3339 times, when both parse and are ordered.
+fn duration(doc: &RunDocument) -> Option<Duration> {
+    let start = parse_timestamp(&doc.created_at)?;
+    let end = parse_timestamp(doc.finished_at.as_deref()?)?;
+    end.duration_since(start).ok()
+}
+
+/// `0.4s`, `12.3s`, `3m07s`, `1h02m`.
+fn human_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs < 60 {
+        format!("{:.1}s", d.as_secs_f64())
+    } else if secs < 3600 {
+        format!("{}m{:02}s", secs / 60, secs % 60)
+    } else {
+        format!("{}h{:02}m", secs / 3600, secs % 3600 / 60)
+    }
+}
+
+fn list(store: &Store, json: bool, out: &mut impl Write) -> ExitCode {
+    let entries = match store.list_runs() {
+        Ok(e) => e,
+        Err(e) => return fail(1, &e.to_string()),
+    };
+    if json {
+        for e in &entries {
+            let v = match &e.document {
+                Ok(d) => serde_json::json!({
+                    "id": e.id,
+                    "name": d.name,
+                    "workflow": d.workflow_name,
+                    "status": d.status,
+                    "failure_code": d.failure_code,
+                    "started": d.created_at,
+                    "finished": d.finished_at,
+                    "duration_ms": duration(d).map(|x| u64::try_from(x.as_millis()).unwrap_or(u64::MAX)),
+                }),
+                Err(err) => serde_json::json!({"id": e.id, "error": err.to_string()}),
+            };
+            let _ = writeln!(out, "{v}");
+        }
+        return ExitCode::SUCCESS;
+    }
+    if entries.is_empty() {
+        eprintln!("no runs in {}", store.root().display());
+        return ExitCode::SUCCESS;
+    }
+    let mut rows: Vec<[String; 7]> = vec![[
+        "ID".into(),
+        "NAME".into(),
+        "STATUS".into(),
+        "CODE".into(),
+        "WORKFLOW".into(),
+        "STARTED".into(),
+        "DURATION".into(),
+    ]];
+    for e in &entries {
+        rows.push(match &e.document {
+            Ok(d) => [
+                e.id.clone(),
+                d.name.clone(),
+                d.status.to_string(),
+                d.failure_code.map_or_else(|| "-".to_owned(), |c| c.to_string()),
+                d.workflow_name.clone(),
+                d.created_at.clone(),
+                duration(d).map_or_else(|| "-".to_owned(), human_duration),
+            ],
+            Err(_) => [
+                e.id.clone(),
+                "-".into(),
+                "unreadable".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ],
+        });
+    }
+    let mut widths = [0usize; 7];
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    for r in &rows {
+        let mut line = String::new();
+        for (i, (c, w)) in r.iter().zip(widths).enumerate() {
+            if i + 1 == r.len() {
+                line.push_str(c);
+            } else {
+                line.push_str(&format!("{c:<w$}  "));
+            }
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    ExitCode::SUCCESS
+}
+
+fn show(store: &Store, run_id: &str, with_events: bool, json: bool, out: &mut impl Write) -> ExitCode {
+    if let Err(e) = store::validate_component("run id", run_id) {
+        return fail(2, &e.to_string());
+    }
+    let doc = match store.read_run(run_id) {
+        Ok(d) => d,
+        Err(e @ RuntimeError::RunNotFound { .. }) => return fail(1, &e.to_string()),
+        Err(e) => return fail(1, &error_chain(&e)),
+    };
+    let dir = match store.run_dir(run_id) {
+        Ok(d) => d,
+        Err(e) => return fail(2, &e.to_string()),
+    };
+    let events = if with_events {
+        match store.read_events(run_id) {
+            Ok(ev) => ev,
+            Err(e) => return fail(1, &error_chain(&e)),
+        }
+    } else {
+        Vec::new()
+    };
+    if json {
+        // The document as stored, unknown fields included.
+        let raw = std::fs::read(dir.join(names::RUN_JSON))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+        match raw {
+            Some(v) => {
+                let _ = writeln!(out, "{v}");
+            }
+            None => return fail(1, &format!("cannot read {}", dir.join(names::RUN_JSON).display())),
+        }
+        for e in &events {
+            if let Ok(line) = serde_json::to_string(e) {
+                let _ = writeln!(out, "{line}");
+            }
+        }
+        return ExitCode::SUCCESS;
+    }
+    let _ = write!(out, "{}", summary(&doc, store.root(), &dir));
+    if with_events {
+        let _ = writeln!(out);
+        for e in &events {
+            let _ = writeln!(out, "{}", event_line(e));
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+fn field(label: &str, value: &str) -> String {
+    format!("  {:<16} {value}\n", format!("{label}:"))
+}
+
+fn summary(doc: &RunDocument, store_root: &Path, dir: &Path) -> String {
+    let mut s = format!("── Run: {} ──\n", doc.workflow_name);
+    s += &field("Run name", &doc.name);
+    s += &field("Run ID", &doc.id);
+    s += &field("Status", doc.status.as_str());
+    if let Some(c) = doc.failure_code {
+        s += &field("Code", c.as_str());
+    }
+    if let Some(p) = doc.failure_phase {
+        s += &field("Phase", p.as_str());
+    }
+    if let Some(e) = &doc.error {
+        s += &field("Error", e);
+    }
+    s += &field("Workflow file", &doc.file_path);
+    s += &field("Work dir", &doc.work_dir);
+    s += &field("Started", &doc.created_at);
+    if let Some(f) = &doc.finished_at {
+        s += &field("Finished", f);
+    }
+    if let Some(d) = duration(doc) {
+        s += &field("Duration", &human_duration(d));
+    }
+    if let Some(cp) = &doc.checkpoint {
+        s += &field("Checkpoint", &format!("node {}", cp.node_id));
+    }
+    let sandbox = match (&doc.sandbox.skipped, doc.sandbox.active, &doc.sandbox.driver) {
+        (Some(sk), _, _) => format!("skipped — {}", sk.reason),
+        (None, true, Some(d)) => format!("{d} · active"),
+        (None, true, None) => "active".to_owned(),
+        (None, false, _) => "none".to_owned(),
+    };
+    s += &field("Sandbox", &sandbox);
+    s += &field("Store", &store_root.display().to_string());
+    s += &field("Events", &dir.join(names::EVENTS).display().to_string());
+    s
+}
+
+fn event_line(e: &EventRecord) -> String {
+    let node = e
+        .node_id
+        .as_deref()
+        .map(|n| format!(" [{n}]"))
+        .unwrap_or_default();
+    let data = serde_json::Value::Object(e.data.clone());
+    format!("  {:>4}  {}  {}{node}  {data}", e.seq, e.timestamp, e.event_type)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(ms: u64, expect: &str) {
+        assert_eq!(human_duration(Duration::from_millis(ms)), expect);
+    }
+
+    #[test]
+    fn durations() {
+        check(400, "0.4s");
+        check(12_340, "12.3s");
+        check(187_000, "3m07s");
+        check(3_720_000, "1h02m");
+    }
+}
