@@ -41,8 +41,8 @@ pub use error::{Error, Result};
 pub use event::SandboxEnvDenied;
 pub use merge::{
     ARTIFACT_FILES_DIR_NAME, ARTIFACT_FILES_DIR_VALUE, Action, EnvLayers, EnvReportEntry, ExecEnv, Feature,
-    MergedEnv, NO_PROXY_NAMES, NO_PROXY_VALUE, NODE_USE_ENV_PROXY, PROXY_URL_NAMES, RepoEnv, Reserved,
-    Source, is_proxy_name, merge, merge_exec, merge_with,
+    LayerNames, MergedEnv, NO_PROXY_NAMES, NO_PROXY_VALUE, NODE_USE_ENV_PROXY, PROXY_URL_NAMES, RepoEnv,
+    Reserved, Source, is_proxy_name, merge, merge_exec, merge_with,
 };
 pub use sandbox_env::{
     RecordedSandboxEnv, SandboxEnvEntry, operator_layer, parse_sandbox_env, resume_sandbox_env,

@@ -214,6 +214,39 @@ impl EnvLayers {
     }
 }
 
+/// The names each layer contributed (what the run record keeps, 02 §5.5): never values.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct LayerNames {
+    /// Repository layer names (all sub-sources, `null` removals excluded), sorted.
+    pub repo: Vec<String>,
+    /// Workflow layer names, sorted.
+    pub workflow: Vec<String>,
+    /// Operator layer names, sorted.
+    pub operator: Vec<String>,
+}
+
+impl EnvLayers {
+    /// The names per layer, for the run record.
+    pub fn names(&self) -> LayerNames {
+        let mut repo: Vec<String> = self
+            .repo
+            .remote_env
+            .iter()
+            .filter(|(_, v)| v.is_some())
+            .map(|(k, _)| k.clone())
+            .chain(self.repo.container_env.keys().cloned())
+            .chain(self.repo.run_args.keys().cloned())
+            .collect();
+        repo.sort();
+        repo.dedup();
+        LayerNames {
+            repo,
+            workflow: self.workflow.keys().cloned().collect(),
+            operator: self.operator.keys().cloned().collect(),
+        }
+    }
+}
+
 impl fmt::Debug for EnvLayers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EnvLayers")

@@ -385,3 +385,20 @@ proptest! {
         prop_assert!(a.report.windows(2).all(|w| (w[0].name.as_str(), w[0].source.as_str()) <= (w[1].name.as_str(), w[1].source.as_str())));
     }
 }
+
+#[test]
+fn layer_names_for_the_run_record() {
+    let l = layers(&[
+        ("R.r", "B", "null"),
+        ("R.r", "A", "1"),
+        ("R.c", "A", "2"),
+        ("R.a", "C", "3"),
+        ("W", "W1", "x"),
+        ("O", "O1", "y"),
+    ]);
+    let n = l.names();
+    assert_eq!(n.repo, ["A", "C"]);
+    assert_eq!(n.workflow, ["W1"]);
+    assert_eq!(n.operator, ["O1"]);
+    assert!(!serde_json::to_string(&n).unwrap().contains("\"1\""));
+}
