@@ -206,7 +206,7 @@ fn show(store: &Store, run_id: &str, with_events: bool, json: bool, out: &mut im
         Ok(d) => d,
         Err(e) => return fail(2, &e.to_string()),
     };
-    let events = if with_events {
+    let events = if with_events && !json {
         match store.read_events(run_id) {
             Ok(ev) => ev,
             Err(e) => return fail(1, &error_chain(&e)),
@@ -225,8 +225,15 @@ fn show(store: &Store, run_id: &str, with_events: bool, json: bool, out: &mut im
             }
             None => return fail(1, &format!("cannot read {}", dir.join(names::RUN_JSON).display())),
         }
-        for e in &events {
-            if let Ok(line) = serde_json::to_string(e) {
+        if with_events {
+            // The stored lines themselves (byte-identical), skipping blank and undecodable ones.
+            let path = dir.join(names::EVENTS);
+            let text = match std::fs::read(&path) {
+                Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+                Err(e) => return fail(1, &format!("cannot read {}: {e}", path.display())),
+            };
+            for line in text.lines().filter(|l| EventRecord::decode(l).is_some()) {
                 let _ = writeln!(out, "{line}");
             }
         }

@@ -36,7 +36,7 @@ fn fixture(root: &Path) -> Store {
         .create_run(&RunId::parse("b").unwrap(), new_run("b", "2026-01-14T10:00:00Z"))
         .unwrap();
     b.events()
-        .append(
+        .append_at(
             &RunStarted {
                 workflow: "release_gate".into(),
                 file: "/w/app/release.bot".into(),
@@ -44,13 +44,17 @@ fn fixture(root: &Path) -> Store {
                 driver: None,
             }
             .into(),
+            at(1),
         )
         .unwrap();
     b.events()
-        .append(&NodeStarted::new("build", NodeKind::Tool, 0, Placement::Host).into())
+        .append_at(
+            &NodeStarted::new("build", NodeKind::Tool, 0, Placement::Host).into(),
+            at(2),
+        )
         .unwrap();
     b.events()
-        .append(
+        .append_at(
             &RunFailed::new(
                 FailureCode::SandboxSetupTimeout,
                 "post_create did not finish within 100ms",
@@ -58,6 +62,7 @@ fn fixture(root: &Path) -> Store {
             .phase(FailurePhase::PostCreate)
             .timeout("100ms")
             .into(),
+            at(3),
         )
         .unwrap();
     b.transition(Transition::FailResumable {
@@ -67,7 +72,14 @@ fn fixture(root: &Path) -> Store {
         checkpoint: Some(Checkpoint::stub("build", Default::default())),
     })
     .unwrap();
+    b.update(|d| d.finished_at = Some("2026-01-14T10:00:03.5Z".into()))
+        .unwrap();
     store
+}
+
+/// 2026-01-14T10:00:00Z plus `s` seconds.
+fn at(s: u64) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_768_384_800 + s)
 }
 
 fn iterion(args: &[&str], home: &Path) -> Output {
@@ -137,7 +149,7 @@ fn list_json_is_one_object_per_run() {
     assert_eq!(rows[0]["status"], "finished");
     assert_eq!(rows[0]["duration_ms"], 187_000);
     assert_eq!(rows[1]["failure_code"], "SANDBOX_SETUP_TIMEOUT");
-    assert!(rows[1]["duration_ms"].is_u64(), "{}", rows[1]);
+    assert_eq!(rows[1]["duration_ms"], 3500);
 }
 
 #[test]
@@ -200,6 +212,19 @@ fn show_prints_the_summary_and_events() {
         out.contains("run_failed  {\"error\":\"post_create did not finish within 100ms\""),
         "{out}"
     );
+}
+
+#[test]
+fn human_outputs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    fixture(&store);
+    let s = store.to_str().unwrap();
+    let tmp_str = tmp.path().to_str().unwrap();
+    let list = iterion(&["runs", "list", "--store-dir", s], tmp.path());
+    insta::assert_snapshot!("runs_list", stdout(&list));
+    let show = iterion(&["runs", "show", "b", "--events", "--store-dir", s], tmp.path());
+    insta::assert_snapshot!("runs_show_events", stdout(&show).replace(tmp_str, "[TMP]"));
 }
 
 #[test]

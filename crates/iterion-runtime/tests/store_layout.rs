@@ -432,3 +432,31 @@ fn runs_are_listed_and_unknown_runs_reported() {
             .is_empty()
     );
 }
+
+#[test]
+fn concurrent_appends_get_unique_contiguous_seqs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let st = Store::create(tmp.path()).unwrap();
+    let run = create(&st, "conc");
+    let log = std::sync::Arc::clone(run.events());
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let log = std::sync::Arc::clone(&log);
+            std::thread::spawn(move || {
+                for _ in 0..25 {
+                    log.append(&started()).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let events = st.read_events("conc").unwrap();
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        (0..100).collect::<Vec<u64>>(),
+        "lines in file order carry seq 0..99"
+    );
+}
