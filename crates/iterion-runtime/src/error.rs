@@ -105,6 +105,26 @@ pub enum Error {
         /// The requested status.
         status: crate::status::RunStatus,
     },
+    /// A `--var` or preset value is malformed or does not coerce to the declared type (usage error).
+    #[error("invalid var '{name}': {reason}")]
+    InvalidVar {
+        /// The var name (or the whole argument when it has no name).
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A `--var` names a var the workflow does not declare (usage error).
+    #[error("unknown var '{name}'")]
+    UnknownVar {
+        /// The undeclared name.
+        name: String,
+    },
+    /// `--preset` names a preset the workflow does not declare (usage error).
+    #[error("unknown preset '{name}'")]
+    UnknownPreset {
+        /// The undeclared preset.
+        name: String,
+    },
 }
 
 /// Result alias of this crate.

@@ -8,6 +8,7 @@
 
 pub mod error;
 pub mod events;
+pub mod exec;
 pub mod failure;
 pub mod status;
 pub mod store;

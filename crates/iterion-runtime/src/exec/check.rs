@@ -1,0 +1,237 @@
+//! The executability check (10.1): constructs the parser accepts but this version cannot execute are refused
+//! before any run record exists, with positioned `X…` diagnostics. Nothing is ever skipped silently.
+//!
+//! Backends: only `claude_code` is executed. `claw` (the default backend) needs the claw runner
+//! (`iterion __claw-runner`, 10.5.3), which this build does not contain, so it is refused with `X002` and a
+//! hint, like any other backend.
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! let src = "compute c:\n  expr:\n    x: \"1\"\n\nworkflow w:\n  entry: c\n  c -> done\n";
+//! let wf = &iterion_spec::check(src, "w.bot").workflows[0];
+//! let d = iterion_runtime::exec::check_executable(wf, &BTreeMap::new());
+//! assert_eq!(d[0].render_header(), "w.bot:1:9: error[X001]: node kind 'compute' ('c') is not executable in this version");
+//! ```
+use std::collections::BTreeMap;
+
+use iterion_spec::diag::Diagnostic;
+use iterion_spec::model::{LoopCap, Node, NodeKind, Span, Spanned, Workflow};
+use iterion_spec::template::{EnvContext, expand_env, placeholders};
+
+/// The backends [`check_executable`] accepts.
+pub const EXECUTABLE_BACKENDS: &[&str] = &["claude_code"];
+
+/// The backend of an agent or judge node after `${…}` expansion (node `backend` → workflow
+/// `default_backend` → `claw`), with the span to blame.
+pub fn node_backend(workflow: &Workflow, node: &Node, env: &BTreeMap<String, String>) -> (String, Span) {
+    let lookup = |n: &str| env.get(n).cloned();
+    let (raw, span) = match (&node.backend, &workflow.default_backend) {
+        (Some(b), _) => (b.value.as_str(), b.span),
+        (None, Some(b)) => (b.value.as_str(), b.span),
+        (None, None) => ("claw", node.name.span),
+    };
+    let b = expand_env(raw, EnvContext::NodeField, &lookup);
+    let b = if b.is_empty() { "claw".to_string() } else { b };
+    (b, span)
+}
+
+fn at(code: &'static str, file: &str, span: Span, msg: String) -> Diagnostic {
+    Diagnostic::error(code, file, span.line, span.col, msg).with_end(span.end_line, span.end_col)
+}
+
+fn warn_at(code: &'static str, file: &str, span: Span, msg: String) -> Diagnostic {
+    Diagnostic::warning(code, file, span.line, span.col, msg).with_end(span.end_line, span.end_col)
+}
+
+fn unsupported_prop(file: &str, span: Span, prop: &str, value: &str, node: &str) -> Diagnostic {
+    at(
+        "X003",
+        file,
+        span,
+        format!("'{prop}: {value}' on '{node}' is not supported in this version"),
+    )
+}
+
+fn list(v: &[Spanned<String>]) -> String {
+    format!(
+        "[{}]",
+        v.iter().map(|s| s.value.as_str()).collect::<Vec<_>>().join(", ")
+    )
+}
+
+/// Checks a compiled workflow (whose compile diagnostics have no error) against what this version executes.
+/// `env` is the launching environment, used to expand `${…}` in `backend`. Returns every `X…` diagnostic
+/// (errors and `X007` warnings), sorted by position.
+pub fn check_executable(workflow: &Workflow, env: &BTreeMap<String, String>) -> Vec<Diagnostic> {
+    let file = workflow.file.as_str();
+    let wspan = workflow.name.span;
+    let mut out = Vec::new();
+    for node in &workflow.nodes {
+        let name = node.name.value.as_str();
+        let span = node.name.span;
+        match node.kind {
+            NodeKind::Router | NodeKind::Human | NodeKind::Compute => out.push(at(
+                "X001",
+                file,
+                span,
+                format!(
+                    "node kind '{}' ('{name}') is not executable in this version",
+                    node.kind.as_str()
+                ),
+            )),
+            NodeKind::Agent | NodeKind::Judge => check_agent(workflow, node, env, &mut out),
+            NodeKind::Tool => {}
+        }
+        if let Some(a) = &node.await_mode {
+            out.push(warn_at(
+                "X007",
+                file,
+                a.span,
+                "'await' has no effect (no fan-out in this version)".into(),
+            ));
+        }
+        if let Some(mcp) = &node.mcp {
+            for s in mcp.servers.iter().flatten() {
+                out.push(at(
+                    "X004",
+                    file,
+                    s.span,
+                    format!("'mcp_server {}' is not supported in this version", s.value),
+                ));
+            }
+        }
+    }
+    if let Some(i) = &workflow.interaction
+        && i.value != "none"
+    {
+        out.push(at(
+            "X004",
+            file,
+            i.span,
+            format!("'interaction: {}' is not supported in this version", i.value),
+        ));
+    }
+    if workflow.mcp.is_some() {
+        out.push(at(
+            "X004",
+            file,
+            wspan,
+            "'mcp' is not supported in this version".into(),
+        ));
+    }
+    for a in &workflow.attachments {
+        out.push(at(
+            "X004",
+            file,
+            a.name.span,
+            format!("'attachments {}' is not supported in this version", a.name.value),
+        ));
+    }
+    if let Some(b) = &workflow.budget
+        && b.max_parallel_branches.is_some()
+    {
+        out.push(warn_at(
+            "X007",
+            file,
+            wspan,
+            "'budget.max_parallel_branches' has no effect (no fan-out in this version)".into(),
+        ));
+    }
+    // X005: {{attachments.…}} anywhere a template is rendered.
+    let mut templates: Vec<(&str, Span)> = Vec::new();
+    for p in &workflow.prompts {
+        templates.push((&p.body, p.name.span));
+    }
+    for n in &workflow.nodes {
+        for t in [&n.command, &n.script].into_iter().flatten() {
+            templates.push((&t.value, t.span));
+        }
+    }
+    for e in &workflow.edges {
+        for w in &e.with.entries {
+            templates.push((&w.value.value, w.value.span));
+        }
+        if let Some(l) = &e.loop_spec
+            && let LoopCap::Template(t) = &l.cap.value
+        {
+            templates.push((t, l.cap.span));
+        }
+    }
+    for (text, span) in templates {
+        if placeholders(text).iter().any(|p| p.namespace() == "attachments") {
+            out.push(at(
+                "X005",
+                file,
+                span,
+                "template namespace 'attachments' is not supported in this version".into(),
+            ));
+        }
+    }
+    iterion_spec::diag::sort(&mut out);
+    out
+}
+
+fn check_agent(workflow: &Workflow, node: &Node, env: &BTreeMap<String, String>, out: &mut Vec<Diagnostic>) {
+    let file = workflow.file.as_str();
+    let name = node.name.value.as_str();
+    let (backend, bspan) = node_backend(workflow, node, env);
+    if !EXECUTABLE_BACKENDS.contains(&backend.as_str()) {
+        let mut d = at(
+            "X002",
+            file,
+            bspan,
+            format!("backend '{backend}' is not supported by this runtime"),
+        );
+        d = if backend == "claw" {
+            d.with_hint(format!(
+                "the claw runner is not part of this build; set 'backend: claude_code' on '{name}' (or 'default_backend: claude_code' on the workflow)"
+            ))
+        } else {
+            d.with_hint("supported: claude_code")
+        };
+        out.push(d);
+    }
+    if let Some(s) = &node.session
+        && s.value != "fresh"
+    {
+        out.push(unsupported_prop(file, s.span, "session", &s.value, name));
+    }
+    if let Some(i) = &node.interaction
+        && i.value != "none"
+    {
+        out.push(unsupported_prop(file, i.span, "interaction", &i.value, name));
+    }
+    if let Some(m) = &node.mcp
+        && m.servers.as_ref().is_none_or(|s| s.is_empty())
+    {
+        out.push(unsupported_prop(file, node.name.span, "mcp", "{…}", name));
+    }
+    if node.memory.as_ref().and_then(|m| m.enabled) == Some(true) {
+        out.push(unsupported_prop(
+            file,
+            node.name.span,
+            "memory.enabled",
+            "true",
+            name,
+        ));
+    }
+    if node.cursors.is_some() {
+        out.push(unsupported_prop(file, node.name.span, "cursors", "{…}", name));
+    }
+    match (&node.capabilities, &workflow.capabilities) {
+        (Some(c), _) if !c.is_empty() => {
+            let span = c[0].span;
+            out.push(unsupported_prop(file, span, "capabilities", &list(c), name));
+        }
+        (None, Some(c)) if !c.is_empty() => {
+            out.push(unsupported_prop(
+                file,
+                node.name.span,
+                "capabilities",
+                &format!("{} (inherited from the workflow)", list(c)),
+                name,
+            ));
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,436 @@
+//! Template rendering (10.3, 10.4, 10.5.1) and the `${…}` rule of tool commands (10.4 step 1).
+//!
+//! Three renderings of a placeholder's value, one left-to-right pass each (inserted text is never
+//! rescanned):
+//!
+//! - [`Mode::Shell`] for tool `command:`: single-quoted shell words; `null` or a missing path leaves the
+//!   placeholder verbatim;
+//! - [`Mode::JsonLiteral`] for tool `script:`: JSON literals (`null` for missing);
+//! - [`Mode::Text`] for prompts and `with` values: plain text (missing → empty, with a warning).
+//!
+//! Raw placeholders `{{!path}}` insert strings verbatim, `null` for null or missing, compact JSON otherwise
+//! (shell and script renderings).
+//!
+//! ```
+//! use iterion_runtime::exec::render::{Mode, Scope, render};
+//! let input = serde_json::json!({"v": "O'Brien"});
+//! let scope = Scope { input: &input, ..Scope::empty() };
+//! assert_eq!(render("echo {{input.v}}", Mode::Shell, &scope).text, r"echo 'O'\''Brien'");
+//! ```
+use std::collections::BTreeMap;
+
+use iterion_spec::template::{Placeholder, Segment, scan_template};
+use serde_json::{Map, Value};
+
+/// How placeholders are rendered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Shell words (tool `command:`).
+    Shell,
+    /// JSON literals (tool `script:`).
+    JsonLiteral,
+    /// Plain text (prompts, `with` values).
+    Text,
+}
+
+/// State of one loop, as templates see it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoopView {
+    /// `loop.L.iteration`.
+    pub iteration: u64,
+    /// `loop.L.max`, once evaluated.
+    pub max: Option<u64>,
+    /// `loop.L.previous_output`.
+    pub previous_output: Option<Value>,
+}
+
+/// The values templates read.
+#[derive(Debug, Clone, Copy)]
+pub struct Scope<'a> {
+    /// `input`.
+    pub input: &'a Value,
+    /// `vars`.
+    pub vars: &'a Map<String, Value>,
+    /// `outputs.NODE`.
+    pub outputs: &'a Map<String, Value>,
+    /// `outputs.NODE.history`.
+    pub history: &'a BTreeMap<String, Vec<Value>>,
+    /// `loop.L.…`.
+    pub loops: &'a BTreeMap<String, LoopView>,
+    /// `artifacts.NAME`.
+    pub artifacts: &'a Map<String, Value>,
+    /// `run.id`.
+    pub run_id: &'a str,
+}
+
+static NULL: Value = Value::Null;
+
+impl Scope<'static> {
+    /// A scope where every path is missing.
+    pub fn empty() -> Scope<'static> {
+        static EMPTY_MAP: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+        static EMPTY_HIST: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+        static EMPTY_LOOPS: BTreeMap<String, LoopView> = BTreeMap::new();
+        let m = EMPTY_MAP.get_or_init(Map::new);
+        Scope {
+            input: &NULL,
+            vars: m,
+            outputs: m,
+            history: &EMPTY_HIST,
+            loops: &EMPTY_LOOPS,
+            artifacts: m,
+            run_id: "",
+        }
+    }
+}
+
+fn walk(mut cur: Value, rest: &[String]) -> Option<Value> {
+    for seg in rest {
+        cur = match cur {
+            Value::Object(mut o) => o.remove(seg)?,
+            Value::Array(mut a) => {
+                let i: usize = seg.parse().ok()?;
+                if i >= a.len() {
+                    return None;
+                }
+                a.swap_remove(i)
+            }
+            _ => return None,
+        };
+    }
+    Some(cur)
+}
+
+impl Scope<'_> {
+    /// The value at a placeholder path (namespace first); `None` when missing.
+    pub fn lookup(&self, path: &[String]) -> Option<Value> {
+        let (ns, rest) = path.split_first()?;
+        match ns.as_str() {
+            "input" => walk(self.input.clone(), rest),
+            "vars" => {
+                let (name, rest) = rest.split_first()?;
+                walk(self.vars.get(name)?.clone(), rest)
+            }
+            "outputs" => {
+                let (node, rest) = rest.split_first()?;
+                if rest.first().map(String::as_str) == Some("history")
+                    && !self.outputs_has_history_field(node)
+                {
+                    let h = self.history.get(node).cloned().unwrap_or_default();
+                    return walk(Value::Array(h), &rest[1..]);
+                }
+                walk(self.outputs.get(node)?.clone(), rest)
+            }
+            "loop" => {
+                let (name, rest) = rest.split_first()?;
+                let l = self.loops.get(name)?;
+                let (what, rest) = rest.split_first()?;
+                match what.as_str() {
+                    "iteration" => Some(Value::from(l.iteration)),
+                    "max" => l.max.map(Value::from),
+                    "previous_output" => walk(l.previous_output.clone()?, rest),
+                    _ => None,
+                }
+            }
+            "run" => (rest.len() == 1 && rest[0] == "id").then(|| Value::from(self.run_id)),
+            "artifacts" => {
+                let (name, rest) = rest.split_first()?;
+                walk(self.artifacts.get(name)?.clone(), rest)
+            }
+            _ => None,
+        }
+    }
+
+    fn outputs_has_history_field(&self, node: &str) -> bool {
+        self.outputs
+            .get(node)
+            .and_then(Value::as_object)
+            .is_some_and(|o| o.contains_key("history"))
+    }
+}
+
+/// Single-quotes a string for `sh`: `'` + every `'` replaced by `'\''` + `'`.
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+fn compact(v: &Value) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+fn shell_scalar(v: &Value) -> String {
+    match v {
+        Value::String(s) => shell_quote(s),
+        other => shell_quote(&compact(other)),
+    }
+}
+
+fn raw_text(v: Option<&Value>) -> String {
+    match v {
+        None | Some(Value::Null) => "null".into(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => compact(other),
+    }
+}
+
+/// Renders one placeholder's value; `None` leaves the placeholder text verbatim.
+fn render_value(p: &Placeholder, v: Option<&Value>, mode: Mode) -> Option<String> {
+    if p.raw && mode != Mode::Text {
+        return Some(raw_text(v));
+    }
+    match mode {
+        Mode::Shell => match v? {
+            Value::Null => None,
+            Value::String(s) => Some(shell_quote(s)),
+            Value::Array(items) if items.iter().all(|i| !i.is_object() && !i.is_array()) => {
+                Some(items.iter().map(shell_scalar).collect::<Vec<_>>().join(" "))
+            }
+            other => Some(shell_scalar(other)),
+        },
+        Mode::JsonLiteral => Some(match v {
+            None => "null".into(),
+            Some(v) => compact(v),
+        }),
+        Mode::Text => Some(match v {
+            None => String::new(),
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => compact(other),
+        }),
+    }
+}
+
+/// A rendered template and the placeholders that resolved to nothing (missing paths).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    /// The text.
+    pub text: String,
+    /// Placeholder texts (`{{input.x}}`) whose path was missing.
+    pub missing: Vec<String>,
+}
+
+/// Renders `template` in one left-to-right pass.
+pub fn render(template: &str, mode: Mode, scope: &Scope<'_>) -> Rendered {
+    let (segs, _errors) = scan_template(template);
+    let mut text = String::with_capacity(template.len());
+    let mut missing = Vec::new();
+    for seg in segs {
+        match seg {
+            Segment::Text(t) => text.push_str(&t),
+            Segment::Placeholder(p) => {
+                let original = &template[p.start..p.end];
+                let v = scope.lookup(&p.path);
+                if v.is_none() {
+                    missing.push(original.to_string());
+                }
+                match render_value(&p, v.as_ref(), mode) {
+                    Some(s) => text.push_str(&s),
+                    None => text.push_str(original),
+                }
+            }
+        }
+    }
+    Rendered { text, missing }
+}
+
+/// A `with` value (10.3): the typed value when the template is exactly one placeholder (null when its path
+/// is missing), otherwise the template rendered as text.
+pub fn with_value(template: &str, scope: &Scope<'_>) -> Value {
+    let (segs, errors) = scan_template(template);
+    if errors.is_empty()
+        && let [Segment::Placeholder(p)] = segs.as_slice()
+    {
+        return scope.lookup(&p.path).unwrap_or(Value::Null);
+    }
+    Value::String(render(template, Mode::Text, scope).text)
+}
+
+fn is_env_name(n: &str) -> bool {
+    let b = n.as_bytes();
+    !b.is_empty()
+        && (b[0].is_ascii_alphabetic() || b[0] == b'_')
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+}
+
+/// Environment expansion of tool `command:` / `script:` text (01 5.2, 10.4 step 1): `${NAME}` is replaced when
+/// NAME is set (even empty), otherwise left verbatim; `${NAME:-DEFAULT}` gives the value when set and
+/// non-empty, else DEFAULT; every other `${…}` and bare `$NAME` are left for the shell. A reference whose
+/// NAME satisfies `withhold` (deny-class names of a node running in a container) is left verbatim whole and
+/// NAME is reported once in `withheld`.
+pub fn expand_command_env(
+    text: &str,
+    env: &BTreeMap<String, String>,
+    withhold: &dyn Fn(&str) -> bool,
+    withheld: &mut Vec<String>,
+) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(pos) = rest.find("${") {
+        out.push_str(&rest[..pos]);
+        let after = &rest[pos + 2..];
+        let Some(close) = after.find('}') else {
+            out.push_str(&rest[pos..]);
+            return out;
+        };
+        let inner = &after[..close];
+        let whole = &rest[pos..pos + 3 + close];
+        let (name, default) = match inner.split_once(":-") {
+            Some((n, d)) => (n, Some(d)),
+            None => (inner, None),
+        };
+        if !is_env_name(name) {
+            out.push_str("${");
+            rest = after;
+            continue;
+        }
+        if withhold(name) {
+            if !withheld.iter().any(|w| w == name) {
+                withheld.push(name.to_string());
+            }
+            out.push_str(whole);
+        } else {
+            match (env.get(name), default) {
+                (Some(v), Some(d)) => out.push_str(if v.is_empty() { d } else { v }),
+                (None, Some(d)) => out.push_str(d),
+                (Some(v), None) => out.push_str(v),
+                (None, None) => out.push_str(whole),
+            }
+        }
+        rest = &after[close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// TE1–TE7: `{{input.v}}`, `{{!input.v}}` in `command:`, `{{input.v}}` in `script:`.
+    fn check(v: Option<Value>, shell: &str, raw: &str, script: &str) {
+        let input = match &v {
+            Some(v) => json!({ "v": v }),
+            None => json!({}),
+        };
+        let scope = Scope {
+            input: &input,
+            ..Scope::empty()
+        };
+        let got = (
+            render("{{input.v}}", Mode::Shell, &scope).text,
+            render("{{!input.v}}", Mode::Shell, &scope).text,
+            render("{{input.v}}", Mode::JsonLiteral, &scope).text,
+        );
+        assert_eq!(got, (shell.into(), raw.into(), script.into()), "value {v:?}");
+    }
+
+    #[test]
+    fn tool_template_vectors() {
+        check(Some(json!("O'Brien")), r"'O'\''Brien'", "O'Brien", r#""O'Brien""#); // TE1
+        check(
+            Some(json!(["a b", "c"])),
+            "'a b' 'c'",
+            r#"["a b","c"]"#,
+            r#"["a b","c"]"#,
+        ); // TE2
+        check(Some(json!([])), "", "[]", "[]"); // TE3
+        check(Some(json!({"k": 1})), r#"'{"k":1}'"#, r#"{"k":1}"#, r#"{"k":1}"#); // TE4
+        check(Some(json!(3)), "'3'", "3", "3"); // TE5
+        check(Some(json!(true)), "'true'", "true", "true"); // TE5
+        check(None, "{{input.v}}", "null", "null"); // TE6
+        check(
+            Some(json!("{{vars.secret}}")),
+            "'{{vars.secret}}'",
+            "{{vars.secret}}",
+            r#""{{vars.secret}}""#,
+        ); // TE7
+        check(Some(Value::Null), "{{input.v}}", "null", "null");
+        check(Some(json!([[1], 2])), "'[[1],2]'", "[[1],2]", "[[1],2]");
+    }
+
+    #[test]
+    fn text_rendering_and_with_values() {
+        let outputs = json!({"a": {"list": [1, 2], "s": "x"}});
+        let vars = json!({"n": 3});
+        let scope = Scope {
+            outputs: outputs.as_object().unwrap(),
+            vars: vars.as_object().unwrap(),
+            ..Scope::empty()
+        };
+        assert_eq!(with_value("{{outputs.a.list}}", &scope), json!([1, 2])); // GX7
+        assert_eq!(with_value("n={{vars.n}}", &scope), json!("n=3")); // GX7
+        assert_eq!(with_value("{{outputs.a.nope}}", &scope), Value::Null);
+        let r = render(
+            "[{{outputs.a.s}}|{{outputs.a.list}}|{{vars.x}}]",
+            Mode::Text,
+            &scope,
+        );
+        assert_eq!(r.text, "[x|[1,2]|]");
+        assert_eq!(r.missing, vec!["{{vars.x}}".to_string()]);
+    }
+
+    #[test]
+    fn loop_history_and_run_namespaces() {
+        let mut history = BTreeMap::new();
+        history.insert("b".to_string(), vec![json!({"i": 1}), json!({"i": 2})]);
+        let mut loops = BTreeMap::new();
+        loops.insert(
+            "fix".to_string(),
+            LoopView {
+                iteration: 2,
+                max: Some(3),
+                previous_output: Some(json!({"f": "x"})),
+            },
+        );
+        let scope = Scope {
+            history: &history,
+            loops: &loops,
+            run_id: "r1",
+            ..Scope::empty()
+        };
+        let r = render(
+            "{{outputs.b.history.1.i}} {{loop.fix.iteration}}/{{loop.fix.max}} {{loop.fix.previous_output.f}} {{run.id}}",
+            Mode::Text,
+            &scope,
+        );
+        assert_eq!(r.text, "2 2/3 x r1");
+    }
+
+    fn env_check(text: &str, container: bool, expect: &str, withheld: &[&str]) {
+        let env: BTreeMap<String, String> = [
+            ("HOME", "/home/jo"),
+            ("ANTHROPIC_API_KEY", "sk-secret"),
+            ("NODE_ENV", "test"),
+            ("EMPTY", ""),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let mut got_withheld = Vec::new();
+        let withhold = |n: &str| container && iterion_envdeny::is_denied(n);
+        let got = expand_command_env(text, &env, &withhold, &mut got_withheld);
+        assert_eq!(got, expect, "{text:?}");
+        assert_eq!(got_withheld, withheld, "{text:?}");
+    }
+
+    #[test]
+    fn command_env_rules() {
+        // TE8 (host)
+        env_check("${HOME}", false, "/home/jo", &[]);
+        env_check("${UNSET_X}", false, "${UNSET_X}", &[]);
+        env_check("${UNSET_X:-d}", false, "d", &[]);
+        env_check("${x.y}", false, "${x.y}", &[]);
+        env_check("$HOME", false, "$HOME", &[]);
+        env_check("${EMPTY:-d} ${EMPTY}.", false, "d .", &[]);
+        env_check("a ${ unterminated", false, "a ${ unterminated", &[]);
+        // TE9 (container)
+        env_check(
+            "${ANTHROPIC_API_KEY} ${ANTHROPIC_API_KEY:-x}",
+            true,
+            "${ANTHROPIC_API_KEY} ${ANTHROPIC_API_KEY:-x}",
+            &["ANTHROPIC_API_KEY"],
+        );
+        env_check("${NODE_ENV}", true, "test", &[]);
+        env_check("${ANTHROPIC_API_KEY}", false, "sk-secret", &[]);
+    }
+}
