@@ -195,6 +195,16 @@ mod tests {
     }
 
     #[test]
+    fn friendly_name_known_answers() {
+        // Computed independently: SHA-256 bytes 0..3 index the word list, bytes 3..5 in hex.
+        assert_eq!(friendly_name("/w/app/release.bot", "b"), "wren-nova-lemon-8d72");
+        assert_eq!(
+            friendly_name("/w/app/release.bot", "a"),
+            "bloom-robin-velvet-9ddd"
+        );
+    }
+
+    #[test]
     fn word_list_is_256_unique_lowercase_words() {
         let mut sorted = WORDS.to_vec();
         sorted.sort_unstable();
