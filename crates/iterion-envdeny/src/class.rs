@@ -370,45 +370,50 @@ impl DenyClass {
     /// suffix.
     pub fn classify(&self, name: &str) -> Classification {
         let n = name.as_bytes();
-        let mut best: Option<Rule> = None;
-        for r in self.rules() {
-            let p = r.pattern.as_bytes();
-            let hit = match r.kind {
-                RuleKind::Exact => n.eq_ignore_ascii_case(p),
-                RuleKind::Prefix => starts_with_ci(n, p),
-                RuleKind::Suffix => ends_with_ci(n, p),
-            };
-            if !hit {
-                continue;
-            }
-            best = match best {
-                None => Some(r),
-                Some(b) if better(&r, &b) => Some(r),
-                keep => keep,
-            };
+        let deny = |kind, pattern, category| {
+            Classification::Deny(DenyReason {
+                kind,
+                pattern,
+                category,
+            })
+        };
+        // exact beats prefix beats suffix; within a kind the longest pattern wins
+        let extra = |kind: RuleKind| {
+            self.extra
+                .iter()
+                .filter(move |r| r.kind == kind)
+                .map(|r| (r.pattern, r.category))
+        };
+        let exact = EXACT.iter().copied().chain(extra(RuleKind::Exact));
+        if let Some((p, c)) = exact
+            .into_iter()
+            .find(|(p, _)| n.eq_ignore_ascii_case(p.as_bytes()))
+        {
+            return deny(RuleKind::Exact, p, c);
         }
-        match best {
-            None => Classification::Pass,
-            Some(r) => Classification::Deny(DenyReason {
-                kind: r.kind,
-                pattern: r.pattern,
-                category: r.category,
-            }),
+        let longest = |it: &mut dyn Iterator<Item = (&'static str, Category)>,
+                       hit: &dyn Fn(&[u8]) -> bool| {
+            it.filter(|(p, _)| hit(p.as_bytes()))
+                .fold(None::<(&'static str, Category)>, |best, (p, c)| match best {
+                    Some((b, _)) if b.len() >= p.len() => best,
+                    _ => Some((p, c)),
+                })
+        };
+        let mut prefixes = PREFIXES.iter().copied().chain(extra(RuleKind::Prefix));
+        if let Some((p, c)) = longest(&mut prefixes, &|p| starts_with_ci(n, p)) {
+            return deny(RuleKind::Prefix, p, c);
         }
+        let mut suffixes = SUFFIXES.iter().copied().chain(extra(RuleKind::Suffix));
+        if let Some((p, c)) = longest(&mut suffixes, &|p| ends_with_ci(n, p)) {
+            return deny(RuleKind::Suffix, p, c);
+        }
+        Classification::Pass
     }
 
     /// Shorthand for `classify(name).is_denied()`.
     pub fn is_denied(&self, name: &str) -> bool {
         self.classify(name).is_denied()
     }
-}
-
-/// Whether `a` should be reported instead of `b` (both match).
-fn better(a: &Rule, b: &Rule) -> bool {
-    if a.kind != b.kind {
-        return a.kind < b.kind; // Exact < Prefix < Suffix in declaration order
-    }
-    a.pattern.len() > b.pattern.len()
 }
 
 /// Renders the built-in class as the Markdown tables of the user documentation (one per kind).
