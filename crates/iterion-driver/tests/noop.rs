@@ -280,3 +280,39 @@ fn network_lease_release_is_idempotent_and_concurrent_safe() {
     counted.release();
     assert_eq!(*count.lock().unwrap(), 1);
 }
+
+#[tokio::test]
+async fn exec_collect_truncates_but_reads_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    let run = start(&ws).await;
+    let limits = OutputLimits {
+        max_stdout: 10,
+        max_stderr: 3,
+    };
+    let c = exec_collect(
+        &*run,
+        ExecRequest::shell("head -c 100000 /dev/zero; echo abcdef >&2"),
+        limits,
+    )
+    .await
+    .unwrap();
+    assert_eq!((c.stdout.len(), c.stdout_truncated), (10, true));
+    assert_eq!((c.stderr.as_slice(), c.stderr_truncated), (&b"abc"[..], true));
+    assert_eq!(c.status.code, 0);
+    run.cleanup().await;
+}
+
+#[test]
+fn typed_errors_survive_io_streams() {
+    let io = std::io::Error::other(Error::gone());
+    assert_eq!(Error::from_io(io), Error::gone());
+    let plain = Error::from_io(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset"));
+    assert_eq!(
+        plain,
+        Error::Engine {
+            status: None,
+            message: "stream failed: reset".into()
+        }
+    );
+}
