@@ -756,14 +756,10 @@ fn snapshot_tree(root: &Path) -> std::result::Result<BTreeMap<String, String>, S
     Ok(out)
 }
 
-async fn c30(s: &Suite, run: &dyn Run) -> CaseResultInner {
-    let sub = s.ctx.workspace.join(format!("copy-{}", token()));
-    std::fs::create_dir_all(&sub).map_err(|e| e.to_string())?;
-    let dest = format!(
-        "{}/{}",
-        run.workspace(),
-        sub.file_name().unwrap_or_default().to_string_lossy()
-    );
+async fn c30(_s: &Suite, run: &dyn Run) -> CaseResultInner {
+    let dest = format!("{}/copy-{}", run.workspace(), token());
+    let made = sh(run, &format!("mkdir -p '{dest}'")).await?;
+    ensure!(made.status.code == 0, "mkdir {dest}: {}", made.stderr_text());
     run.copy_in(&dest, Box::pin(std::io::Cursor::new(tree_tar())))
         .await
         .map_err(err)?;
@@ -776,7 +772,7 @@ async fn c30(s: &Suite, run: &dyn Run) -> CaseResultInner {
         safe_untar_sync(&tree_tar()[..], want.path(), 1 << 30).map_err(err)?;
         snapshot_tree(&want.path().join("tree"))?
     };
-    let _ = std::fs::remove_dir_all(&sub);
+    let _ = sh(run, &format!("rm -rf '{dest}'")).await;
     ensure!(
         got == expected,
         "round trip differs:\n got {got:?}\nwant {expected:?}"
