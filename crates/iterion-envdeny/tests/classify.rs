@@ -177,6 +177,23 @@ fn with_extra_adds_rules_and_rejects_lower_case() {
     );
 }
 
+/// `DENY_CLASS.md` (the user-facing table, linked from the sandbox documentation) is rendered from the crate
+/// data; regenerate it with `ITERION_UPDATE_DOCS=1 cargo test -p iterion-envdeny --test classify`.
+#[test]
+fn documentation_matches_the_crate_data() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("DENY_CLASS.md");
+    let header = "<!-- generated from iterion-envdeny's tables by tests/classify.rs; do not edit -->\n\n# The environment deny class\n\n";
+    let want = format!("{header}{}", render_markdown());
+    if std::env::var_os("ITERION_UPDATE_DOCS").is_some() {
+        std::fs::write(&path, &want).unwrap();
+    }
+    let got = std::fs::read_to_string(&path).unwrap_or_default();
+    assert_eq!(
+        got, want,
+        "DENY_CLASS.md drifted from the crate data; regenerate it (see the test's doc)"
+    );
+}
+
 #[test]
 fn full_deny_list_snapshot() {
     insta::assert_snapshot!(render_markdown());
