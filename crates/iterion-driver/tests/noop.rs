@@ -316,3 +316,29 @@ fn typed_errors_survive_io_streams() {
         }
     );
 }
+
+#[tokio::test]
+async fn force_cleanup_kills_running_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    let run = start(&ws).await;
+    let exec = run
+        .exec(
+            ExecRequest::shell("sleep 1000")
+                .outputs(iterion_driver::Output::Discard, iterion_driver::Output::Discard),
+        )
+        .await
+        .unwrap();
+    run.force_cleanup_blocking();
+    // the process was killed: wait resolves (as SandboxGone, the run being gone) instead of hanging
+    let r = tokio::time::timeout(Duration::from_secs(30), exec.wait())
+        .await
+        .expect("the process survived");
+    assert!(matches!(r, Err(ref e) if e.is_sandbox_gone()), "{r:?}");
+    assert!(
+        run.exec(ExecRequest::new(["true"]))
+            .await
+            .unwrap_err()
+            .is_sandbox_gone()
+    );
+}
