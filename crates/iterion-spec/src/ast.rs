@@ -25,7 +25,6 @@ pub struct Ast {
 /// A top-level declaration.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "decl")]
-#[allow(clippy::large_enum_variant)] // declarations are few; boxing would only add noise to matches
 pub enum Decl {
     /// `vars:`.
     Vars(VarsBlock),
@@ -34,7 +33,7 @@ pub enum Decl {
     /// `attachments:`.
     Attachments(AttachmentsBlock),
     /// `mcp_server NAME:`.
-    McpServer(McpServer),
+    McpServer(Box<McpServer>),
     /// `prompt NAME:`.
     Prompt(Prompt),
     /// `schema NAME:`.
@@ -42,9 +41,9 @@ pub enum Decl {
     /// `cursor NAME:`.
     Cursor(CursorDecl),
     /// `agent|judge|router|human|tool|compute NAME:`.
-    Node(Node),
+    Node(Box<Node>),
     /// `workflow NAME:`.
-    Workflow(WorkflowDecl),
+    Workflow(Box<WorkflowDecl>),
 }
 
 /// A `vars:` block.

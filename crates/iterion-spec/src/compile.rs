@@ -2,6 +2,7 @@
 //! sandbox declarations, and builds the [`Workflow`] model.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::ast::{Ast, CursorDecl, Decl, WorkflowDecl};
 use crate::diag::Diagnostic;
@@ -30,6 +31,33 @@ pub fn compile(ast: &Ast, file: &str) -> (Vec<Workflow>, Vec<Diagnostic>) {
     crate::diag::sort(&mut diags);
     (wf.into_iter().collect(), diags)
 }
+
+/// A small non-cryptographic hasher for name lookups (inputs are the user's own names; collisions only cost
+/// time, and the maps are rebuilt per compile).
+#[derive(Default)]
+struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x517c_c1b7_2722_0a95;
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let v = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+            self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(K);
+        }
+        for &b in chunks.remainder() {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
+        }
+    }
+    fn write_u8(&mut self, b: u8) {
+        self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 
 /// Everything [`check`] found: the syntax tree, the compiled workflows and every diagnostic.
 #[derive(Debug, Clone)]
@@ -76,7 +104,7 @@ struct Compiler<'a> {
     file: &'a str,
     diags: Vec<Diagnostic>,
     /// Names already declared, per declaration family (for duplicate checks).
-    seen: HashMap<&'static str, HashMap<String, Span>>,
+    seen: HashMap<&'static str, FxMap<String, Span>>,
 }
 
 /// The top-level declarations of a file, deduplicated.
@@ -923,7 +951,7 @@ impl<'a> Compiler<'a> {
             }
         }
         // per-source rules
-        let mut loops: HashMap<&str, &Edge> = HashMap::new();
+        let mut loops: FxMap<&str, &Edge> = FxMap::default();
         for e in &w.edges {
             if let Some(l) = &e.loop_spec {
                 match &l.cap.value {
@@ -1023,7 +1051,7 @@ impl<'a> Compiler<'a> {
             }
         }
         // with-key collisions
-        let mut into: HashMap<(&str, &str), &str> = HashMap::new();
+        let mut into: FxMap<(&str, &str), &str> = FxMap::default();
         for e in &w.edges {
             for entry in &e.with.entries {
                 let k = (e.to.value.as_str(), entry.key.value.as_str());
@@ -1085,7 +1113,7 @@ impl<'a> Compiler<'a> {
             .collect();
         let ctx = TplCtx { w, g, publishes };
         // prompt bodies: consumers are the nodes that use them
-        let mut users: HashMap<&str, Vec<&Node>> = HashMap::new();
+        let mut users: FxMap<&str, Vec<&Node>> = FxMap::default();
         for n in &w.nodes {
             for r in [&n.system, &n.user, &n.instructions, &n.interaction_prompt]
                 .into_iter()
@@ -1694,11 +1722,11 @@ pub fn parse_duration(s: &str) -> Option<u128> {
 /// workflow; its inherent methods shadow the model's linear ones.
 struct Ix<'w> {
     w: &'w Workflow,
-    node_ix: HashMap<&'w str, (usize, &'w Node)>,
-    schema_ix: HashMap<&'w str, &'w Schema>,
-    prompt_ix: HashMap<&'w str, &'w Prompt>,
-    var_ix: HashMap<&'w str, &'w Var>,
-    out_ix: HashMap<&'w str, Vec<&'w Edge>>,
+    node_ix: FxMap<&'w str, (usize, &'w Node)>,
+    schema_ix: FxMap<&'w str, &'w Schema>,
+    prompt_ix: FxMap<&'w str, &'w Prompt>,
+    var_ix: FxMap<&'w str, &'w Var>,
+    out_ix: FxMap<&'w str, Vec<&'w Edge>>,
 }
 
 impl std::ops::Deref for Ix<'_> {
@@ -1710,7 +1738,7 @@ impl std::ops::Deref for Ix<'_> {
 
 impl<'w> Ix<'w> {
     fn new(w: &'w Workflow) -> Ix<'w> {
-        let mut out: HashMap<&str, Vec<&Edge>> = HashMap::new();
+        let mut out: FxMap<&str, Vec<&Edge>> = FxMap::default();
         for e in &w.edges {
             out.entry(e.from.value.as_str()).or_default().push(e);
         }

@@ -974,13 +974,13 @@ impl<'a> Parser<'a> {
                 let name = self.decl_name("mcp_server")?;
                 let reserved = self.reserved(&name);
                 let m = self.mcp_server_body(name);
-                (!reserved).then_some(Decl::McpServer(m))
+                (!reserved).then(|| Decl::McpServer(Box::new(m)))
             }
             "workflow" => {
                 let name = self.decl_name("workflow")?;
                 let reserved = self.reserved(&name);
                 let w = self.workflow_body(name);
-                (!reserved).then_some(Decl::Workflow(w))
+                (!reserved).then(|| Decl::Workflow(Box::new(w)))
             }
             _ => {
                 let kind = match kw {
@@ -994,7 +994,7 @@ impl<'a> Parser<'a> {
                 let name = self.decl_name(kw)?;
                 let reserved = self.reserved(&name);
                 let n = self.node_body(name, kind);
-                (!reserved).then_some(Decl::Node(n))
+                (!reserved).then(|| Decl::Node(Box::new(n)))
             }
         }
     }

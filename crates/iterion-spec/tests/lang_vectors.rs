@@ -65,7 +65,7 @@ fn nodes(src: &str) -> Vec<Node> {
     ast.decls
         .into_iter()
         .filter_map(|d| match d {
-            Decl::Node(n) => Some(n),
+            Decl::Node(n) => Some(*n),
             _ => None,
         })
         .collect()
