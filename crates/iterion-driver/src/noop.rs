@@ -128,6 +128,7 @@ impl Driver for NoopDriver {
                 env,
                 gone: AtomicBool::new(false),
                 execs: Mutex::new(HashMap::new()),
+                ended_groups: Mutex::new(Vec::new()),
                 cleanup: Mutex::new(None),
             }),
         };
@@ -167,6 +168,8 @@ struct RunInner {
     env: Vec<(String, String)>,
     gone: AtomicBool,
     execs: Mutex<HashMap<ExecId, (ExecKiller, i32)>>,
+    /// Process groups of execs whose leader already ended (their background children may live on).
+    ended_groups: Mutex<Vec<i32>>,
     cleanup: Mutex<Option<SharedReport>>,
 }
 
@@ -303,16 +306,47 @@ impl RunInner {
     }
 }
 
+/// Process groups among `pgids` that still have members (Linux: `/proc/<pid>/stat` field 5). A group id stays
+/// allocated while it has members, so a group found here is still the one the exec created.
+fn live_groups(pgids: &[i32]) -> Vec<i32> {
+    if pgids.is_empty() {
+        return Vec::new();
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut live: Vec<i32> = dir
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter_map(|stat| {
+            let rest = &stat[stat.rfind(')')? + 1..];
+            rest.split_whitespace().nth(2)?.parse::<i32>().ok()
+        })
+        .filter(|g| pgids.contains(g))
+        .collect();
+    live.sort_unstable();
+    live.dedup();
+    live
+}
+
 async fn do_cleanup(inner: Arc<RunInner>) -> CleanupReport {
     inner.gone.store(true, Ordering::SeqCst);
-    let killers: Vec<ExecKiller> = inner
-        .execs
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .drain()
-        .map(|(_, (k, _))| k)
-        .filter(|k| !k.has_exited())
-        .collect();
+    let mut ended: Vec<i32> =
+        std::mem::take(&mut *inner.ended_groups.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut killers: Vec<ExecKiller> = Vec::new();
+    for (_, (k, pgid)) in inner.execs.lock().unwrap_or_else(|e| e.into_inner()).drain() {
+        if k.has_exited() {
+            ended.push(pgid);
+        } else {
+            killers.push(k);
+        }
+    }
     let mut report = CleanupReport::new(inner.id.clone(), true);
     report.execs_terminated = killers.len();
     let results =
@@ -321,6 +355,20 @@ async fn do_cleanup(inner: Arc<RunInner>) -> CleanupReport {
         .into_iter()
         .filter_map(|r| r.err().map(|e| e.to_string()))
         .collect();
+    // background children of execs whose leader already ended: TERM, 2 s, KILL
+    let orphans = live_groups(&ended);
+    for g in &orphans {
+        let _ = killpg(Pid::from_raw(*g), Signal::SIGTERM);
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    let mut left = orphans;
+    while !left.is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        left = live_groups(&left);
+    }
+    for g in &left {
+        let _ = killpg(Pid::from_raw(*g), Signal::SIGKILL);
+    }
     report
 }
 
@@ -456,7 +504,13 @@ impl Run for NoopRun {
         });
         {
             let mut execs = self.inner.execs.lock().unwrap_or_else(|e| e.into_inner());
-            execs.retain(|_, (k, _)| !k.has_exited());
+            let mut ended = self.inner.ended_groups.lock().unwrap_or_else(|e| e.into_inner());
+            execs.retain(|_, (k, pgid)| {
+                if k.has_exited() {
+                    ended.push(*pgid);
+                }
+                !k.has_exited()
+            });
             execs.insert(id, (exec.killer(), pid));
         }
         if self.inner.gone.load(Ordering::SeqCst) {

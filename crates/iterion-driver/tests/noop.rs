@@ -342,3 +342,52 @@ async fn force_cleanup_kills_running_groups() {
             .is_sandbox_gone()
     );
 }
+
+#[tokio::test]
+async fn cleanup_ends_background_children_of_finished_execs() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    let run = start(&ws).await;
+    let token = format!("sleep {}", 2_000_000 + std::process::id());
+    let exec = run
+        .exec(
+            ExecRequest::shell(format!("{token} &"))
+                .outputs(iterion_driver::Output::Discard, iterion_driver::Output::Discard),
+        )
+        .await
+        .unwrap();
+    assert_eq!(exec.wait().await.unwrap().code, 0);
+    let alive = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .any(|e| {
+                std::fs::read(e.path().join("cmdline"))
+                    .map(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim_end() == token)
+                    .unwrap_or(false)
+            })
+    };
+    let mut started = false;
+    for _ in 0..200 {
+        if alive() {
+            started = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(started, "the background sleep should outlive its shell");
+    // a second exec registers the first one's group as ended
+    exec_collect(&*run, ExecRequest::new(["true"]), OutputLimits::default())
+        .await
+        .unwrap();
+    run.cleanup().await;
+    let mut gone = false;
+    for _ in 0..200 {
+        if !alive() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(gone, "the orphaned background process survived cleanup");
+}
