@@ -3,6 +3,7 @@ use clap::Parser;
 
 mod cli;
 mod cmd_runs;
+mod drivers;
 mod relay;
 
 fn main() -> std::process::ExitCode {

@@ -1,0 +1,584 @@
+//! Driver selection (03 §2): the host kind, the preference order, forcing, and the only place that constructs
+//! concrete drivers (`DockerDriver`, `NoopDriver`).
+//!
+//! Use from a command (inside a tokio runtime):
+//!
+//! ```ignore
+//! let opts = drivers::SelectOptions::new(args.sandbox_driver.clone());
+//! let sel = drivers::select(env, &opts).await?;          // Err only for an invalid driver name (exit 2)
+//! let driver = sel.require()?;                           // Err(SANDBOX_DRIVER_UNAVAILABLE) when forced and down
+//! if sel.kind == DriverKind::Noop { /* 03 §2.3: degrade or refuse per scope */ }
+//! ```
+//!
+//! `select` pings every candidate of the host kind concurrently, each bounded by `ping_timeout`, and keeps the
+//! first available in preference order. `candidates_tried` records each candidate's outcome (the doctor
+//! prints it; run errors quote it).
+#![allow(dead_code)] // parts of the API are used by `iterion run`, wired by the integrator
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use iterion_driver::{Driver, DriverKind, EngineInfo, NoopDriver};
+use iterion_driver_docker::endpoint::{EndpointSettings, Family};
+use iterion_driver_docker::{DockerDriver, DockerSettings};
+
+/// Default bound of each availability ping.
+pub const DEFAULT_PING_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Host kind (03 §2.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostKind {
+    /// A developer machine or CI host.
+    Local,
+    /// The desktop application.
+    Desktop,
+    /// A runner inside a cluster.
+    Cloud,
+}
+
+impl HostKind {
+    /// `local`, `desktop`, `cloud`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HostKind::Local => "local",
+            HostKind::Desktop => "desktop",
+            HostKind::Cloud => "cloud",
+        }
+    }
+
+    /// The candidates of 03 §2.2, in preference order.
+    pub fn candidates(self) -> &'static [DriverKind] {
+        match self {
+            HostKind::Cloud => &[DriverKind::Kubernetes, DriverKind::Noop],
+            HostKind::Local | HostKind::Desktop => {
+                &[DriverKind::Docker, DriverKind::Podman, DriverKind::Noop]
+            }
+        }
+    }
+}
+
+/// Host kind of 03 §2.1 over the environment snapshot and `argv[0]`; warnings (an unknown `ITERION_MODE`) are
+/// appended to `warnings`.
+pub fn host_kind(
+    env: &BTreeMap<String, String>,
+    argv0: Option<&str>,
+    warnings: &mut Vec<String>,
+) -> HostKind {
+    let get = |k: &str| env.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+    if let Some(mode) = env.get("ITERION_MODE").map(|v| v.trim().to_ascii_lowercase()) {
+        match mode.as_str() {
+            "cloud" => return HostKind::Cloud,
+            "local" => return HostKind::Local,
+            "" => {}
+            other => warnings.push(format!("ITERION_MODE '{other}' is not cloud or local; ignored")),
+        }
+    }
+    if get("KUBERNETES_SERVICE_HOST").is_some() {
+        return HostKind::Cloud;
+    }
+    let desktop_argv0 = argv0
+        .map(|a| {
+            std::path::Path::new(a)
+                .file_name()
+                .map(|f| f.to_string_lossy().to_ascii_lowercase())
+                .unwrap_or_default()
+        })
+        .is_some_and(|f| f.contains("iterion-desktop"));
+    if get("ITERION_DESKTOP").is_some() || desktop_argv0 {
+        return HostKind::Desktop;
+    }
+    HostKind::Local
+}
+
+/// Where a forced driver came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForceSource {
+    /// `--sandbox-driver`.
+    Flag,
+    /// `ITERION_SANDBOX_DRIVER`.
+    Env,
+}
+
+impl ForceSource {
+    /// How the source is named in messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ForceSource::Flag => "--sandbox-driver",
+            ForceSource::Env => "ITERION_SANDBOX_DRIVER",
+        }
+    }
+}
+
+/// The outcome of probing one candidate.
+#[derive(Debug, Clone)]
+pub struct Tried {
+    /// The candidate (as listed in the preference order; the engine identity may report another name).
+    pub candidate: DriverKind,
+    /// The engine's identity, or why the candidate is unavailable.
+    pub outcome: Result<EngineInfo, String>,
+}
+
+/// What [`select`] decided.
+#[derive(Debug, Clone)]
+pub struct Selection {
+    /// The driver to use. `None` only when a forced driver is unavailable ([`Selection::require`] then returns
+    /// `SANDBOX_DRIVER_UNAVAILABLE`).
+    pub driver: Option<Arc<dyn Driver>>,
+    /// The selected (or forced) driver kind. A Podman engine found on a Docker socket is `Podman`.
+    pub kind: DriverKind,
+    /// Why: `first available of: docker, podman`, `forced by --sandbox-driver`, …
+    pub reason: String,
+    /// Host kind.
+    pub host_kind: HostKind,
+    /// The forcing source, when the driver was forced.
+    pub forced: Option<ForceSource>,
+    /// Every candidate probed, in preference order (noop last, always available).
+    pub candidates_tried: Vec<Tried>,
+    /// The identity of the selected engine (docker / podman).
+    pub engine: Option<EngineInfo>,
+    /// Warnings met while selecting (an ignored `ITERION_MODE`).
+    pub warnings: Vec<String>,
+}
+
+impl Selection {
+    /// The selected driver, or `SANDBOX_DRIVER_UNAVAILABLE` naming the forcing source and the reason.
+    pub fn require(&self) -> iterion_driver::Result<Arc<dyn Driver>> {
+        match &self.driver {
+            Some(d) => Ok(d.clone()),
+            None => Err(iterion_driver::Error::Unavailable {
+                driver: self.kind.as_str().to_string(),
+                reason: self.unavailable_reason().unwrap_or_else(|| "unavailable".into()),
+            }),
+        }
+    }
+
+    /// For a forced driver that is unavailable: `forced by <source>: <reason>`.
+    pub fn unavailable_reason(&self) -> Option<String> {
+        if self.driver.is_some() {
+            return None;
+        }
+        let why = self
+            .candidates_tried
+            .iter()
+            .find(|t| t.candidate == self.kind)
+            .and_then(|t| t.outcome.as_ref().err().cloned())
+            .unwrap_or_else(|| "unavailable".into());
+        Some(match self.forced {
+            Some(src) => format!("forced by {}: {why}", src.as_str()),
+            None => why,
+        })
+    }
+
+    /// The driver names that answered (sorted, noop included): `docker, noop, podman`.
+    pub fn available(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .candidates_tried
+            .iter()
+            .filter_map(|t| {
+                t.outcome
+                    .as_ref()
+                    .ok()
+                    .map(|i| i.driver.unwrap_or(t.candidate).as_str().to_string())
+            })
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Each unavailable candidate with its reason, `docker: <reason>; podman: <reason>` (03 §4.2).
+    pub fn unavailable_summary(&self) -> String {
+        self.candidates_tried
+            .iter()
+            .filter_map(|t| t.outcome.as_ref().err().map(|e| format!("{}: {e}", t.candidate)))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// Invalid selection input (a usage error, exit 2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelectError(pub String);
+
+impl std::fmt::Display for SelectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SelectError {}
+
+/// Inputs of [`select`] besides the environment.
+#[derive(Debug, Clone)]
+pub struct SelectOptions {
+    /// `--sandbox-driver` (wins over `ITERION_SANDBOX_DRIVER`).
+    pub forced_flag: Option<String>,
+    /// Bound of each ping (the doctor passes `ITERION_SANDBOX_DOCTOR_TIMEOUT`).
+    pub ping_timeout: Duration,
+    /// The relay binary for the docker driver (`iterion run` installs the embedded one, see `relay.rs`).
+    pub relay_binary: Option<PathBuf>,
+    /// `argv[0]` (desktop detection); `None` reads it from the process arguments.
+    pub argv0: Option<String>,
+}
+
+impl SelectOptions {
+    /// Options with the given `--sandbox-driver`, a 5 s ping and no relay.
+    pub fn new(forced_flag: Option<String>) -> Self {
+        Self {
+            forced_flag,
+            ping_timeout: DEFAULT_PING_TIMEOUT,
+            relay_binary: None,
+            argv0: None,
+        }
+    }
+}
+
+/// Parses the forcing inputs: the flag wins over `ITERION_SANDBOX_DRIVER`; an empty value is unset; an
+/// unknown name is a usage error naming its source.
+pub fn forced_driver(
+    env: &BTreeMap<String, String>,
+    flag: Option<&str>,
+) -> Result<Option<(DriverKind, ForceSource)>, SelectError> {
+    let (value, src) = match (flag, env.get("ITERION_SANDBOX_DRIVER")) {
+        (Some(f), _) => (f.trim().to_string(), ForceSource::Flag),
+        (None, Some(v)) => (v.trim().to_string(), ForceSource::Env),
+        (None, None) => return Ok(None),
+    };
+    if value.is_empty() {
+        return Ok(None);
+    }
+    match DriverKind::parse(&value) {
+        Some(k) => Ok(Some((k, src))),
+        None => Err(SelectError(format!(
+            "invalid {} '{}' (want docker, podman, kubernetes or noop)",
+            src.as_str(),
+            value.escape_debug()
+        ))),
+    }
+}
+
+fn endpoint_settings(env: &BTreeMap<String, String>) -> EndpointSettings {
+    let get = |k: &str| env.get(k).cloned();
+    EndpointSettings::new(
+        get("DOCKER_HOST"),
+        get("CONTAINER_HOST"),
+        get("XDG_RUNTIME_DIR").map(PathBuf::from),
+        get("HOME").map(PathBuf::from),
+    )
+}
+
+fn docker_settings(env: &BTreeMap<String, String>, family: Family, opts: &SelectOptions) -> DockerSettings {
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut s = DockerSettings::new(
+        endpoint_settings(env),
+        family,
+        host,
+        nix::unistd::getuid().as_raw(),
+    );
+    s.ping_timeout = opts.ping_timeout;
+    if let Some(r) = &opts.relay_binary {
+        s = s.with_relay_binary(r.clone());
+    }
+    s
+}
+
+async fn probe_engine(
+    env: &BTreeMap<String, String>,
+    family: Family,
+    opts: &SelectOptions,
+) -> (Arc<DockerDriver>, Result<EngineInfo, String>) {
+    let d = Arc::new(DockerDriver::new(docker_settings(env, family, opts)));
+    let r = d.engine_info().await.map_err(|e| match e {
+        iterion_driver::Error::Unavailable { reason, .. } => reason,
+        other => other.to_string(),
+    });
+    (d, r)
+}
+
+/// Why the kubernetes driver is unavailable in this build.
+pub fn kubernetes_unavailable() -> String {
+    iterion_driver_k8s::NOT_BUILT.to_string()
+}
+
+/// Selects the driver (03 §2). `Err` only for an invalid driver name (a usage error).
+pub async fn select(env: &BTreeMap<String, String>, opts: &SelectOptions) -> Result<Selection, SelectError> {
+    let forced = forced_driver(env, opts.forced_flag.as_deref())?;
+    let mut warnings = Vec::new();
+    let argv0 = opts.argv0.clone().or_else(|| {
+        std::env::args_os()
+            .next()
+            .map(|a| a.to_string_lossy().into_owned())
+    });
+    let host = host_kind(env, argv0.as_deref(), &mut warnings);
+
+    // Which candidates to probe: the host's list, plus the forced driver when it is not on it.
+    let mut wanted: Vec<DriverKind> = host.candidates().to_vec();
+    if let Some((k, _)) = forced
+        && !wanted.contains(&k)
+    {
+        wanted.insert(0, k);
+    }
+    let noop_base: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let want = |k| wanted.contains(&k);
+    let (docker, podman) = tokio::join!(
+        async {
+            if want(DriverKind::Docker) {
+                Some(probe_engine(env, Family::Docker, opts).await)
+            } else {
+                None
+            }
+        },
+        async {
+            if want(DriverKind::Podman) {
+                Some(probe_engine(env, Family::Podman, opts).await)
+            } else {
+                None
+            }
+        }
+    );
+    let mut tried = Vec::new();
+    let mut drivers: Vec<(DriverKind, Arc<dyn Driver>, Option<EngineInfo>)> = Vec::new();
+    for k in &wanted {
+        match k {
+            DriverKind::Docker | DriverKind::Podman => {
+                let probed = if *k == DriverKind::Docker {
+                    &docker
+                } else {
+                    &podman
+                };
+                if let Some((d, outcome)) = probed {
+                    tried.push(Tried {
+                        candidate: *k,
+                        outcome: outcome.clone(),
+                    });
+                    if let Ok(info) = outcome {
+                        drivers.push((*k, d.clone() as Arc<dyn Driver>, Some(info.clone())));
+                    }
+                }
+            }
+            DriverKind::Kubernetes => tried.push(Tried {
+                candidate: *k,
+                outcome: Err(kubernetes_unavailable()),
+            }),
+            DriverKind::Noop => {
+                tried.push(Tried {
+                    candidate: *k,
+                    outcome: Ok(EngineInfo::new(DriverKind::Noop, "host")),
+                });
+                drivers.push((
+                    *k,
+                    Arc::new(NoopDriver::new(noop_base.clone())) as Arc<dyn Driver>,
+                    None,
+                ));
+            }
+        }
+    }
+
+    let real_names: Vec<&str> = host
+        .candidates()
+        .iter()
+        .filter(|k| **k != DriverKind::Noop)
+        .map(|k| k.as_str())
+        .collect();
+    let (driver, kind, reason, engine) = match forced {
+        Some((k, src)) => match drivers.iter().find(|(c, _, _)| *c == k) {
+            Some((_, d, info)) => (
+                Some(d.clone()),
+                info.as_ref().and_then(|i| i.driver).unwrap_or(k),
+                format!("forced by {}", src.as_str()),
+                info.clone(),
+            ),
+            None => (None, k, format!("forced by {}", src.as_str()), None),
+        },
+        None => {
+            let (c, d, info) = drivers
+                .iter()
+                .find(|(c, _, _)| host.candidates().contains(c))
+                .cloned()
+                .expect("noop is always a candidate and always available");
+            let reason = if c == DriverKind::Noop {
+                format!("no container runtime: none of {} answered", real_names.join(", "))
+            } else {
+                format!("first available of: {}", real_names.join(", "))
+            };
+            (
+                Some(d),
+                info.as_ref().and_then(|i| i.driver).unwrap_or(c),
+                reason,
+                info,
+            )
+        }
+    };
+    Ok(Selection {
+        driver,
+        kind,
+        reason,
+        host_kind: host,
+        forced: forced.map(|(_, s)| s),
+        candidates_tried: tried,
+        engine,
+        warnings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn check_host(pairs: &[(&str, &str)], argv0: Option<&str>, expect: HostKind, expect_warnings: usize) {
+        let mut w = Vec::new();
+        assert_eq!(
+            host_kind(&env(pairs), argv0, &mut w),
+            expect,
+            "{pairs:?} {argv0:?}"
+        );
+        assert_eq!(w.len(), expect_warnings, "{w:?}");
+    }
+
+    #[test]
+    fn host_kind_rules_2_1() {
+        check_host(&[("ITERION_MODE", " Cloud ")], None, HostKind::Cloud, 0);
+        check_host(
+            &[("ITERION_MODE", "local"), ("KUBERNETES_SERVICE_HOST", "10.0.0.1")],
+            None,
+            HostKind::Local,
+            0,
+        );
+        check_host(&[("ITERION_MODE", "edge")], None, HostKind::Local, 1);
+        check_host(
+            &[("KUBERNETES_SERVICE_HOST", "10.0.0.1")],
+            None,
+            HostKind::Cloud,
+            0,
+        );
+        check_host(&[("KUBERNETES_SERVICE_HOST", "")], None, HostKind::Local, 0);
+        check_host(&[("ITERION_DESKTOP", "1")], None, HostKind::Desktop, 0);
+        check_host(
+            &[],
+            Some("/Applications/Iterion-Desktop.app/iterion-desktop"),
+            HostKind::Desktop,
+            0,
+        );
+        check_host(&[], Some("/usr/bin/iterion"), HostKind::Local, 0);
+    }
+
+    #[test]
+    fn forcing_flag_wins_and_names_are_checked() {
+        let e = env(&[("ITERION_SANDBOX_DRIVER", "podman")]);
+        assert_eq!(
+            forced_driver(&e, Some("noop")).unwrap(),
+            Some((DriverKind::Noop, ForceSource::Flag))
+        );
+        assert_eq!(
+            forced_driver(&e, None).unwrap(),
+            Some((DriverKind::Podman, ForceSource::Env))
+        );
+        assert_eq!(
+            forced_driver(&env(&[("ITERION_SANDBOX_DRIVER", "")]), None).unwrap(),
+            None
+        );
+        let err = forced_driver(&env(&[("ITERION_SANDBOX_DRIVER", "lxc")]), None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid ITERION_SANDBOX_DRIVER 'lxc' (want docker, podman, kubernetes or noop)"
+        );
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    fn no_engine_env(dir: &std::path::Path) -> BTreeMap<String, String> {
+        let sock = format!("unix://{}", dir.join("absent.sock").display());
+        env(&[
+            ("DOCKER_HOST", &sock),
+            ("CONTAINER_HOST", &sock),
+            ("HOME", dir.to_str().unwrap()),
+        ])
+    }
+
+    #[test]
+    fn no_engine_selects_noop_with_reasons() {
+        let dir = tempfile::tempdir().unwrap();
+        let sel = rt()
+            .block_on(select(&no_engine_env(dir.path()), &SelectOptions::new(None)))
+            .unwrap();
+        assert_eq!(sel.kind, DriverKind::Noop);
+        assert_eq!(
+            sel.reason,
+            "no container runtime: none of docker, podman answered"
+        );
+        assert_eq!(sel.available(), vec!["noop".to_string()]);
+        assert_eq!(sel.candidates_tried.len(), 3);
+        assert!(
+            sel.unavailable_summary().starts_with("docker: "),
+            "{}",
+            sel.unavailable_summary()
+        );
+        assert!(sel.require().is_ok());
+    }
+
+    #[test]
+    fn forced_unavailable_driver_is_an_error_naming_the_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let sel = rt()
+            .block_on(select(
+                &no_engine_env(dir.path()),
+                &SelectOptions::new(Some("docker".into())),
+            ))
+            .unwrap();
+        assert_eq!(sel.kind, DriverKind::Docker);
+        assert!(sel.driver.is_none());
+        let err = sel.require().unwrap_err();
+        assert_eq!(
+            err.failure_code(true),
+            Some(iterion_driver::FailureCode::DriverUnavailable)
+        );
+        assert!(err.to_string().contains("forced by --sandbox-driver"), "{err}");
+    }
+
+    #[test]
+    fn forced_kubernetes_is_not_built() {
+        let dir = tempfile::tempdir().unwrap();
+        let sel = rt()
+            .block_on(select(
+                &no_engine_env(dir.path()),
+                &SelectOptions::new(Some("kubernetes".into())),
+            ))
+            .unwrap();
+        assert_eq!(sel.kind, DriverKind::Kubernetes);
+        assert!(
+            sel.unavailable_reason().unwrap().contains("not built"),
+            "{:?}",
+            sel.unavailable_reason()
+        );
+    }
+
+    #[test]
+    fn forced_noop_is_selected() {
+        let dir = tempfile::tempdir().unwrap();
+        let sel = rt()
+            .block_on(select(
+                &no_engine_env(dir.path()),
+                &SelectOptions::new(Some("noop".into())),
+            ))
+            .unwrap();
+        assert_eq!(sel.kind, DriverKind::Noop);
+        assert_eq!(sel.reason, "forced by --sandbox-driver");
+        assert_eq!(sel.forced, Some(ForceSource::Flag));
+    }
+}
