@@ -1,2 +1,436 @@
-//! Proxy benchmark (written later).
-fn main() {}
+//! Proxy benchmark (spec 04 §17): one run measures a direct loopback baseline, iterion-netproxy, and squid /
+//! tinyproxy when their binaries are installed, then prints a table.
+//!
+//! - bulk: one tunnel, `BULK_MIB` MiB sent upstream → client, MiB/s;
+//! - rate: 32 concurrent clients, each looping connect + CONNECT + 64-byte echo + close; tunnels/s;
+//! - idle RSS: `IDLE_TUNNELS` established idle tunnels; (VmRSS with them − VmRSS before) / count, read from
+//!   `/proc/<pid>/status` of the proxy process. The proxy runs in a child process (this binary re-executed with
+//!   `--proxy-child`) so the client sockets never count in its RSS.
+//!
+//! Everything is on loopback and bounded. Run with `cargo xtask bench proxy`.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const BULK_MIB: usize = 1024;
+const CLIENTS: usize = 32;
+const RATE_ITERATIONS: usize = 100;
+const IDLE_TUNNELS: usize = 1000;
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--proxy-child") {
+        return proxy_child();
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(run())
+}
+
+/// The child: serve iterion-netproxy without authentication, allowing loopback explicitly.
+fn proxy_child() -> anyhow::Result<()> {
+    use iterion_netpolicy::{Mode, Policy};
+    use iterion_netproxy::{Listen, Proxy, ProxyConfig};
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async {
+        let policy =
+            Policy::compile(Mode::Allowlist, &[], &["127.0.0.1"]).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let config = ProxyConfig::builder()
+            .listen(Listen::Tcp("127.0.0.1:0".parse()?))
+            .no_auth(Arc::new(policy))
+            .with_limits(|l| l.max_tunnels = 4 * IDLE_TUNNELS)
+            .build()?;
+        let proxy = Proxy::start(config).await?;
+        println!("listening on {}", proxy.listening());
+        // Serve until the parent closes our stdin.
+        let mut stdin = tokio::io::stdin();
+        let mut b = [0u8; 1];
+        let _ = stdin.read(&mut b).await;
+        proxy.shutdown(Duration::ZERO).await;
+        Ok(())
+    })
+}
+
+/// A proxy under test: its address, how it answers CONNECT, its process.
+struct Subject {
+    name: String,
+    addr: Option<SocketAddr>,
+    child: Option<Child>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Drop for Subject {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[derive(Default)]
+struct Row {
+    name: String,
+    bulk_mib_s: Option<f64>,
+    rate: Option<f64>,
+    rss_per_tunnel: Option<f64>,
+    note: String,
+}
+
+async fn run() -> anyhow::Result<()> {
+    let source = start_source(BULK_MIB * 1024 * 1024).await?;
+    let echo = start_echo().await?;
+    let mut rows = Vec::new();
+
+    let direct = Subject {
+        name: "direct loopback".into(),
+        addr: None,
+        child: None,
+        _dir: None,
+    };
+    rows.push(measure(&direct, source, echo, false).await);
+
+    match start_iterion() {
+        Ok(s) => rows.push(measure(&s, source, echo, true).await),
+        Err(e) => rows.push(Row {
+            name: "iterion-netproxy".into(),
+            note: format!("not measured: {e}"),
+            ..Row::default()
+        }),
+    }
+    for (name, start) in [
+        ("squid", start_squid as fn() -> anyhow::Result<Subject>),
+        ("tinyproxy", start_tinyproxy),
+    ] {
+        match start() {
+            Ok(s) => {
+                let mut row = measure(&s, source, echo, false).await;
+                row.note = "RSS not measured (multi-process or thread-per-connection)".into();
+                rows.push(row);
+            }
+            Err(e) => rows.push(Row {
+                name: name.into(),
+                note: format!("not measured: {e}"),
+                ..Row::default()
+            }),
+        }
+    }
+    if let Ok(reference) = std::env::var("ITERION_BENCH_REFERENCE_PROXY") {
+        rows.push(Row {
+            name: "reference".into(),
+            note: format!("not measured: running '{reference}' is not wired into this bench"),
+            ..Row::default()
+        });
+    }
+    print_table(&rows);
+    Ok(())
+}
+
+fn fmt(v: Option<f64>, digits: usize) -> String {
+    v.map(|v| format!("{v:.digits$}")).unwrap_or_else(|| "-".into())
+}
+
+fn print_table(rows: &[Row]) {
+    let base = rows.first().and_then(|r| r.bulk_mib_s);
+    println!();
+    println!(
+        "| subject | bulk MiB/s ({BULK_MIB} MiB) | % of direct | tunnels/s ({CLIENTS} clients) | RSS/idle tunnel ({IDLE_TUNNELS}) | note |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for r in rows {
+        let pct = match (r.bulk_mib_s, base) {
+            (Some(v), Some(b)) if b > 0.0 => format!("{:.0} %", 100.0 * v / b),
+            _ => "-".into(),
+        };
+        let rss = r
+            .rss_per_tunnel
+            .map(|b| format!("{:.2} KiB", b / 1024.0))
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "| {} | {} | {} | {} | {} | {} |",
+            r.name,
+            fmt(r.bulk_mib_s, 0),
+            pct,
+            fmt(r.rate, 0),
+            rss,
+            r.note
+        );
+    }
+}
+
+async fn measure(s: &Subject, source: SocketAddr, echo: SocketAddr, rss: bool) -> Row {
+    let mut row = Row {
+        name: s.name.clone(),
+        ..Row::default()
+    };
+    let mut notes = Vec::new();
+    match bulk(s.addr, source).await {
+        Ok(v) => row.bulk_mib_s = Some(v),
+        Err(e) => notes.push(format!("bulk failed: {e}")),
+    }
+    match rate(s.addr, echo).await {
+        Ok(v) => row.rate = Some(v),
+        Err(e) => notes.push(format!("rate failed: {e}")),
+    }
+    if rss && let Some(pid) = s.child.as_ref().map(Child::id) {
+        match idle_rss(s.addr, echo, pid).await {
+            Ok(v) => row.rss_per_tunnel = Some(v),
+            Err(e) => notes.push(format!("rss failed: {e}")),
+        }
+    }
+    row.note = notes.join("; ");
+    row
+}
+
+/// A server that writes `bytes` zero bytes to each connection, then closes it.
+async fn start_source(bytes: usize) -> anyhow::Result<SocketAddr> {
+    let l = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = l.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let chunk = vec![0u8; 64 * 1024];
+                let mut left = bytes;
+                while left > 0 {
+                    let n = left.min(chunk.len());
+                    if s.write_all(&chunk[..n]).await.is_err() {
+                        return;
+                    }
+                    left -= n;
+                }
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// An echo server.
+async fn start_echo() -> anyhow::Result<SocketAddr> {
+    let l = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = l.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// Open a stream to `target`, directly or through a CONNECT proxy; returns the stream and any bytes read past
+/// the proxy's response head.
+async fn open(proxy: Option<SocketAddr>, target: SocketAddr) -> anyhow::Result<(TcpStream, usize)> {
+    let Some(proxy) = proxy else {
+        let s = TcpStream::connect(target).await?;
+        s.set_nodelay(true)?;
+        return Ok((s, 0));
+    };
+    let mut s = TcpStream::connect(proxy).await?;
+    s.set_nodelay(true)?;
+    s.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+        .await?;
+    let mut head = Vec::with_capacity(256);
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = s.read(&mut buf).await?;
+        anyhow::ensure!(n > 0, "proxy closed before answering CONNECT");
+        head.extend_from_slice(&buf[..n]);
+        if let Some(p) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            anyhow::ensure!(
+                head.starts_with(b"HTTP/1.1 200") || head.starts_with(b"HTTP/1.0 200"),
+                "CONNECT refused: {}",
+                String::from_utf8_lossy(&head[..p])
+            );
+            return Ok((s, head.len() - p - 4));
+        }
+        anyhow::ensure!(head.len() < 16 * 1024, "CONNECT response head too large");
+    }
+}
+
+/// MiB/s for one tunnel carrying the source's bytes to the client.
+async fn bulk(proxy: Option<SocketAddr>, source: SocketAddr) -> anyhow::Result<f64> {
+    let start = Instant::now();
+    let (mut s, mut total) = open(proxy, source).await?;
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = s.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        total += n;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    anyhow::ensure!(total == BULK_MIB * 1024 * 1024, "received {total} bytes");
+    Ok(BULK_MIB as f64 / secs)
+}
+
+/// Tunnels per second with `CLIENTS` concurrent clients.
+async fn rate(proxy: Option<SocketAddr>, echo: SocketAddr) -> anyhow::Result<f64> {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        tasks.push(tokio::spawn(async move {
+            let msg = [42u8; 64];
+            let mut back = [0u8; 64];
+            for _ in 0..RATE_ITERATIONS {
+                let (mut s, extra) = open(proxy, echo).await?;
+                anyhow::ensure!(extra == 0, "unexpected bytes before the echo");
+                s.write_all(&msg).await?;
+                s.read_exact(&mut back).await?;
+                anyhow::ensure!(back == msg, "echo mismatch");
+            }
+            Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok((CLIENTS * RATE_ITERATIONS) as f64 / start.elapsed().as_secs_f64())
+}
+
+fn vm_rss(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .ok_or_else(|| anyhow::anyhow!("no VmRSS"))?;
+    let kib: u64 = line.split_whitespace().nth(1).unwrap_or("0").parse()?;
+    Ok(kib * 1024)
+}
+
+/// Bytes of proxy RSS per established idle tunnel.
+async fn idle_rss(proxy: Option<SocketAddr>, echo: SocketAddr, pid: u32) -> anyhow::Result<f64> {
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = vm_rss(pid)?;
+    let mut open_tunnels = Vec::with_capacity(IDLE_TUNNELS);
+    for _ in 0..IDLE_TUNNELS {
+        let (mut s, _) = open(proxy, echo).await?;
+        // One round trip so the upstream side is fully established too.
+        s.write_all(b"x").await?;
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await?;
+        open_tunnels.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = vm_rss(pid)?;
+    drop(open_tunnels);
+    Ok(after.saturating_sub(before) as f64 / IDLE_TUNNELS as f64)
+}
+
+/// Read the child's first stdout line `listening on ADDR`.
+fn wait_listening(child: &mut Child) -> anyhow::Result<SocketAddr> {
+    let out = child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line)?;
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .ok_or_else(|| anyhow::anyhow!("unexpected '{line}'"))?;
+    Ok(addr.parse()?)
+}
+
+fn start_iterion() -> anyhow::Result<Subject> {
+    let exe = std::env::current_exe()?;
+    let mut child = Command::new(exe)
+        .arg("--proxy-child")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let addr = wait_listening(&mut child)?;
+    Ok(Subject {
+        name: "iterion-netproxy".into(),
+        addr: Some(addr),
+        child: Some(child),
+        _dir: None,
+    })
+}
+
+fn find_binary(name: &str) -> Option<PathBuf> {
+    ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"]
+        .iter()
+        .map(|d| PathBuf::from(d).join(name))
+        .find(|p| p.exists())
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Wait until something accepts on `addr` (bounded).
+fn wait_port(addr: SocketAddr) -> anyhow::Result<()> {
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    anyhow::bail!("nothing listens on {addr} after 10 s")
+}
+
+fn start_squid() -> anyhow::Result<Subject> {
+    let bin = find_binary("squid").ok_or_else(|| anyhow::anyhow!("squid is not installed"))?;
+    let dir = tempfile::tempdir()?;
+    let port = free_port()?;
+    let d = dir.path().display();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
+    let conf = format!(
+        "http_port 127.0.0.1:{port}\nhttp_access allow all\ncache deny all\ncache_mem 8 MB\nmax_filedescriptors 8192\n\
+         pid_filename {d}/squid.pid\naccess_log none\ncache_log {d}/cache.log\ncoredump_dir {d}\nshutdown_lifetime 0 seconds\n"
+    );
+    let path = dir.path().join("squid.conf");
+    std::fs::write(&path, conf)?;
+    let child = Command::new(bin)
+        .arg("-N")
+        .arg("-f")
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let subject = Subject {
+        name: "squid".into(),
+        addr: Some(addr),
+        child: Some(child),
+        _dir: Some(dir),
+    };
+    wait_port(addr)?;
+    Ok(subject)
+}
+
+fn start_tinyproxy() -> anyhow::Result<Subject> {
+    let bin = find_binary("tinyproxy").ok_or_else(|| anyhow::anyhow!("tinyproxy is not installed"))?;
+    let dir = tempfile::tempdir()?;
+    let port = free_port()?;
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
+    let d = dir.path().display();
+    let conf = format!(
+        "User nobody\nGroup nogroup\nPort {port}\nListen 127.0.0.1\nTimeout 600\nMaxClients 4096\n\
+         LogFile \"{d}/tinyproxy.log\"\nLogLevel Critical\nPidFile \"{d}/tinyproxy.pid\"\n"
+    );
+    let path = dir.path().join("tinyproxy.conf");
+    std::fs::write(&path, conf)?;
+    let child = Command::new(bin)
+        .arg("-d")
+        .arg("-c")
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let subject = Subject {
+        name: "tinyproxy".into(),
+        addr: Some(addr),
+        child: Some(child),
+        _dir: Some(dir),
+    };
+    wait_port(addr)?;
+    Ok(subject)
+}
