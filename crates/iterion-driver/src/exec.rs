@@ -151,7 +151,8 @@ impl ExecRequest {
         self
     }
 
-    /// Checks the request: non-empty argv without NUL, valid exec-scope env (02 §2), absolute workdir.
+    /// Checks the request: non-empty argv without NUL, valid exec-scope env (02 §2), a valid user (03 §11.1),
+    /// an absolute workdir.
     pub fn validate(&self) -> Result<()> {
         let invalid = |field: &str, reason: &str| Error::InvalidSpec {
             field: field.to_string(),
@@ -170,6 +171,9 @@ impl ExecRequest {
                     reason: e.to_string(),
                 }
             })?;
+        }
+        if let Some(u) = &self.user {
+            crate::spec_safety::check_user(u).map_err(|r| invalid("user", &r))?;
         }
         if let Some(w) = &self.workdir
             && (!w.starts_with('/') || w.contains('\0'))
