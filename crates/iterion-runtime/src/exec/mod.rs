@@ -36,9 +36,13 @@ use crate::failure::{FailureCode, FailurePhase};
 use crate::store::Checkpoint;
 use crate::store::LogLevel;
 
+mod agent;
 pub mod check;
 mod graph;
+mod node;
+pub mod output;
 pub mod render;
+mod tool;
 pub mod vars;
 
 pub use check::check_executable;
@@ -123,22 +127,13 @@ pub trait RunSink: Send + Sync {
 }
 
 /// Timing knobs of the executor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ExecBounds {
     /// `--timeout`: deadline of this invocation → `TIMEOUT`.
     pub timeout: Option<Duration>,
     /// Upper bound applied to every retry delay of 10.10 (the reported `delay_ms` keeps the specified value).
     /// `None` waits the specified delays; tests set a small cap.
     pub retry_delay_cap: Option<Duration>,
-}
-
-impl Default for ExecBounds {
-    fn default() -> Self {
-        ExecBounds {
-            timeout: None,
-            retry_delay_cap: None,
-        }
-    }
 }
 
 /// Everything [`execute`] needs besides the workflow.

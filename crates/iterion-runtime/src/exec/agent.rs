@@ -1,0 +1,269 @@
+//! Agent and judge nodes with `backend: claude_code` (10.5.1, 10.5.2): the agent CLI runs where the node is
+//! placed, through `Run::exec`, with the user prompt on stdin and credentials in the exec-scope env.
+use std::time::Instant;
+
+use iterion_spec::model::{Node, Workflow};
+use iterion_spec::template::{EnvContext, expand_env};
+use serde_json::Value;
+
+use super::node::{NodeEnv, NodeError, NodeRun, NodeSuccess, driver_error, ms, run_collect, tail};
+use super::output::agent_output;
+use super::render::{Mode, Scope, render};
+use crate::events::{DelegateError, DelegateFinished, DelegateStarted, DelegateVia, Placement};
+use crate::failure::FailureCode;
+
+/// Host variables forwarded to the agent CLI through the exec API (never on a command line).
+pub const CLAUDE_ENV: &[&str] = &[
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+];
+
+const BACKEND: &str = "claude_code";
+
+/// The argv and stdin of one `claude_code` execution.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ClaudeInvocation {
+    pub argv: Vec<String>,
+    pub prompt: String,
+}
+
+fn prompt_text(env: &NodeEnv<'_>, workflow: &Workflow, name: &str, scope: &Scope<'_>) -> String {
+    let Some(p) = workflow.prompt(name) else {
+        env.warn(&format!(
+            "node '{}': prompt '{name}' is not declared",
+            env.node_id
+        ));
+        return String::new();
+    };
+    let r = render(&p.body, Mode::Text, scope);
+    for m in &r.missing {
+        env.warn(&format!(
+            "node '{}': placeholder {m} in prompt '{name}' has no value; rendered as empty text",
+            env.node_id
+        ));
+    }
+    r.text
+}
+
+/// Builds the invocation of 10.5.2.
+pub(crate) fn invocation(
+    env: &NodeEnv<'_>,
+    workflow: &Workflow,
+    node: &Node,
+    scope: &Scope<'_>,
+) -> ClaudeInvocation {
+    let lookup = |n: &str| env.host_env.get(n).cloned();
+    let program = env
+        .host_env
+        .get("ITERION_CLAUDE_BIN")
+        .filter(|s| !s.is_empty())
+        .cloned()
+        .unwrap_or_else(|| "claude".into());
+    let mut argv = vec![program, "-p".into(), "--output-format".into(), "json".into()];
+    if let Some(m) = &node.model {
+        let model = expand_env(&m.value, EnvContext::NodeField, &lookup);
+        if !model.is_empty() {
+            argv.extend(["--model".into(), model]);
+        }
+    }
+    if let Some(s) = &node.system {
+        let system = prompt_text(env, workflow, &s.value, scope);
+        if !system.is_empty() {
+            argv.extend(["--append-system-prompt".into(), system]);
+        }
+    }
+    let tools: Option<String> = if node.readonly == Some(true) {
+        Some("Read,Glob,Grep".into())
+    } else {
+        node.tools
+            .as_ref()
+            .filter(|t| !t.is_empty())
+            .map(|t| t.iter().map(|s| s.value.as_str()).collect::<Vec<_>>().join(","))
+    };
+    if let Some(t) = tools {
+        argv.extend(["--allowedTools".into(), t]);
+    }
+    if let Some(n) = node.tool_max_steps {
+        argv.extend(["--max-turns".into(), n.to_string()]);
+    }
+    let mode = if env.sandbox.placement == Placement::Host {
+        "acceptEdits"
+    } else {
+        "bypassPermissions"
+    };
+    argv.extend(["--permission-mode".into(), mode.into()]);
+    let mut prompt = match &node.user {
+        Some(u) => prompt_text(env, workflow, &u.value, scope),
+        None => serde_json::to_string(scope.input).unwrap_or_default(),
+    };
+    if let Some(schema) = node.output.as_ref().and_then(|o| workflow.schema(&o.value)) {
+        prompt.push_str(
+            "\n\nAnswer with only a JSON object (no prose, no code fence) that is valid against this JSON Schema:\n",
+        );
+        prompt.push_str(&schema.to_json_schema().to_string());
+    }
+    ClaudeInvocation { argv, prompt }
+}
+
+fn classify(text: &str) -> FailureCode {
+    let lower = text.to_ascii_lowercase();
+    if lower.contains("rate limit") || lower.contains("rate_limit") || lower.contains("429") {
+        FailureCode::RateLimited
+    } else {
+        FailureCode::ExecutionFailed
+    }
+}
+
+/// Interprets the CLI's stdout (one JSON object) after a zero exit.
+fn parse_result(stdout: &str) -> Result<(String, u64, Option<f64>), String> {
+    let v: Value =
+        serde_json::from_str(stdout.trim()).map_err(|e| format!("unparseable agent output: {e}"))?;
+    let Value::Object(o) = v else {
+        return Err("agent output is not a JSON object".into());
+    };
+    let text = o
+        .get("result")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if o.get("is_error").and_then(Value::as_bool) == Some(true) {
+        return Err(if text.is_empty() {
+            "the agent reported an error".into()
+        } else {
+            format!("the agent reported an error: {text}")
+        });
+    }
+    let usage = o.get("usage");
+    let count = |k: &str| usage.and_then(|u| u.get(k)).and_then(Value::as_u64).unwrap_or(0);
+    let tokens = count("input_tokens").saturating_add(count("output_tokens"));
+    let cost = o.get("total_cost_usd").and_then(Value::as_f64);
+    Ok((text, tokens, cost))
+}
+
+pub(crate) async fn run_claude_code(
+    env: &NodeEnv<'_>,
+    workflow: &Workflow,
+    node: &Node,
+    scope: &Scope<'_>,
+) -> NodeRun {
+    let id = env.node_id;
+    let inv = invocation(env, workflow, node, scope);
+    env.sink.emit(
+        DelegateStarted {
+            node_id: id.into(),
+            backend: BACKEND.into(),
+            placement: env.sandbox.placement,
+            via: DelegateVia::Cli,
+        }
+        .into(),
+    );
+    let mut exec_env = env.base_exec_env();
+    for name in CLAUDE_ENV {
+        if let Some(v) = env.host_env.get(*name).filter(|v| !v.is_empty()) {
+            exec_env.push(((*name).to_string(), v.clone()));
+        }
+    }
+    let program = inv.argv[0].clone();
+    let started = Instant::now();
+    let result = run_collect(env, env.request(inv.argv, exec_env), Some(inv.prompt.as_bytes())).await;
+    let fail = |code: FailureCode, error: String| {
+        env.sink.emit(
+            DelegateError {
+                node_id: id.into(),
+                backend: BACKEND.into(),
+                error: error.clone(),
+            }
+            .into(),
+        );
+        NodeRun::Err(NodeError::new(code, error))
+    };
+    let c = match result {
+        Ok(c) => c,
+        Err(e) => {
+            let run = driver_error(id, &e);
+            if let NodeRun::Err(err) = &run {
+                return fail(err.code, err.message.clone());
+            }
+            return run;
+        }
+    };
+    if c.status.cancelled {
+        return NodeRun::Cancelled;
+    }
+    if c.status.code == 127 || c.status.code == 126 {
+        return fail(
+            FailureCode::AgentCliUnavailable,
+            format!(
+                "agent node '{id}': the agent CLI '{program}' is not available where the node runs (exit {}): {}",
+                c.status.code,
+                tail(&c.stderr)
+            ),
+        );
+    }
+    let stdout = c.stdout_text();
+    if !c.status.success() {
+        let detail = format!("{}\n{}", tail(&c.stdout), tail(&c.stderr));
+        return fail(
+            classify(&detail),
+            format!(
+                "agent node '{id}': {program} exited with status {}: {}",
+                c.status.code,
+                detail.trim()
+            ),
+        );
+    }
+    match parse_result(&stdout) {
+        Ok((text, tokens, cost_usd)) => {
+            env.sink.emit(
+                DelegateFinished {
+                    node_id: id.into(),
+                    backend: BACKEND.into(),
+                    tokens,
+                    cost_usd,
+                    duration_ms: ms(started.elapsed()),
+                }
+                .into(),
+            );
+            NodeRun::Ok(NodeSuccess {
+                output: agent_output(&text),
+                tokens: Some(tokens),
+                cost_usd,
+            })
+        }
+        Err(e) => fail(classify(&e), format!("agent node '{id}': {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(stdout: &str, expect: &str) {
+        let got = match parse_result(stdout) {
+            Ok((t, n, c)) => format!("ok {t:?} {n} {c:?}"),
+            Err(e) => format!("err {e} -> {}", classify(&e)),
+        };
+        assert_eq!(got, expect, "{stdout:?}");
+    }
+
+    #[test]
+    fn cli_results() {
+        check(
+            r#"{"result":"hi","is_error":false,"usage":{"input_tokens":10,"output_tokens":5},"total_cost_usd":0.01}"#,
+            r#"ok "hi" 15 Some(0.01)"#,
+        );
+        check(r#"{"result":"x"}"#, r#"ok "x" 0 None"#);
+        check(
+            r#"{"result":"API Error: 429 Too Many Requests","is_error":true}"#,
+            "err the agent reported an error: API Error: 429 Too Many Requests -> RATE_LIMITED",
+        );
+        check(
+            r#"{"result":"boom","is_error":true}"#,
+            "err the agent reported an error: boom -> EXECUTION_FAILED",
+        );
+        check("[]", "err agent output is not a JSON object -> EXECUTION_FAILED");
+        assert!(parse_result("not json").is_err());
+    }
+}

@@ -1,0 +1,296 @@
+//! Tool nodes on the `NoopDriver` (05 §10.4, vectors TE1–TE14 of §12.8).
+mod exec_common;
+
+use exec_common::{Harness, summary};
+use iterion_runtime::events::Placement;
+use iterion_runtime::exec::Shell;
+use serde_json::json;
+
+fn one_tool(command: &str) -> String {
+    format!("tool t:\n  command: `{command}`\n\nworkflow w:\n  entry: t\n  t -> done\n")
+}
+
+/// Runs a one-node workflow whose entry input is `vars` and returns the node output.
+async fn output_of(h: &mut Harness, command: &str) -> serde_json::Value {
+    let out = h.run(&one_tool(command)).await;
+    assert_eq!(summary(&out), "finished", "{:?}", h.rec.types());
+    h.rec.of("node_finished")[0]["output"].clone()
+}
+
+#[tokio::test]
+async fn te1_to_te7_values_reach_the_shell_as_single_words() {
+    // each value is inserted quoted; printf shows the word boundaries the shell saw
+    let cases = [
+        (json!("O'Brien"), "[O'Brien]"),
+        (json!(["a b", "c"]), "[a b][c]"),
+        (json!([]), ""),
+        (json!({"k": 1}), r#"[{"k":1}]"#),
+        (json!(3), "[3]"),
+        (json!(true), "[true]"),
+        (json!("{{vars.secret}}"), "[{{vars.secret}}]"),
+        (json!("$(touch pwned); `id`"), "[$(touch pwned); `id`]"),
+    ];
+    for (v, expect) in cases {
+        let mut h = Harness::new();
+        h.vars.insert("v".into(), v.clone());
+        h.vars.insert("secret".into(), json!("s3cr3t"));
+        let out = output_of(&mut h, "for a in {{input.v}}; do printf '[%s]' \"$a\"; done").await;
+        assert_eq!(out, json!({"result": expect}), "value {v}");
+        assert!(!h.work_dir().join("pwned").exists());
+    }
+}
+
+#[tokio::test]
+async fn te6_missing_value_stays_verbatim_and_raw_is_null() {
+    let mut h = Harness::new();
+    h.vars.insert("other".into(), json!(1));
+    let out = output_of(&mut h, "printf '%s|' '{{input.v}}' {{!input.v}}").await;
+    assert_eq!(out, json!({"result": "{{input.v}}|null|"}));
+}
+
+#[tokio::test]
+async fn te8_env_references_on_the_host() {
+    let mut h = Harness::new().env("HOME", "/home/jo");
+    let out = output_of(
+        &mut h,
+        "printf '%s' '${HOME}|${UNSET_X}|${UNSET_X:-d}|${x.y}|$HOME'",
+    )
+    .await;
+    assert_eq!(out, json!({"result": "/home/jo|${UNSET_X}|d|${x.y}|$HOME"}));
+}
+
+#[tokio::test]
+async fn te9_deny_class_names_are_not_expanded_into_a_container() {
+    let src = "tool a:\n  command: `printf '%s' '${ANTHROPIC_API_KEY}|${NODE_ENV}'`\n\ntool b:\n  command: `printf '%s' '${ANTHROPIC_API_KEY}'`\n\nworkflow w:\n  entry: a\n  a -> b\n  b -> done\n";
+    let mut h = Harness::new()
+        .env("ANTHROPIC_API_KEY", "sk-host-secret")
+        .env("NODE_ENV", "test")
+        .placed("a", Placement::Run)
+        .placed("b", Placement::Run);
+    let out = h.run(src).await;
+    assert_eq!(summary(&out), "finished");
+    let outputs: Vec<_> = h
+        .rec
+        .of("node_finished")
+        .into_iter()
+        .map(|d| d["output"].clone())
+        .collect();
+    assert_eq!(
+        outputs[..2],
+        [
+            json!({"result": "${ANTHROPIC_API_KEY}|test"}),
+            json!({"result": "${ANTHROPIC_API_KEY}"})
+        ]
+    );
+    let warnings: Vec<String> = h
+        .rec
+        .warnings()
+        .into_iter()
+        .filter(|w| w.contains("ANTHROPIC_API_KEY"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(!warnings[0].contains("sk-host-secret"));
+    // the same reference on a host node is expanded
+    let mut h = Harness::new().env("ANTHROPIC_API_KEY", "sk-host-secret");
+    let out = output_of(&mut h, "printf '%s' '${ANTHROPIC_API_KEY}'").await;
+    assert_eq!(out, json!({"result": "sk-host-secret"}));
+}
+
+#[tokio::test]
+async fn te10_stdout_becomes_the_output() {
+    for (cmd, expect) in [
+        (r#"printf '{"ok": true}\n'"#, json!({"ok": true})),
+        ("printf '[1,2]'", json!({"result": "[1,2]"})),
+        ("printf '  hi \\n'", json!({"result": "hi"})),
+    ] {
+        let mut h = Harness::new();
+        assert_eq!(output_of(&mut h, cmd).await, expect, "{cmd}");
+    }
+}
+
+#[tokio::test]
+async fn te11_non_zero_exit_is_retried_once_then_fails() {
+    let mut h = Harness::new();
+    let out = h.run(&one_tool("echo partial; echo boom >&2; exit 3")).await;
+    assert_eq!(summary(&out), "EXECUTION_FAILED node=t checkpoint=t");
+    let errors = h.rec.of("tool_error");
+    assert_eq!(errors.len(), 2);
+    assert_eq!(errors[0]["tool"], "shell:t");
+    assert_eq!(errors[0]["exit_code"], 3);
+    let msg = errors[0]["error"].as_str().unwrap();
+    assert!(
+        msg.contains("tool node 't': command exited with status 3"),
+        "{msg}"
+    );
+    assert!(msg.contains("boom") && msg.contains("partial"), "{msg}");
+    let rec = h.rec.of("node_recovery");
+    assert_eq!(rec.len(), 1);
+    assert_eq!(rec[0]["code"], "EXECUTION_FAILED");
+    assert_eq!(rec[0]["attempt"], 1);
+    assert_eq!(rec[0]["delay_ms"], 2000);
+    assert_eq!(
+        h.rec.types(),
+        [
+            "node_started[t]",
+            "tool_started[t]",
+            "tool_error[t]",
+            "node_recovery[t]",
+            "node_started[t]",
+            "tool_started[t]",
+            "tool_error[t]"
+        ]
+    );
+    let iterations: Vec<_> = h
+        .rec
+        .of("node_started")
+        .into_iter()
+        .map(|d| d["iteration"].clone())
+        .collect();
+    assert_eq!(iterations, [json!(0), json!(1)]);
+    match out {
+        iterion_runtime::exec::ExecOutcome::Failed { failure, .. } => {
+            assert!(failure.resumable);
+            assert!(failure.error.contains("boom"));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn te12_image_without_bash_uses_sh() {
+    let mut h = Harness::new();
+    h.shell = Shell::Sh;
+    assert_eq!(
+        output_of(&mut h, "printf '%s' \"$0\"").await,
+        json!({"result": "sh"})
+    );
+    let mut h = Harness::new();
+    assert_eq!(
+        output_of(&mut h, "printf '%s' \"$0\"").await,
+        json!({"result": "bash"})
+    );
+}
+
+fn script_wf(body: &str, lang: &str) -> String {
+    format!("tool s:\n  language: {lang}\n  script: `{body}`\n\nworkflow w:\n  entry: s\n  s -> done\n")
+}
+
+fn leftover_scripts(h: &Harness) -> Vec<String> {
+    std::fs::read_dir(h.work_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".iterion-script-"))
+        .collect()
+}
+
+#[tokio::test]
+async fn te13_python_script_file_lives_only_during_execution() {
+    let body = "import os, json, sys\nfiles = [f for f in os.listdir('.') if f.startswith('.iterion-script-')]\nprint(json.dumps({'files': files, 'v': {{input.v}}, 'raw': '{{!input.w}}', 'exe': os.path.basename(sys.executable).startswith('python')}))";
+    let mut h = Harness::new();
+    h.vars.insert("v".into(), json!("it's"));
+    h.vars.insert("w".into(), json!("plain"));
+    let out = h.run(&script_wf(body, "py")).await;
+    assert_eq!(summary(&out), "finished", "{:?}", h.rec.lines());
+    let o = &h.rec.of("node_finished")[0]["output"];
+    let files = o["files"].as_array().unwrap();
+    assert_eq!(files.len(), 1);
+    let name = files[0].as_str().unwrap();
+    let hex = name
+        .trim_start_matches(".iterion-script-")
+        .trim_end_matches(".py");
+    assert!(
+        name.ends_with(".py") && hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{name}"
+    );
+    assert_eq!(o["v"], "it's");
+    assert_eq!(o["raw"], "plain");
+    assert_eq!(o["exe"], true);
+    assert_eq!(h.rec.of("tool_called")[0]["tool"], "script:py:s");
+    assert!(leftover_scripts(&h).is_empty());
+
+    // removed after a failure too
+    let mut h = Harness::new();
+    let out = h.run(&script_wf("raise SystemExit(4)", "py")).await;
+    assert_eq!(summary(&out), "EXECUTION_FAILED node=s checkpoint=s");
+    assert!(failure_contains(
+        &out,
+        "tool node 's': script failed with status 4"
+    ));
+    assert!(leftover_scripts(&h).is_empty());
+}
+
+fn failure_contains(o: &iterion_runtime::exec::ExecOutcome, s: &str) -> bool {
+    exec_common::failure_error(o).contains(s)
+}
+
+#[tokio::test]
+async fn script_languages_sh_and_node() {
+    let mut h = Harness::new();
+    h.vars.insert("n".into(), json!(1));
+    let out = h
+        .run(&script_wf("echo \"{\\\"n\\\": $(( {{input.n}} + 1 ))}\"", "sh"))
+        .await;
+    assert_eq!(summary(&out), "finished", "{:?}", h.rec.lines());
+    assert_eq!(h.rec.of("node_finished")[0]["output"], json!({"n": 2}));
+    let mut h2 = Harness::new();
+    h2.vars.insert("n".into(), json!(41));
+    let out = h2
+        .run(&script_wf(
+            "console.log(JSON.stringify({n: {{input.n}} + 1}))",
+            "js",
+        ))
+        .await;
+    assert_eq!(summary(&out), "finished", "{:?}", h2.rec.lines());
+    assert_eq!(h2.rec.of("node_finished")[0]["output"], json!({"n": 42}));
+    assert_eq!(h2.rec.of("tool_started")[0]["tool"], "script:js:s");
+}
+
+#[tokio::test]
+async fn te14_one_tool_called_per_execution() {
+    let src = "tool a:\n  command: `echo '{\"x\": 1}'`\n\ntool b:\n  command: `echo {{input.x}}`\n\nworkflow w:\n  entry: a\n  a -> b with { x: \"{{outputs.a.x}}\" }\n  b -> done\n";
+    let mut h = Harness::new();
+    let out = h.run(src).await;
+    assert_eq!(summary(&out), "finished");
+    assert_eq!(h.rec.of("tool_called").len(), 2);
+    insta::assert_json_snapshot!("te14_two_tool_nodes", h.rec.lines());
+}
+
+#[tokio::test]
+async fn exec_env_carries_run_and_node_ids() {
+    let mut h = Harness::new();
+    let out = output_of(&mut h, "printf '%s/%s' \"$ITERION_RUN_ID\" \"$ITERION_NODE_ID\"").await;
+    assert_eq!(out, json!({"result": "run-1/t"}));
+}
+
+#[tokio::test]
+async fn cancellation_terminates_the_running_command() {
+    let mut h = Harness::new();
+    let cancel = h.cancel.clone();
+    let rec = h.rec.clone();
+    tokio::spawn(async move {
+        // cancel once the tool has started
+        loop {
+            if rec.types().iter().any(|t| t == "tool_started[t]") {
+                cancel.cancel();
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    });
+    let out = h.run(&one_tool("sleep 100")).await;
+    assert_eq!(summary(&out), "cancelled checkpoint=t");
+    assert!(h.rec.of("tool_called").is_empty());
+    assert!(h.rec.of("node_recovery").is_empty());
+}
+
+#[tokio::test]
+async fn lc17_sandbox_gone_is_sandbox_lost_without_retry() {
+    let mut h = Harness::new();
+    let run = exec_common::noop_run(&h.work_dir(), &[]).await;
+    run.cleanup().await;
+    h.run = Some(run);
+    let out = h.run(&one_tool("echo hi")).await;
+    assert_eq!(summary(&out), "SANDBOX_LOST node=t checkpoint=t");
+    assert!(h.rec.of("node_recovery").is_empty());
+    assert_eq!(h.rec.of("tool_error").len(), 1);
+}
