@@ -125,6 +125,36 @@ pub enum Error {
         /// The undeclared preset.
         name: String,
     },
+    /// A launch input is invalid (an `ITERION_SANDBOX_*` value, a recorded `--sandbox-env` name no longer set):
+    /// a usage error, nothing is created.
+    #[error("{message}")]
+    InvalidLaunch {
+        /// What is wrong.
+        message: String,
+    },
+    /// A resume was refused (`RESUME_INVALID`); the run record is not changed.
+    #[error("cannot resume run {run_id}: {reason}")]
+    ResumeInvalid {
+        /// The run.
+        run_id: String,
+        /// Why.
+        reason: String,
+    },
+    /// The workflow does not compile or uses constructs this version cannot execute (05 §4.0); nothing was
+    /// created.
+    #[error("workflow {file} has errors ({} diagnostic(s))", diagnostics.len())]
+    Compile {
+        /// The workflow file.
+        file: String,
+        /// Every diagnostic.
+        diagnostics: Vec<iterion_spec::diag::Diagnostic>,
+    },
+    /// The runtime builder is missing a required part.
+    #[error("the runtime builder is missing {what}")]
+    Incomplete {
+        /// What is missing.
+        what: &'static str,
+    },
 }
 
 /// Result alias of this crate.

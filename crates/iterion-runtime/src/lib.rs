@@ -6,10 +6,12 @@
 //! event catalogue ([`events`]).
 #![deny(missing_docs)]
 
+pub mod api;
 pub mod error;
 pub mod events;
 pub mod exec;
 pub mod failure;
+pub mod lifecycle;
 pub mod status;
 pub mod store;
 

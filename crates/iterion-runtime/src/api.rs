@@ -1,0 +1,329 @@
+//! The embedding API: build a [`Runtime`] once, then run or resume workflows.
+//!
+//! ```no_run
+//! use std::collections::BTreeMap;
+//! use std::sync::Arc;
+//! use iterion_runtime::api::{RunOptions, Runtime};
+//!
+//! # async fn demo(host: Arc<dyn iterion_driver::Driver>) -> iterion_runtime::Result<()> {
+//! // `host` is a NoopDriver (built by the composition root); no container driver → auto scopes run on the host.
+//! let rt = Runtime::builder()
+//!     .host_driver(host)
+//!     .no_container_driver("docker not installed")
+//!     .store_dir("/tmp/iterion-store")
+//!     .env(BTreeMap::new())
+//!     .build()?;
+//! let outcome = rt.run("flows/demo.bot", RunOptions::new("/src/app")).await?;
+//! println!("{} {}", outcome.run_id, outcome.status);
+//! # Ok(()) }
+//! ```
+//!
+//! The library never reads `std::env` and never names a concrete container driver: the caller passes the
+//! environment as a map and the drivers as `Arc<dyn Driver>`.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use iterion_driver::Driver;
+use iterion_spec::devcontainer::{FsReader, SourceReader};
+use iterion_spec::resolve::ModeChoice;
+
+use crate::error::{Error, Result};
+use crate::exec::ExecBounds;
+use crate::lifecycle::reaper::Reaped;
+use crate::lifecycle::{
+    Cancel, Config, DriverChoice, Drivers, HostFacts, Launch, NoObserver, Observer, Outcome, Resume,
+    SandboxFlags, Settings,
+};
+use crate::store::{Owner, RunId};
+
+/// Builds a [`Runtime`]; [`RuntimeBuilder::build`] checks that the required parts are present.
+#[derive(Default)]
+pub struct RuntimeBuilder {
+    container: Option<DriverChoice>,
+    host: Option<Arc<dyn Driver>>,
+    store_dir: Option<PathBuf>,
+    env: BTreeMap<String, String>,
+    builtin_default_mode: Option<ModeChoice>,
+    observer: Option<Arc<dyn Observer>>,
+    cancel: Option<Cancel>,
+    version: Option<String>,
+    default_image_version: Option<String>,
+    host_facts: Option<HostFacts>,
+    owner: Option<Owner>,
+    exec_bounds: ExecBounds,
+    reader: Option<Arc<dyn SourceReader + Send + Sync>>,
+}
+
+impl std::fmt::Debug for RuntimeBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeBuilder")
+            .field("container", &self.container)
+            .field("store_dir", &self.store_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RuntimeBuilder {
+    /// The container driver selected by the caller.
+    pub fn driver(mut self, driver: Arc<dyn Driver>) -> Self {
+        self.container = Some(DriverChoice::Container(driver));
+        self
+    }
+
+    /// The result of driver selection as a whole (no runtime, forced noop, forced but unavailable).
+    pub fn driver_choice(mut self, choice: DriverChoice) -> Self {
+        self.container = Some(choice);
+        self
+    }
+
+    /// No container runtime is usable: auto scopes degrade to the host, inline scopes fail.
+    pub fn no_container_driver(mut self, reason: impl Into<String>) -> Self {
+        self.container = Some(DriverChoice::Unavailable {
+            reason: reason.into(),
+        });
+        self
+    }
+
+    /// The driver of host-placed nodes (a `NoopDriver`). Required.
+    pub fn host_driver(mut self, driver: Arc<dyn Driver>) -> Self {
+        self.host = Some(driver);
+        self
+    }
+
+    /// Default store dir of [`Runtime::run`] (otherwise 05 §1.1 from the workflow's location).
+    pub fn store_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.store_dir = Some(dir.into());
+        self
+    }
+
+    /// The launching environment (the library never reads `std::env`).
+    pub fn env(mut self, env: BTreeMap<String, String>) -> Self {
+        self.env = env;
+        self
+    }
+
+    /// Built-in default sandbox mode (`none` unless set; `iterion run` uses `auto`).
+    pub fn builtin_default_mode(mut self, mode: ModeChoice) -> Self {
+        self.builtin_default_mode = Some(mode);
+        self
+    }
+
+    /// Receives events and log lines as they are written.
+    pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Cancellation handle shared with the caller.
+    pub fn cancel(mut self, cancel: Cancel) -> Self {
+        self.cancel = Some(cancel);
+        self
+    }
+
+    /// Version recorded in `run.json` (default: this crate's version).
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = Some(version.into());
+        self
+    }
+
+    /// Version selecting the built-in default image (`None`: no built-in default image).
+    pub fn default_image_version(mut self, version: Option<String>) -> Self {
+        self.default_image_version = version;
+        self
+    }
+
+    /// Host facts (home, uid/gid, OS, data dir); default: home and data dir from the environment map, no
+    /// uid (no user remap).
+    pub fn host_facts(mut self, facts: HostFacts) -> Self {
+        self.host_facts = Some(facts);
+        self
+    }
+
+    /// The owning process (default: this process).
+    pub fn owner(mut self, owner: Owner) -> Self {
+        self.owner = Some(owner);
+        self
+    }
+
+    /// Executor bounds (`--timeout`).
+    pub fn exec_bounds(mut self, bounds: ExecBounds) -> Self {
+        self.exec_bounds = bounds;
+        self
+    }
+
+    /// Reader of `devcontainer.json` (default: the file system).
+    pub fn reader(mut self, reader: Arc<dyn SourceReader + Send + Sync>) -> Self {
+        self.reader = Some(reader);
+        self
+    }
+
+    /// Checks the parts and builds the runtime.
+    pub fn build(self) -> Result<Runtime> {
+        let host = self.host.ok_or(Error::Incomplete {
+            what: "a host driver",
+        })?;
+        let container = self.container.ok_or(Error::Incomplete {
+            what: "a container driver choice (driver, no_container_driver or driver_choice)",
+        })?;
+        let home = self.env.get("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
+        let facts = match self.host_facts {
+            Some(f) => f,
+            None => {
+                let root = PathBuf::from("/");
+                let data = crate::store::data_dir(&self.env, home.as_deref(), &root, Path::new("/tmp"));
+                HostFacts::new(home, None, None, std::env::consts::OS, data)
+            }
+        };
+        let settings = Settings::from_env(&self.env);
+        Ok(Runtime {
+            store_dir: self.store_dir,
+            cfg: Config {
+                drivers: Drivers { container, host },
+                settings,
+                builtin_default_mode: self.builtin_default_mode.unwrap_or(ModeChoice::None),
+                default_image_version: self.default_image_version,
+                iterion_version: self
+                    .version
+                    .unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_owned()),
+                owner: self.owner.unwrap_or_else(Owner::current),
+                host: facts,
+                observer: self.observer.unwrap_or_else(|| Arc::new(NoObserver)),
+                cancel: self.cancel.unwrap_or_default(),
+                exec_bounds: self.exec_bounds,
+                reader: self.reader.unwrap_or_else(|| Arc::new(FsReader)),
+                env: self.env,
+            },
+        })
+    }
+}
+
+/// Options of [`Runtime::run`].
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct RunOptions {
+    /// Work dir (absolute).
+    pub work_dir: PathBuf,
+    /// `--var NAME=VALUE` pairs.
+    pub vars: Vec<(String, String)>,
+    /// `--preset`.
+    pub preset: Option<String>,
+    /// `--run-id`.
+    pub run_id: Option<String>,
+    /// Sandbox flags.
+    pub sandbox: SandboxFlags,
+}
+
+impl RunOptions {
+    /// Options for a run in `work_dir`.
+    pub fn new(work_dir: impl Into<PathBuf>) -> RunOptions {
+        RunOptions {
+            work_dir: work_dir.into(),
+            ..RunOptions::default()
+        }
+    }
+
+    /// Adds a var.
+    pub fn var(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.vars.push((name.into(), value.into()));
+        self
+    }
+
+    /// Sets the sandbox flags.
+    pub fn sandbox(mut self, flags: SandboxFlags) -> Self {
+        self.sandbox = flags;
+        self
+    }
+}
+
+/// A configured runtime: runs and resumes workflows.
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    cfg: Config,
+    store_dir: Option<PathBuf>,
+}
+
+impl Runtime {
+    /// A builder.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::default()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The cancellation handle.
+    pub fn cancel_handle(&self) -> Cancel {
+        self.cfg.cancel.clone()
+    }
+
+    /// Reads, compiles and checks the workflow at `path` (an absolute path, or relative to the work dir), then
+    /// runs it. Compile and executability errors are [`Error::Compile`]; nothing is created then.
+    pub async fn run(&self, path: impl AsRef<Path>, opts: RunOptions) -> Result<Outcome> {
+        let path = crate::store::absolutize(path.as_ref(), &opts.work_dir);
+        let bytes = std::fs::read(&path).map_err(|e| Error::Io {
+            op: "read",
+            path: path.clone(),
+            source: e,
+        })?;
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let checked = iterion_spec::check(&text, &path.to_string_lossy());
+        let mut diagnostics = checked.diagnostics.clone();
+        let workflow = checked.workflows.into_iter().next();
+        if let Some(wf) = &workflow {
+            diagnostics.extend(crate::exec::check_executable(wf, &self.cfg.env));
+        }
+        if diagnostics.iter().any(|d| d.is_error()) || workflow.is_none() {
+            return Err(Error::Compile {
+                file: path.to_string_lossy().into_owned(),
+                diagnostics,
+            });
+        }
+        let Some(workflow) = workflow else {
+            return Err(Error::Compile {
+                file: path.to_string_lossy().into_owned(),
+                diagnostics,
+            });
+        };
+        let store_dir = match &self.store_dir {
+            Some(s) => s.clone(),
+            None => crate::store::store_dir(crate::store::StoreDirRequest {
+                store_dir: None,
+                project_dir: path.parent().unwrap_or(Path::new("/")),
+                cwd: &opts.work_dir,
+                data_dir: &self.cfg.host.data_dir,
+            }),
+        };
+        let mut launch = Launch::new(workflow, path, bytes, store_dir, opts.work_dir);
+        launch.vars = opts.vars;
+        launch.preset = opts.preset;
+        launch.sandbox = opts.sandbox;
+        launch.run_id = match opts.run_id {
+            Some(id) => Some(RunId::parse(&id)?),
+            None => None,
+        };
+        self.launch(launch).await
+    }
+
+    /// Runs a prepared launch (the caller compiled and checked the workflow).
+    pub async fn launch(&self, launch: Launch) -> Result<Outcome> {
+        crate::lifecycle::launch(&self.cfg, launch).await
+    }
+
+    /// Resumes a run (05 §9).
+    pub async fn resume(&self, resume: Resume) -> Result<Outcome> {
+        crate::lifecycle::resume(&self.cfg, resume).await
+    }
+
+    /// One reaper pass over the container driver (05 §8.4), bounded to 10 s.
+    pub async fn reap_orphans(&self) -> Vec<Reaped> {
+        let drivers: Vec<Arc<dyn Driver>> = match &self.cfg.drivers.container {
+            DriverChoice::Container(d) => vec![d.clone()],
+            _ => Vec::new(),
+        };
+        crate::lifecycle::reaper::reap_orphans(&drivers, &self.cfg.owner, std::time::Duration::from_secs(10))
+            .await
+    }
+}

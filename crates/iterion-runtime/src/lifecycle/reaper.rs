@@ -1,0 +1,187 @@
+//! The reaper (05 §8.4) and crash recovery (§8.5).
+//!
+//! A managed resource is removed only when its owner is provably dead **and** its run is terminal (crash
+//! recovery first turns a `running` run of a dead owner into `failed_resumable` / `RUN_INTERRUPTED`). Resources
+//! of another host, of a live owner, or whose store is missing are kept and reported.
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use iterion_driver::labels::{RUN_ID, STORE};
+use iterion_driver::{Driver, Liveness, ManagedResource, RemoveOutcome};
+
+use crate::events::RunFailed;
+use crate::failure::FailureCode;
+use crate::status::{RunStatus, Transition};
+use crate::store::{Checkpoint, Owner, Store};
+
+/// Error text of a run marked by crash recovery.
+pub const INTERRUPTED: &str = "the process that owned this run exited without finishing it";
+
+/// What the reaper knows about a resource's run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunState {
+    /// `run.json` has a terminal status.
+    Terminal,
+    /// `running` (or another non-terminal status) and its lock is held by a live process.
+    Locked,
+    /// The store exists, the run directory does not (the run was deleted).
+    RunMissing,
+    /// The store dir is missing or unreadable.
+    StoreMissing,
+}
+
+/// The reaper's decision for one resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Remove it.
+    Remove,
+    /// Keep it, with the reason.
+    Keep(String),
+}
+
+/// The predicate of 05 §8.4 over the owner's liveness and the run's state (after crash recovery).
+pub fn verdict(liveness: Liveness, state: impl FnOnce() -> RunState) -> Verdict {
+    match liveness {
+        Liveness::Foreign => return Verdict::Keep("owned by another host".into()),
+        Liveness::Alive => return Verdict::Keep("its owner is alive".into()),
+        Liveness::Unknown => return Verdict::Keep("no owner labels".into()),
+        Liveness::Dead => {}
+    }
+    match state() {
+        RunState::Terminal | RunState::RunMissing => Verdict::Remove,
+        RunState::Locked => Verdict::Keep("its run is locked by a live process".into()),
+        RunState::StoreMissing => Verdict::Keep("its store is missing or unreadable".into()),
+    }
+}
+
+/// Crash recovery (05 §8.5) of one run: when it says `running`, its recorded owner is provably dead and its
+/// lock can be taken, it becomes `failed_resumable` / `RUN_INTERRUPTED` and a `run_failed` is appended.
+/// Returns whether the run was recovered. Best-effort: unreadable runs are left alone.
+pub fn recover_run(store: &Store, run_id: &str, me: &Owner) -> bool {
+    let Ok(doc) = store.read_run(run_id) else {
+        return false;
+    };
+    if doc.status != RunStatus::Running || doc.owner.liveness(&me.host) != Liveness::Dead {
+        return false;
+    }
+    let Ok(mut run) = store.open_run(run_id, me) else {
+        return false;
+    };
+    let checkpoint = run
+        .document()
+        .checkpoint
+        .clone()
+        .or_else(|| Some(Checkpoint::stub("", Default::default())));
+    let t = Transition::FailResumable {
+        code: FailureCode::RunInterrupted,
+        error: INTERRUPTED.into(),
+        phase: None,
+        checkpoint,
+    };
+    if run.transition(t).is_err() {
+        return false;
+    }
+    let _ = run
+        .events()
+        .append(&RunFailed::new(FailureCode::RunInterrupted, INTERRUPTED).into());
+    true
+}
+
+fn run_state(store_dir: &Path, run_id: &str, me: &Owner) -> RunState {
+    if !store_dir.is_dir() {
+        return RunState::StoreMissing;
+    }
+    let store = Store::at(store_dir);
+    let Ok(dir) = store.run_dir(run_id) else {
+        return RunState::StoreMissing;
+    };
+    if !dir.exists() {
+        return RunState::RunMissing;
+    }
+    recover_run(&store, run_id, me);
+    match store.read_run(run_id) {
+        Ok(d) if d.status.is_terminal() => RunState::Terminal,
+        // Still non-terminal after recovery: its lock is held, or its recorded owner is alive.
+        Ok(_) => RunState::Locked,
+        Err(_) => RunState::StoreMissing,
+    }
+}
+
+/// One resource the reaper looked at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reaped {
+    /// The resource.
+    pub resource: ManagedResource,
+    /// `None` when removed; the reason when kept or when removal failed.
+    pub kept: Option<String>,
+}
+
+/// Lists managed resources of every driver and removes those of dead owners whose run is terminal, within
+/// `bound` in total. Errors are reported in the result, never raised.
+pub async fn reap_orphans(drivers: &[Arc<dyn Driver>], me: &Owner, bound: Duration) -> Vec<Reaped> {
+    let work = async {
+        let mut out = Vec::new();
+        for d in drivers {
+            let Ok(list) = d.list_managed().await else {
+                continue;
+            };
+            for r in list {
+                let live = d.owner_liveness(&r).await;
+                let store_dir = r.labels.get(STORE).map(PathBuf::from);
+                let run_id = r.labels.get(RUN_ID).cloned().unwrap_or_default();
+                let v = verdict(live, || match &store_dir {
+                    Some(s) if !run_id.is_empty() => run_state(s, &run_id, me),
+                    _ => RunState::StoreMissing,
+                });
+                let kept = match v {
+                    Verdict::Keep(why) => Some(why),
+                    Verdict::Remove => match d.remove_managed(&r).await {
+                        Ok(RemoveOutcome::Removed) | Ok(RemoveOutcome::AlreadyGone) => None,
+                        Ok(RemoveOutcome::Refused { reason }) => Some(format!("removal refused: {reason}")),
+                        Err(e) => Some(format!("removal failed: {e}")),
+                    },
+                };
+                out.push(Reaped { resource: r, kept });
+            }
+        }
+        out
+    };
+    tokio::time::timeout(bound, work).await.unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(l: Liveness, state: RunState, expect: &str) {
+        let got = match verdict(l, || state) {
+            Verdict::Remove => "remove".to_owned(),
+            Verdict::Keep(w) => format!("keep: {w}"),
+        };
+        assert_eq!(got, expect);
+    }
+
+    #[test]
+    fn predicate_rp1_to_rp8() {
+        check(
+            Liveness::Foreign,
+            RunState::Terminal,
+            "keep: owned by another host",
+        ); // RP1
+        check(Liveness::Alive, RunState::Locked, "keep: its owner is alive"); // RP2
+        check(Liveness::Dead, RunState::Terminal, "remove"); // RP3 (pid reused), RP4, RP5 after recovery
+        check(
+            Liveness::Dead,
+            RunState::Locked,
+            "keep: its run is locked by a live process",
+        ); // RP6
+        check(Liveness::Dead, RunState::RunMissing, "remove"); // RP7
+        check(
+            Liveness::Dead,
+            RunState::StoreMissing,
+            "keep: its store is missing or unreadable",
+        ); // RP8
+        check(Liveness::Unknown, RunState::Terminal, "keep: no owner labels");
+    }
+}
