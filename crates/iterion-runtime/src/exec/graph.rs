@@ -26,30 +26,37 @@ const DONE: &str = "done";
 const FAIL: &str = "fail";
 
 /// Loop bodies: loop name → nodes on any path from a target of its edges back to a source of its edges.
+///
+/// Paths do not traverse the edges of other loops: an enclosing loop's back edge would otherwise put the whole
+/// outer body into the inner body, and the inner loop could never be entered "from outside its body" (10.7,
+/// GX6).
 fn loop_bodies(wf: &Workflow) -> BTreeMap<String, BTreeSet<String>> {
-    let mut fwd: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    let mut back: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for e in &wf.edges {
-        fwd.entry(e.from.as_str()).or_default().push(e.to.as_str());
-        back.entry(e.to.as_str()).or_default().push(e.from.as_str());
-    }
-    let reach = |starts: Vec<&str>, adj: &BTreeMap<&str, Vec<&str>>| -> BTreeSet<String> {
-        let mut seen: BTreeSet<String> = BTreeSet::new();
-        let mut stack = starts;
-        while let Some(n) = stack.pop() {
-            if seen.insert(n.to_string()) {
-                stack.extend(adj.get(n).into_iter().flatten().copied());
-            }
-        }
-        seen
-    };
-    let mut out = BTreeMap::new();
     let names: BTreeSet<&str> = wf
         .edges
         .iter()
         .filter_map(|e| e.loop_spec.as_ref().map(|l| l.name.as_str()))
         .collect();
+    let mut out = BTreeMap::new();
     for name in names {
+        let mut fwd: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        let mut back: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for e in &wf.edges {
+            if e.loop_spec.as_ref().is_some_and(|l| l.name.value != name) {
+                continue;
+            }
+            fwd.entry(e.from.as_str()).or_default().push(e.to.as_str());
+            back.entry(e.to.as_str()).or_default().push(e.from.as_str());
+        }
+        let reach = |starts: Vec<&str>, adj: &BTreeMap<&str, Vec<&str>>| -> BTreeSet<String> {
+            let mut seen: BTreeSet<String> = BTreeSet::new();
+            let mut stack = starts;
+            while let Some(n) = stack.pop() {
+                if seen.insert(n.to_string()) {
+                    stack.extend(adj.get(n).into_iter().flatten().copied());
+                }
+            }
+            seen
+        };
         let edges: Vec<&Edge> = wf
             .edges
             .iter()
@@ -440,7 +447,7 @@ impl<'a> Exec<'a> {
                 "max_cost_usd",
                 BudgetValue::Float(used),
                 BudgetValue::Float(l),
-                used >= l * 0.8,
+                used * 5.0 >= l * 4.0,
             ));
         }
         if let Some(l) = b.max_iterations {

@@ -1,0 +1,111 @@
+//! The executability check (05 §10.1; XC1, XC2 of §12.11).
+mod exec_common;
+
+use std::collections::BTreeMap;
+
+use exec_common::compile;
+use iterion_runtime::exec::check_executable;
+
+/// Rendered headers of the `X…` diagnostics of a workflow that compiles.
+fn check(src: &str, env: &[(&str, &str)], expect: &[&str]) {
+    let wf = compile(src);
+    let env: BTreeMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let got: Vec<String> = check_executable(&wf, &env)
+        .iter()
+        .map(|d| d.render_header())
+        .collect();
+    assert_eq!(got, expect, "{src}");
+}
+
+const CC: &str = "  backend: \"claude_code\"\n";
+
+#[test]
+fn xc1_compute_node() {
+    check(
+        "tool t:\n  command: `true`\n\ncompute c:\n  expr:\n    x: \"1 + 1\"\n\nworkflow w:\n  entry: t\n  t -> c\n  c -> done\n",
+        &[],
+        &["test.bot:4:9: error[X001]: node kind 'compute' ('c') is not executable in this version"],
+    );
+}
+
+#[test]
+fn xc2_backends() {
+    let wf = |backend: &str| {
+        format!("agent a:\n  backend: \"{backend}\"\n\nworkflow w:\n  entry: a\n  a -> done\n")
+    };
+    check(
+        &wf("codex"),
+        &[],
+        &["test.bot:2:12: error[X002]: backend 'codex' is not supported by this runtime"],
+    );
+    check(&wf("claude_code"), &[], &[]);
+    // expanded from the launching environment
+    check(&wf("${B:-claude_code}"), &[], &[]);
+    check(
+        &wf("${B:-claude_code}"),
+        &[("B", "codex")],
+        &["test.bot:2:12: error[X002]: backend 'codex' is not supported by this runtime"],
+    );
+    // the default backend is claw, whose runner this build does not contain
+    let d = check_executable(
+        &compile("agent a:\n  model: \"m\"\n\nworkflow w:\n  entry: a\n  a -> done\n"),
+        &BTreeMap::new(),
+    );
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0].code, "X002");
+    assert_eq!(d[0].message, "backend 'claw' is not supported by this runtime");
+    assert!(d[0].hint.as_deref().unwrap().contains("backend: claude_code"));
+    // workflow default_backend applies
+    check(
+        "agent a:\n  model: \"m\"\n\nworkflow w:\n  entry: a\n  default_backend: \"claude_code\"\n  a -> done\n",
+        &[],
+        &[],
+    );
+}
+
+#[test]
+fn xc2_session_interaction_and_capabilities() {
+    check(
+        &format!("agent a:\n{CC}  session: inherit\n\nworkflow w:\n  entry: a\n  a -> done\n"),
+        &[],
+        &["test.bot:3:12: error[X003]: 'session: inherit' on 'a' is not supported in this version"],
+    );
+    check(
+        &format!("agent a:\n{CC}  session: fresh\n\nworkflow w:\n  entry: a\n  a -> done\n"),
+        &[],
+        &[],
+    );
+}
+
+#[test]
+fn xc2_mcp_server_and_attachments() {
+    let src = format!(
+        "mcp_server gh:\n  transport: stdio\n  command: \"gh-mcp\"\n\nagent a:\n{CC}  mcp:\n    servers: [gh]\n\nworkflow w:\n  entry: a\n  a -> done\n"
+    );
+    let wf = compile(&src);
+    let d = check_executable(&wf, &BTreeMap::new());
+    assert!(
+        d.iter()
+            .any(|d| d.code == "X004" && d.message == "'mcp_server gh' is not supported in this version"),
+        "{d:#?}"
+    );
+
+    let src = format!(
+        "attachments:\n  doc: file\n\nprompt p:\n  Read {{{{attachments.doc}}}}\n\nagent a:\n{CC}  user: p\n\nworkflow w:\n  entry: a\n  a -> done\n"
+    );
+    let wf = compile(&src);
+    let codes: Vec<&str> = check_executable(&wf, &BTreeMap::new())
+        .iter()
+        .map(|d| d.code)
+        .collect();
+    assert_eq!(codes, ["X004", "X005"]);
+}
+
+#[test]
+fn executable_workflow_has_no_diagnostic() {
+    check(
+        "tool a:\n  command: `echo hi`\n\nworkflow w:\n  entry: a\n  budget:\n    max_iterations: 3\n  a -> done\n",
+        &[],
+        &[],
+    );
+}
