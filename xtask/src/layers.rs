@@ -67,8 +67,20 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
             "iterion-runtime",
         ],
     ),
-    ("iterion-test-support", 9, &["iterion-driver", "iterion-spec"]),
-    ("xtask", 9, &[]),
+    // tooling above the product: tests may exercise any library crate; xtask shares the test-image builder
+    (
+        "iterion-test-support",
+        9,
+        &[
+            "iterion-spec",
+            "iterion-envdeny",
+            "iterion-netpolicy",
+            "iterion-driver",
+            "iterion-netproxy",
+            "iterion-envelope",
+        ],
+    ),
+    ("xtask", 9, &["iterion-test-support"]),
 ];
 
 /// Foreign crates confined to the listed workspace crates (normal deps; dev-deps are free).
