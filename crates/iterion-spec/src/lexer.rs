@@ -685,6 +685,7 @@ impl<'s> Lexer<'s> {
         let mut pending_blank = 0usize;
         let mut level: Option<usize> = None;
         let mut end_line = self.line;
+        let mut first: Option<(usize, u32, u32)> = None;
         let mut end_pos = eol;
         let mut end_col_pos = eol;
         let mut end_line_start = self.line_start;
@@ -741,6 +742,9 @@ impl<'s> Lexer<'s> {
             }
             lines.extend(std::iter::repeat_n("", pending_blank));
             pending_blank = 0;
+            if first.is_none() {
+                first = Some((pos + b_level, self.line, b_level as u32 + 1));
+            }
             lines.push(&self.src[pos + b_level..le]);
             end_line = self.line;
             end_pos = le;
@@ -765,13 +769,16 @@ impl<'s> Lexer<'s> {
         };
         let hdr_line = self.tokens.last().map_or(1, |t| t.span.line);
         let hdr_col = self.tokens.last().map_or(1, |t| t.span.end_col);
+        // the body's span starts at its first character (line and column of the first captured line), so
+        // positions inside the body can be mapped back to the source
+        let (b_start, b_line, b_col) = first.unwrap_or((body_start_pos, hdr_line, hdr_col));
         self.tokens.push(Token {
             kind: TokenKind::PromptBody,
             span: Span {
-                start: body_start_pos,
-                end: end_pos.max(body_start_pos),
-                line: hdr_line,
-                col: hdr_col,
+                start: b_start,
+                end: end_pos.max(b_start),
+                line: b_line,
+                col: b_col,
                 end_line,
                 end_col,
             },
@@ -999,6 +1006,7 @@ impl<'s> Lexer<'s> {
         }
         let start_line = self.line;
         let start_col = self.col_at(bar);
+        let mut first: Option<(usize, u32, u32)> = None;
         let mut value = String::new();
         let mut pos = eol;
         let mut end_line = self.line;
@@ -1056,6 +1064,9 @@ impl<'s> Lexer<'s> {
                         value.push('\n');
                     }
                     pending_blank = 0;
+                    if !started {
+                        first = Some((pos + w, self.line, w as u32 + 1));
+                    }
                     started = true;
                     value.push_str(&self.src[pos + w..le]);
                     end_line = self.line;
@@ -1081,13 +1092,16 @@ impl<'s> Lexer<'s> {
         } else {
             pos = eol;
         }
+        // a non-empty value's span starts at its first character (first content line, column W + 1), so
+        // positions inside the value can be mapped back to the source; an empty value points at '|'
+        let (v_start, v_line, v_col) = first.unwrap_or((bar, start_line, start_col));
         self.tokens.push(Token {
             kind: TokenKind::Str,
             span: Span {
-                start: bar,
-                end: end.max(bar + 1),
-                line: start_line,
-                col: start_col,
+                start: v_start,
+                end: end.max(v_start + 1),
+                line: v_line,
+                col: v_col,
                 end_line,
                 end_col,
             },

@@ -503,6 +503,9 @@ pub struct Prompt {
     pub name: Spanned<String>,
     /// Raw body (templates unexpanded).
     pub body: String,
+    /// Where the body starts (its first character); the header's end for an empty body.
+    #[serde(skip)]
+    pub body_span: Span,
 }
 
 /// One field of a schema.

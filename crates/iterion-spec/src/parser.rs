@@ -944,6 +944,7 @@ impl<'a> Parser<'a> {
                 let name = self.decl_name("prompt")?;
                 let reserved = self.reserved(&name);
                 let t = self.peek();
+                let body_span = t.span;
                 let body = if t.kind == TokenKind::PromptBody {
                     self.bump();
                     self.text(t).to_string()
@@ -956,7 +957,11 @@ impl<'a> Parser<'a> {
                 if reserved {
                     return None;
                 }
-                Some(Decl::Prompt(Prompt { name, body }))
+                Some(Decl::Prompt(Prompt {
+                    name,
+                    body,
+                    body_span,
+                }))
             }
             "schema" => {
                 let name = self.decl_name("schema")?;

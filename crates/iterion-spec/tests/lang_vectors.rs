@@ -901,3 +901,22 @@ fn deep_nesting_is_reported_not_overflowed() {
     let deep_expr = format!("{}1", "(".repeat(10_000));
     assert!(iterion_spec::expr::parse_expr(&deep_expr).is_err());
 }
+
+#[test]
+fn placeholder_positions_inside_multiline_strings() {
+    // block scalar: line and column of the placeholder itself
+    check_diags(
+        "tool t:\n  script: |\n    echo one\n      echo {{vars.nope}}\nworkflow w:\n  entry: t\n  t -> done\n",
+        "C033@4:12",
+    );
+    // backtick string: continuation lines are verbatim
+    check_diags(
+        "tool t:\n  command: `echo\n  {{vars.nope}}`\nworkflow w:\n  entry: t\n  t -> done\n",
+        "C033@3:3",
+    );
+    // prompt body: line of the body, column after the stripped indentation
+    check_diags(
+        "prompt p:\n  Hello\n\n    and {{vars.nope}}\nagent a:\n  model: \"m\"\n  user: p\nworkflow w:\n  entry: a\n  a -> done\n",
+        "C033@4:9",
+    );
+}
