@@ -256,3 +256,37 @@ async fn token_and_cost_budgets() {
         [json!({"dimension": "max_cost_usd", "used": 0.03, "limit": 0.025})]
     );
 }
+
+#[tokio::test]
+async fn agent_cli_probe_and_nodes() {
+    let h = Harness::new();
+    let run = exec_common::noop_run(&h.work_dir(), &[]).await;
+    let mut env = std::collections::BTreeMap::new();
+    env.insert(
+        "ITERION_CLAUDE_BIN".to_string(),
+        "/nonexistent/claude".to_string(),
+    );
+    let err = iterion_runtime::exec::probe_agent_cli(&*run, &env)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.code,
+        iterion_runtime::failure::FailureCode::AgentCliUnavailable
+    );
+    assert!(
+        err.error
+            .contains("'/nonexistent/claude --version' exited with status 127"),
+        "{}",
+        err.error
+    );
+    env.insert("ITERION_CLAUDE_BIN".to_string(), "true".to_string());
+    iterion_runtime::exec::probe_agent_cli(&*run, &env).await.unwrap();
+
+    let wf = exec_common::compile(
+        "agent a:\n  backend: \"claude_code\"\n\nagent b:\n  backend: \"${B:-claw}\"\n\nworkflow w:\n  entry: a\n  a -> b\n  b -> done\n",
+    );
+    env.insert("B".into(), "claude_code".into());
+    assert_eq!(iterion_runtime::exec::agent_cli_nodes(&wf, &env), ["a", "b"]);
+    env.remove("B");
+    assert_eq!(iterion_runtime::exec::agent_cli_nodes(&wf, &env), ["a"]);
+}

@@ -294,3 +294,49 @@ async fn lc17_sandbox_gone_is_sandbox_lost_without_retry() {
     assert!(h.rec.of("node_recovery").is_empty());
     assert_eq!(h.rec.of("tool_error").len(), 1);
 }
+
+#[tokio::test]
+async fn script_written_through_the_sandbox_when_the_work_dir_is_not_shared() {
+    // kubernetes-like: no host path for the workspace, the script file is written and removed by execs
+    use std::sync::Arc;
+    let h = Harness::new();
+    let dir = h.work_dir();
+    let run = exec_common::noop_run(&dir, &[]).await;
+    let sandboxes = Arc::new(exec_common::HostSandboxes {
+        run,
+        dir: dir.clone(),
+        placements: Default::default(),
+        shell: Shell::Bash,
+        unavailable: Default::default(),
+        exec_env: Vec::new(),
+    });
+    struct NoHostPath(Arc<exec_common::HostSandboxes>);
+    #[async_trait::async_trait]
+    impl iterion_runtime::exec::NodeSandboxes for NoHostPath {
+        async fn sandbox_for(
+            &self,
+            node_id: &str,
+        ) -> Result<iterion_runtime::exec::NodeSandbox, iterion_runtime::exec::SandboxUnavailable> {
+            let mut s = self.0.sandbox_for(node_id).await?;
+            s.host_work_dir = None;
+            Ok(s)
+        }
+        fn exec_env(&self, node_id: &str) -> Vec<(String, String)> {
+            self.0.exec_env(node_id)
+        }
+    }
+    let wf = exec_common::compile(
+        "tool s:\n  language: sh\n  script: `ls -a | grep -c '^.iterion-script-'`\n\nworkflow w:\n  entry: s\n  s -> done\n",
+    );
+    let ctx = iterion_runtime::exec::ExecContext::new(
+        "run-1",
+        Default::default(),
+        Default::default(),
+        Arc::new(NoHostPath(sandboxes)),
+        h.rec.clone(),
+    );
+    let out = iterion_runtime::exec::execute(&wf, ctx).await;
+    assert_eq!(summary(&out), "finished", "{:#?}", h.rec.lines());
+    assert_eq!(h.rec.of("node_finished")[0]["output"], json!({"result": "1"}));
+    assert!(leftover_scripts(&h).is_empty());
+}

@@ -22,6 +22,83 @@ pub const CLAUDE_ENV: &[&str] = &[
 
 const BACKEND: &str = "claude_code";
 
+/// Bound of the agent CLI probe (4.12).
+pub const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The agent CLI program: `ITERION_CLAUDE_BIN` when set and non-empty, else `claude`.
+pub fn agent_cli_program(host_env: &std::collections::BTreeMap<String, String>) -> String {
+    host_env
+        .get("ITERION_CLAUDE_BIN")
+        .filter(|s| !s.is_empty())
+        .cloned()
+        .unwrap_or_else(|| "claude".into())
+}
+
+/// Agent and judge nodes whose backend (after `${…}` expansion) is `claude_code`, in declaration order: the
+/// sandboxes they are placed in need the agent CLI probe of 4.12.
+pub fn agent_cli_nodes(
+    workflow: &Workflow,
+    host_env: &std::collections::BTreeMap<String, String>,
+) -> Vec<String> {
+    workflow
+        .nodes
+        .iter()
+        .filter(|n| {
+            matches!(
+                n.kind,
+                iterion_spec::model::NodeKind::Agent | iterion_spec::model::NodeKind::Judge
+            )
+        })
+        .filter(|n| super::check::node_backend(workflow, n, host_env).0 == BACKEND)
+        .map(|n| n.name.value.clone())
+        .collect()
+}
+
+/// The probe of 4.12 for sandboxes running `claude_code` nodes: `<agent cli> --version` must succeed within
+/// [`PROBE_TIMEOUT`]; otherwise `AGENT_CLI_UNAVAILABLE` (phase `probe`) with a remediation hint.
+pub async fn probe_agent_cli(
+    run: &dyn iterion_driver::Run,
+    host_env: &std::collections::BTreeMap<String, String>,
+) -> Result<(), super::SandboxUnavailable> {
+    let program = agent_cli_program(host_env);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let req = iterion_driver::ExecRequest::new([program.clone(), "--version".to_string()])
+        .cancel(cancel.clone())
+        .label("probe");
+    let limits = iterion_driver::OutputLimits {
+        max_stdout: 64 * 1024,
+        max_stderr: 64 * 1024,
+    };
+    let fail = |why: String| super::SandboxUnavailable {
+        code: FailureCode::AgentCliUnavailable,
+        error: format!("the agent CLI '{program}' is not usable where claude_code nodes run: {why}"),
+        phase: Some(crate::failure::FailurePhase::Probe),
+        hint: Some(
+            "install the claude CLI in the image or in post_create, or set ITERION_CLAUDE_BIN to its path"
+                .into(),
+        ),
+    };
+    let collect = iterion_driver::exec_collect(run, req, limits);
+    tokio::pin!(collect);
+    let res = tokio::select! {
+        r = &mut collect => r,
+        _ = tokio::time::sleep(PROBE_TIMEOUT) => {
+            cancel.cancel();
+            let _ = collect.await;
+            return Err(fail(format!("'{program} --version' did not finish within 60s")));
+        }
+    };
+    match res {
+        Ok(c) if c.status.success() => Ok(()),
+        Ok(c) => Err(fail(format!(
+            "'{program} --version' exited with status {}: {}",
+            c.status.code,
+            tail(&c.stderr)
+        ))),
+        Err(e) => Err(fail(e.to_string())),
+    }
+}
+
 /// The argv and stdin of one `claude_code` execution.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ClaudeInvocation {
@@ -55,12 +132,7 @@ pub(crate) fn invocation(
     scope: &Scope<'_>,
 ) -> ClaudeInvocation {
     let lookup = |n: &str| env.host_env.get(n).cloned();
-    let program = env
-        .host_env
-        .get("ITERION_CLAUDE_BIN")
-        .filter(|s| !s.is_empty())
-        .cloned()
-        .unwrap_or_else(|| "claude".into());
+    let program = agent_cli_program(env.host_env);
     let mut argv = vec![program, "-p".into(), "--output-format".into(), "json".into()];
     if let Some(m) = &node.model {
         let model = expand_env(&m.value, EnvContext::NodeField, &lookup);

@@ -45,6 +45,7 @@ pub mod render;
 mod tool;
 pub mod vars;
 
+pub use agent::{CLAUDE_ENV, PROBE_TIMEOUT, agent_cli_nodes, agent_cli_program, probe_agent_cli};
 pub use check::check_executable;
 pub use graph::execute;
 pub use vars::{VarInputs, parse_var, resolve_vars};
