@@ -383,3 +383,44 @@ async fn cancelled_before_start_keeps_the_entry_checkpoint() {
         .await;
     assert_eq!(summary(&out), "cancelled checkpoint=a");
 }
+
+#[tokio::test]
+async fn expressions_read_loop_outputs_vars_and_run() {
+    let src = format!(
+        "{}{}workflow w:\n  entry: a\n  vars:\n    limit: int = 2\n  a -> b when \"loop.again.iteration >= vars.limit && outputs.a.k == 'v' && run.id == 'run-1'\"\n  a -> a as again(5)\n  b -> done\n",
+        echo("a", r#"{"k": "v"}"#),
+        echo("b", "{}")
+    );
+    let mut h = Harness::new();
+    assert_eq!(summary(&h.run(&src).await), "finished");
+    assert_eq!(edges(&h), ["a->a (again 1)", "a->a (again 2)", "a->b", "b->done"]);
+}
+
+#[tokio::test]
+async fn expression_errors_skip_the_edge_with_a_warning() {
+    let src = format!(
+        "{}{}workflow w:\n  entry: a\n  a -> b when \"k < 3\"\n  a -> done\n  b -> done\n",
+        echo("a", r#"{"k": "text"}"#),
+        echo("b", "{}")
+    );
+    let mut h = Harness::new();
+    assert_eq!(summary(&h.run(&src).await), "finished");
+    assert_eq!(edges(&h), ["a->done"]);
+    let w = h.rec.warnings();
+    assert!(
+        w.iter()
+            .any(|m| m.starts_with("edge a -> b: condition \"k < 3\" failed to evaluate")),
+        "{w:?}"
+    );
+}
+
+#[tokio::test]
+async fn with_templates_read_the_edge_source_output_as_input() {
+    let src = format!(
+        "{}tool b:\n  command: `printf '%s' {{{{input.got}}}}`\n\nworkflow w:\n  entry: a\n  a -> b with {{ got: \"<{{{{input.name}}}}>\" }}\n  b -> done\n",
+        echo("a", r#"{"name": "x y"}"#)
+    );
+    let mut h = Harness::new();
+    assert_eq!(summary(&h.run(&src).await), "finished");
+    assert_eq!(h.rec.of("node_finished")[1]["output"], json!({"result": "<x y>"}));
+}
