@@ -24,6 +24,8 @@ pub enum Command {
     },
     /// Inspect the runs of a store.
     Runs(crate::cmd_runs::RunsArgs),
+    /// Sandbox tools: `iterion sandbox doctor`.
+    Sandbox(crate::cmd_doctor::SandboxArgs),
 }
 
 pub fn dispatch(cli: Cli) -> ExitCode {
@@ -38,6 +40,12 @@ pub fn dispatch(cli: Cli) -> ExitCode {
                 .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
                 .collect();
             crate::cmd_runs::run(args, &env)
+        }
+        Command::Sandbox(args) => {
+            let env: std::collections::BTreeMap<String, String> = std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                .collect();
+            crate::cmd_doctor::run(args, &env)
         }
     }
 }

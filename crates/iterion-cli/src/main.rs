@@ -2,7 +2,9 @@
 use clap::Parser;
 
 mod cli;
+mod cmd_doctor;
 mod cmd_runs;
+mod doctor;
 mod drivers;
 mod relay;
 

@@ -1,0 +1,173 @@
+//! `iterion sandbox doctor` (06 §1): report mode, `--strict [WORKFLOW]`, `--json`.
+//!
+//! Exit codes (06 §8): 0 report mode or no failed check; 1 a failed check; 2 usage (bad flag or value,
+//! `WORKFLOW` / `--target` / `--probe` without `--strict`, unreadable file, lexical or parse errors, invalid
+//! sandbox environment values).
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use iterion_spec::resolve::ModeChoice;
+use iterion_spec::resolved::HostState;
+
+use crate::doctor::{self, Inputs, Target};
+
+/// `iterion sandbox …`.
+#[derive(Debug, clap::Args)]
+pub struct SandboxArgs {
+    /// The sandbox command.
+    #[command(subcommand)]
+    pub command: SandboxCommand,
+}
+
+/// Sandbox subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum SandboxCommand {
+    /// Report what this host offers, or (--strict) check the spec a run would use.
+    Doctor(DoctorArgs),
+}
+
+/// Arguments of `iterion sandbox doctor`.
+#[derive(Debug, clap::Args)]
+pub struct DoctorArgs {
+    /// Run the check battery against the spec a run would use.
+    #[arg(long)]
+    pub strict: bool,
+    /// A workflow file (.bot / .iter) whose sandbox blocks are resolved and checked (needs --strict).
+    #[arg(value_name = "WORKFLOW")]
+    pub workflow: Option<PathBuf>,
+    /// auto (follow the selected driver), cloud (the Kubernetes battery) or local (Docker / Podman).
+    #[arg(long, value_parser = ["auto", "cloud", "local"])]
+    pub target: Option<String>,
+    /// Also run the boundary probes in a throwaway sandbox (needs --strict).
+    #[arg(long)]
+    pub probe: bool,
+    /// One JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// auto or none, as for `iterion run`.
+    #[arg(long, value_parser = ["auto", "none"])]
+    pub sandbox: Option<String>,
+    /// Fallback image for auto, as for `iterion run`.
+    #[arg(long, value_name = "REF")]
+    pub sandbox_default_image: Option<String>,
+    /// auto or none, as for `iterion run`.
+    #[arg(long, value_parser = ["auto", "none"])]
+    pub sandbox_host_state: Option<String>,
+    /// Force a driver: docker, podman, kubernetes or noop (default: ITERION_SANDBOX_DRIVER).
+    #[arg(long, value_parser = ["docker", "podman", "kubernetes", "noop"])]
+    pub sandbox_driver: Option<String>,
+    /// Operator environment entry NAME[=VALUE] (a bare NAME takes the host value); repeatable.
+    #[arg(long, value_name = "NAME[=VALUE]")]
+    pub sandbox_env: Vec<String>,
+    /// The directory a run would use as work dir (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+}
+
+fn usage(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {msg}");
+    ExitCode::from(2)
+}
+
+/// Turns the arguments into [`Inputs`]; `Err` is the usage message.
+pub fn inputs(args: &DoctorArgs, env: &BTreeMap<String, String>) -> Result<Inputs, String> {
+    if !args.strict {
+        if args.workflow.is_some() {
+            return Err("WORKFLOW needs --strict".into());
+        }
+        if args.target.is_some() {
+            return Err("--target needs --strict".into());
+        }
+        if args.probe {
+            return Err("--probe needs --strict".into());
+        }
+    }
+    let cwd = std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
+    let work_dir = match &args.work_dir {
+        Some(d) if !d.is_dir() => return Err(format!("--work-dir {} is not a directory", d.display())),
+        Some(d) => std::fs::canonicalize(d).map_err(|e| format!("--work-dir {}: {e}", d.display()))?,
+        None => cwd,
+    };
+    let mut sandbox_env = Vec::new();
+    for entry in &args.sandbox_env {
+        let (name, value) = match entry.split_once('=') {
+            Some((n, v)) => (n.to_string(), v.to_string()),
+            None => match env.get(entry) {
+                Some(v) => (entry.clone(), v.clone()),
+                None => continue,
+            },
+        };
+        iterion_envdeny::validate_entry(iterion_envdeny::Layer::Operator, &name, &value)
+            .map_err(|e| format!("--sandbox-env: {e}"))?;
+        sandbox_env.push((name, value));
+    }
+    let (timeout, warning) = doctor::doctor_timeout(env);
+    if let Some(w) = warning {
+        eprintln!("warning: {w}");
+    }
+    let mut i = Inputs::new(env.clone(), work_dir);
+    i.strict = args.strict;
+    i.workflow = args.workflow.clone();
+    i.target = args
+        .target
+        .as_deref()
+        .and_then(Target::parse)
+        .unwrap_or(Target::Auto);
+    i.probe = args.probe;
+    i.sandbox = args.sandbox.as_deref().and_then(ModeChoice::parse);
+    i.default_image = args.sandbox_default_image.clone();
+    i.host_state = args.sandbox_host_state.as_deref().and_then(HostState::parse);
+    i.driver = args.sandbox_driver.clone();
+    i.sandbox_env = sandbox_env;
+    i.timeout = timeout;
+    Ok(i)
+}
+
+/// Runs `iterion sandbox …`.
+pub fn run(args: SandboxArgs, env: &BTreeMap<String, String>) -> ExitCode {
+    match args.command {
+        SandboxCommand::Doctor(a) => run_doctor(a, env),
+    }
+}
+
+fn run_doctor(args: DoctorArgs, env: &BTreeMap<String, String>) -> ExitCode {
+    let inputs = match inputs(&args, env) {
+        Ok(i) => i,
+        Err(m) => return usage(m),
+    };
+    let loaded = match &inputs.workflow {
+        Some(p) => match doctor::checks::load(p) {
+            Ok(l) => Some(l),
+            Err(m) => {
+                eprintln!("{m}");
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return usage(format!("cannot start the async runtime: {e}")),
+    };
+    let result = rt.block_on(async {
+        let host = doctor::gather(&inputs).await.map_err(|e| e.to_string())?;
+        for w in &host.selection.warnings {
+            eprintln!("warning: {w}");
+        }
+        doctor::run(&inputs, &host, loaded.as_ref()).await
+    });
+    let report = match result {
+        Ok(r) => r,
+        Err(m) => return usage(m),
+    };
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        let color = std::io::stdout().is_terminal() && env.get("NO_COLOR").is_none_or(|v| v.is_empty());
+        print!("{}", report.to_human(color));
+    }
+    ExitCode::from(report.exit_code)
+}

@@ -1,0 +1,286 @@
+//! `iterion sandbox doctor` (06): report mode, the strict battery, rendering, and the run pre-flight.
+//!
+//! The battery is pure over a [`Host`] (the selected driver and an [`engine::EngineProbe`]) and [`Inputs`], so
+//! tests drive every check with a fake driver and a fake engine. [`gather`] builds the real [`Host`].
+//!
+//! Pre-flight (06 §9) for `iterion run` / `iterion resume`:
+//!
+//! ```ignore
+//! match doctor::preflight_mode(env)? {                // Err: invalid ITERION_SANDBOX_PREFLIGHT (exit 2)
+//!     None => {}
+//!     Some(probe) => {
+//!         let mut inputs = doctor::Inputs::new(env.clone(), work_dir);   // absolute work dir
+//!         inputs.workflow = Some(workflow_path);
+//!         inputs.probe = probe;
+//!         inputs.sandbox = /* --sandbox */; inputs.default_image = /* … */; inputs.host_state = /* … */;
+//!         inputs.driver = /* --sandbox-driver */; inputs.sandbox_env = /* --sandbox-env entries */;
+//!         inputs.timeout = doctor::doctor_timeout(env).0;
+//!         match doctor::preflight(inputs).await {
+//!             Ok(_report) => {}                            // warnings were printed to stderr
+//!             Err(doctor::PreflightError::Failed(report)) => {
+//!                 doctor::print_preflight_failure(&report, json);  // stderr lines, or the JSON wrapper
+//!                 return ExitCode::from(2);
+//!             }
+//!             Err(doctor::PreflightError::Usage(m)) => { eprintln!("error: {m}"); return ExitCode::from(2); }
+//!         }
+//!     }
+//! }
+//! ```
+
+#![allow(dead_code)] // the pre-flight API is called by `iterion run`, wired by the integrator
+
+pub mod checks;
+pub mod engine;
+pub mod report;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use iterion_spec::resolve::ModeChoice;
+use iterion_spec::resolved::HostState;
+
+pub use report::{Report, Status};
+
+use crate::drivers::{self, Selection};
+use engine::{EngineProbe, UnixEngine};
+
+/// Default bound of each engine call and probe.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `--target`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Follow the selected driver.
+    Auto,
+    /// The Kubernetes battery.
+    Cloud,
+    /// The Docker / Podman battery.
+    Local,
+}
+
+impl Target {
+    /// Parses `auto`, `cloud`, `local`.
+    pub fn parse(s: &str) -> Option<Target> {
+        match s {
+            "auto" => Some(Target::Auto),
+            "cloud" => Some(Target::Cloud),
+            "local" => Some(Target::Local),
+            _ => None,
+        }
+    }
+
+    /// The lower-case word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Target::Auto => "auto",
+            Target::Cloud => "cloud",
+            Target::Local => "local",
+        }
+    }
+}
+
+/// Everything the doctor is asked (flags and the environment snapshot).
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    /// The process environment, read once by `main`.
+    pub env: BTreeMap<String, String>,
+    /// `--strict`.
+    pub strict: bool,
+    /// `WORKFLOW`.
+    pub workflow: Option<PathBuf>,
+    /// `--target`.
+    pub target: Target,
+    /// `--probe`.
+    pub probe: bool,
+    /// `--sandbox`.
+    pub sandbox: Option<ModeChoice>,
+    /// `--sandbox-default-image`.
+    pub default_image: Option<String>,
+    /// `--sandbox-host-state`.
+    pub host_state: Option<HostState>,
+    /// `--sandbox-driver`.
+    pub driver: Option<String>,
+    /// `--sandbox-env NAME[=VALUE]`, resolved to entries (a bare name takes the host value).
+    pub sandbox_env: Vec<(String, String)>,
+    /// `--work-dir` (absolute).
+    pub work_dir: PathBuf,
+    /// `ITERION_SANDBOX_DOCTOR_TIMEOUT`.
+    pub timeout: Duration,
+}
+
+impl Inputs {
+    /// Inputs with defaults: report mode, target auto, no flags, 5 s bound.
+    pub fn new(env: BTreeMap<String, String>, work_dir: PathBuf) -> Self {
+        Inputs {
+            env,
+            strict: false,
+            workflow: None,
+            target: Target::Auto,
+            probe: false,
+            sandbox: None,
+            default_image: None,
+            host_state: None,
+            driver: None,
+            sandbox_env: Vec::new(),
+            work_dir,
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+/// `ITERION_SANDBOX_DOCTOR_TIMEOUT` (06 §3.3): the bound and, for an empty, unparseable or non-positive
+/// value, a warning naming the variable (the default is then used).
+pub fn doctor_timeout(env: &BTreeMap<String, String>) -> (Duration, Option<String>) {
+    const NAME: &str = "ITERION_SANDBOX_DOCTOR_TIMEOUT";
+    let Some(raw) = env.get(NAME) else {
+        return (DEFAULT_TIMEOUT, None);
+    };
+    match iterion_spec::compile::parse_duration(raw.trim()) {
+        Some(ns) if ns > 0 => (Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX)), None),
+        _ => (
+            DEFAULT_TIMEOUT,
+            Some(format!(
+                "{NAME} '{}' is not a positive duration; using the default 5s",
+                raw.escape_debug()
+            )),
+        ),
+    }
+}
+
+/// What the battery knows about this host: the driver selection and the engine to ask.
+#[derive(Debug, Clone)]
+pub struct Host {
+    /// Driver selection (03 §2).
+    pub selection: Selection,
+    /// The engine endpoint the doctor queries (the selected engine, else the first Docker candidate).
+    pub engine: Arc<dyn EngineProbe>,
+}
+
+/// Selects the driver and picks the engine endpoint to query, each ping bounded by the doctor timeout.
+pub async fn gather(inputs: &Inputs) -> Result<Host, drivers::SelectError> {
+    let mut opts = drivers::SelectOptions::new(inputs.driver.clone());
+    opts.ping_timeout = inputs.timeout;
+    let selection = drivers::select(&inputs.env, &opts).await?;
+    let socket = selection
+        .engine
+        .as_ref()
+        .and_then(|e| e.endpoint.as_ref())
+        .and_then(|e| e.strip_prefix("unix://"))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| first_candidate(&inputs.env));
+    Ok(Host {
+        selection,
+        engine: Arc::new(UnixEngine {
+            socket,
+            timeout: inputs.timeout,
+        }),
+    })
+}
+
+/// The first local socket of the Docker candidate list (03 §4.1) that exists, else the first one.
+fn first_candidate(env: &BTreeMap<String, String>) -> PathBuf {
+    use iterion_driver_docker::endpoint::{Candidate, EndpointSettings, candidates};
+    let get = |k: &str| env.get(k).cloned();
+    let settings = EndpointSettings::new(
+        get("DOCKER_HOST"),
+        get("CONTAINER_HOST"),
+        get("XDG_RUNTIME_DIR").map(PathBuf::from),
+        get("HOME").map(PathBuf::from),
+    );
+    let paths: Vec<PathBuf> = candidates(&settings)
+        .into_iter()
+        .filter_map(|c| match c {
+            Candidate::Unix { path, .. } => Some(path),
+            Candidate::Refused { .. } => None,
+        })
+        .collect();
+    paths
+        .iter()
+        .find(|p| p.exists())
+        .or(paths.first())
+        .cloned()
+        .unwrap_or_else(|| PathBuf::from("/var/run/docker.sock"))
+}
+
+/// Runs report mode or the strict battery and builds the report (06 §2, §3). `loaded` is the workflow file
+/// read with [`checks::load`]. `Err` is a usage error (invalid sandbox environment values; exit 2).
+pub async fn run(inputs: &Inputs, host: &Host, loaded: Option<&checks::Loaded>) -> Result<Report, String> {
+    checks::build_report(inputs, host, loaded).await
+}
+
+/// `ITERION_SANDBOX_PREFLIGHT` (06 §9): `None` = no pre-flight, `Some(false)` = battery, `Some(true)` = battery
+/// with probes; `Err` = the usage-error message (exit 2).
+pub fn preflight_mode(env: &BTreeMap<String, String>) -> Result<Option<bool>, String> {
+    let raw = env
+        .get("ITERION_SANDBOX_PREFLIGHT")
+        .map(|v| v.trim())
+        .unwrap_or("");
+    match raw.to_ascii_lowercase().as_str() {
+        "" | "0" | "false" | "no" | "off" => Ok(None),
+        "1" | "true" | "yes" | "on" => Ok(Some(false)),
+        "probe" => Ok(Some(true)),
+        _ => Err(format!(
+            "invalid ITERION_SANDBOX_PREFLIGHT '{}' (want 1, probe or 0)",
+            raw.escape_debug()
+        )),
+    }
+}
+
+/// The pre-flight of `iterion run` / `iterion resume` (06 §9): runs the strict battery (`inputs.strict` is
+/// forced on) and returns `Err(report)` when any check fails. Warnings are printed to stderr as
+/// `sandbox preflight: WARN <id>: <message>`; the caller logs them to `run.log` once the run exists.
+pub async fn preflight(mut inputs: Inputs) -> Result<Report, PreflightError> {
+    inputs.strict = true;
+    let loaded = match &inputs.workflow {
+        Some(p) => Some(checks::load(p).map_err(PreflightError::Usage)?),
+        None => None,
+    };
+    let host = gather(&inputs)
+        .await
+        .map_err(|e| PreflightError::Usage(e.to_string()))?;
+    let report = run(&inputs, &host, loaded.as_ref())
+        .await
+        .map_err(PreflightError::Usage)?;
+    for c in report.checks.iter().flatten() {
+        if c.status == Status::Warn {
+            eprintln!("sandbox preflight: WARN {}: {}", c.id, c.message);
+        }
+    }
+    if report.failed() > 0 {
+        Err(PreflightError::Failed(Box::new(report)))
+    } else {
+        Ok(report)
+    }
+}
+
+/// Why the pre-flight stops the run (exit 2 either way).
+#[derive(Debug)]
+pub enum PreflightError {
+    /// A usage error (an invalid `--sandbox-driver` / `ITERION_SANDBOX_DRIVER`): print `error: <message>`.
+    Usage(String),
+    /// At least one check failed: print it with [`print_preflight_failure`].
+    Failed(Box<Report>),
+}
+
+/// Prints a failed pre-flight (06 §9): every failed check and hint on stderr, then the error line; with
+/// `json`, stdout carries `{"error": "sandbox preflight failed", "preflight": <report>}`.
+pub fn print_preflight_failure(report: &Report, json: bool) {
+    for c in report.checks.iter().flatten() {
+        if c.status == Status::Fail {
+            eprintln!("sandbox preflight: FAIL {}: {}", c.id, c.message);
+            if let Some(h) = &c.hint {
+                eprintln!("  hint: {h}");
+            }
+        }
+    }
+    eprintln!("error: sandbox preflight failed ({} check(s))", report.failed());
+    if json {
+        let doc = serde_json::json!({"error": "sandbox preflight failed", "preflight": report});
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+    }
+}
