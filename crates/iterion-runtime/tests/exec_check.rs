@@ -109,3 +109,45 @@ fn executable_workflow_has_no_diagnostic() {
         &[],
     );
 }
+
+#[test]
+fn x007_fan_out_properties_are_warnings() {
+    let src = "tool a:\n  command: `true`\n  await: wait_all\n\nworkflow w:\n  entry: a\n  budget:\n    max_parallel_branches: 4\n  a -> done\n";
+    let wf = compile(src);
+    let d = check_executable(&wf, &BTreeMap::new());
+    let got: Vec<(String, bool)> = d.iter().map(|d| (d.render_header(), d.is_error())).collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "test.bot:3:10: warning[X007]: 'await' has no effect (no fan-out in this version)".to_string(),
+                false
+            ),
+            (
+                "test.bot:5:10: warning[X007]: 'budget.max_parallel_branches' has no effect (no fan-out in this version)"
+                    .to_string(),
+                false
+            ),
+        ]
+    );
+}
+
+#[test]
+fn x003_memory_and_inherited_capabilities() {
+    let src = format!(
+        "agent a:\n{CC}  memory:\n    enabled: true\n    scope: \"repo\"\n\nworkflow w:\n  entry: a\n  capabilities: [web]\n  a -> done\n"
+    );
+    let wf = compile(&src);
+    let msgs: Vec<String> = check_executable(&wf, &BTreeMap::new())
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| format!("{} {}", d.code, d.message))
+        .collect();
+    assert_eq!(
+        msgs,
+        [
+            "X003 'memory.enabled: true' on 'a' is not supported in this version",
+            "X003 'capabilities: [web] (inherited from the workflow)' on 'a' is not supported in this version"
+        ]
+    );
+}

@@ -11,6 +11,16 @@
 //! `delegate_error`, `budget_warning`, `budget_exceeded` and `artifact_written`. It never emits run-level
 //! events: the outcome carries a ready [`RunFailed`] for the lifecycle to emit after writing the status.
 //!
+//! Not built in this version, refused or reported rather than skipped:
+//!
+//! - the `claw` backend (it needs the `iterion __claw-runner` envelope runner): [`check_executable`] refuses
+//!   it with `X002` before a run exists, and the executor fails such a node with `EXECUTION_FAILED` if a
+//!   caller skips the check;
+//! - output schemas are passed to the agent but not enforced (`SCHEMA_VALIDATION` is reserved, 10.4);
+//! - `Retry-After` is not known from the agent CLI, so `RATE_LIMITED` uses the fixed 10 s / 30 s / 60 s;
+//! - a templated loop cap is re-evaluated after a resume (the checkpoint has no field for it), and
+//!   `node_started.iteration` counts executions of the current invocation.
+//!
 //! ```no_run
 //! # async fn demo(workflow: &iterion_spec::model::Workflow, ctx: iterion_runtime::exec::ExecContext) {
 //! use iterion_runtime::exec::{ExecOutcome, execute};
