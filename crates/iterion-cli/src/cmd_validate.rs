@@ -67,7 +67,11 @@ fn json_workflow(w: &Workflow) -> JsonWorkflow<'_> {
         nodes: w
             .nodes
             .iter()
-            .map(|n| JsonNode { name: n.name.as_str(), kind: n.kind.as_str(), sandbox: n.sandbox.as_ref() })
+            .map(|n| JsonNode {
+                name: n.name.as_str(),
+                kind: n.kind.as_str(),
+                sandbox: n.sandbox.as_ref(),
+            })
             .collect(),
     }
 }
@@ -148,5 +152,8 @@ fn write_human(
     let errors = diags.iter().filter(|d| d.is_error()).count();
     let warnings = diags.len() - errors;
     let verdict = if failed { "invalid" } else { "ok" };
-    writeln!(out, "{label}: {verdict} ({errors} error(s), {warnings} warning(s))")
+    writeln!(
+        out,
+        "{label}: {verdict} ({errors} error(s), {warnings} warning(s))"
+    )
 }

@@ -16,7 +16,10 @@ use iterion_spec::diag::Diagnostic;
 pub fn render(diag: &Diagnostic, source: Option<&str>) -> String {
     let mut out = diag.render_header();
     if let Some(line_text) = source.and_then(|s| line_of(s, diag.line)) {
-        let shown: String = line_text.chars().map(|c| if c == '\t' { ' ' } else { c }).collect();
+        let shown: String = line_text
+            .chars()
+            .map(|c| if c == '\t' { ' ' } else { c })
+            .collect();
         let shown = shown.trim_end_matches(['\r', '\n']);
         let width = diag.line.to_string().len().max(3);
         let col = diag.col.max(1) as usize;
@@ -29,7 +32,12 @@ pub fn render(diag: &Diagnostic, source: Option<&str>) -> String {
         // Never draw carets far past the end of the line (an end-of-line diagnostic gets one caret).
         let span = span.min(len_chars.saturating_sub(col - 1).max(1));
         out.push_str(&format!("\n{:>width$} | {}", diag.line, shown));
-        out.push_str(&format!("\n{:>width$} | {}{}", "", " ".repeat(col - 1), "^".repeat(span)));
+        out.push_str(&format!(
+            "\n{:>width$} | {}{}",
+            "",
+            " ".repeat(col - 1),
+            "^".repeat(span)
+        ));
     }
     if let Some(hint) = &diag.hint {
         out.push_str(&format!("\n  hint: {hint}"));
@@ -76,7 +84,10 @@ mod tests {
     #[test]
     fn missing_line_prints_header_only() {
         let d = Diagnostic::error("E002", "e.bot", 9, 1, "unexpected end of file");
-        assert_eq!(render(&d, Some("a\n")), "e.bot:9:1: error[E002]: unexpected end of file");
+        assert_eq!(
+            render(&d, Some("a\n")),
+            "e.bot:9:1: error[E002]: unexpected end of file"
+        );
         assert_eq!(render(&d, None), "e.bot:9:1: error[E002]: unexpected end of file");
     }
 
