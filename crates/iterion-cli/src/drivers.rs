@@ -27,6 +27,9 @@ use iterion_driver_docker::{DockerDriver, DockerSettings};
 /// Default bound of each availability ping.
 pub const DEFAULT_PING_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long the podman ping may still run once docker (preferred) has answered.
+const PODMAN_GRACE: Duration = Duration::from_millis(200);
+
 /// Host kind (03 §2.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HostKind {
@@ -299,6 +302,12 @@ async fn probe_engine(
     (d, r)
 }
 
+/// The driver of host-placed nodes (and of every node of an unsandboxed run): a `NoopDriver` whose processes
+/// start from `base_env` (iterion's own environment).
+pub fn host_driver(base_env: Vec<(String, String)>) -> Arc<dyn Driver> {
+    Arc::new(NoopDriver::new(base_env))
+}
+
 /// Why the kubernetes driver is unavailable in this build.
 pub fn kubernetes_unavailable() -> String {
     iterion_driver_k8s::NOT_BUILT.to_string()
@@ -315,28 +324,49 @@ pub async fn select(env: &BTreeMap<String, String>, opts: &SelectOptions) -> Res
     });
     let host = host_kind(env, argv0.as_deref(), &mut warnings);
 
-    // Which candidates to probe: the host's list, plus the forced driver when it is not on it.
-    let mut wanted: Vec<DriverKind> = host.candidates().to_vec();
-    if let Some((k, _)) = forced
-        && !wanted.contains(&k)
-    {
-        wanted.insert(0, k);
-    }
+    // Which candidates to probe: the host's list; with a forced driver only that one (and noop).
+    let wanted: Vec<DriverKind> = match forced {
+        Some((DriverKind::Noop, _)) => vec![DriverKind::Noop],
+        Some((k, _)) => vec![k, DriverKind::Noop],
+        None => host.candidates().to_vec(),
+    };
     let noop_base: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let want = |k| wanted.contains(&k);
+    // Docker and Podman are pinged concurrently. When docker answers and podman was not forced, podman gets a
+    // short grace instead of the whole bound, so a silent Podman socket never delays a launch.
+    let (docker_ok, docker_ok_rx) = tokio::sync::watch::channel(false);
+    let podman_forced = matches!(forced, Some((DriverKind::Podman, _)));
     let (docker, podman) = tokio::join!(
         async {
-            if want(DriverKind::Docker) {
-                Some(probe_engine(env, Family::Docker, opts).await)
-            } else {
-                None
+            if !want(DriverKind::Docker) {
+                return None;
             }
+            let r = probe_engine(env, Family::Docker, opts).await;
+            if r.1.is_ok() {
+                let _ = docker_ok.send(true);
+            }
+            Some(r)
         },
         async {
-            if want(DriverKind::Podman) {
-                Some(probe_engine(env, Family::Podman, opts).await)
-            } else {
-                None
+            if !want(DriverKind::Podman) {
+                return None;
+            }
+            let mut rx = docker_ok_rx.clone();
+            let cut = async move {
+                if podman_forced || rx.wait_for(|ok| *ok).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+                tokio::time::sleep(PODMAN_GRACE).await;
+            };
+            tokio::select! {
+                r = probe_engine(env, Family::Podman, opts) => Some(r),
+                _ = cut => Some((
+                    Arc::new(DockerDriver::new(docker_settings(env, Family::Podman, opts))),
+                    Err(format!(
+                        "no answer within {} after docker answered (not waited for further)",
+                        iterion_driver::fmt_duration(PODMAN_GRACE)
+                    )),
+                )),
             }
         }
     );
