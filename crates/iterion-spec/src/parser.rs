@@ -92,6 +92,19 @@ struct Parser<'a> {
     lit_depth: usize,
 }
 
+/// A property key as written, borrowed from the source.
+#[derive(Debug, Clone, Copy)]
+struct Key<'a> {
+    value: &'a str,
+    span: Span,
+}
+
+impl Key<'_> {
+    fn owned(self) -> Spanned<String> {
+        Spanned::new(self.value.to_string(), self.span)
+    }
+}
+
 /// A parsed scalar-ish value on the right of `key:`.
 enum Val {
     Str(Spanned<String>),
@@ -331,13 +344,16 @@ impl<'a> Parser<'a> {
         true
     }
 
-    /// Reads a property key and its colon. On failure reports and skips the line.
-    fn key(&mut self) -> Option<Spanned<String>> {
+    /// Reads a property key and its colon (without allocating). On failure reports and skips the line.
+    fn key(&mut self) -> Option<Key<'a>> {
         let t = self.peek();
         let key = match t.kind {
             TokenKind::Ident => {
                 self.bump();
-                Spanned::new(self.text(t).to_string(), t.span)
+                Key {
+                    value: self.text(t),
+                    span: t.span,
+                }
             }
             _ => {
                 self.expected("a property name");
@@ -352,7 +368,7 @@ impl<'a> Parser<'a> {
         Some(key)
     }
 
-    fn unknown_prop(&mut self, key: &Spanned<String>, ctx: &str) {
+    fn unknown_prop(&mut self, key: &Key<'_>, ctx: &str) {
         self.diag_at(
             "E012",
             key.span,
@@ -658,8 +674,8 @@ impl<'a> Parser<'a> {
         } else {
             let ok = self.block(&format!("an inline map or an indented block for '{prop}'"), |p| {
                 let Some(key) = p.key() else { return };
-                if let Some(v) = p.simple(&key.value.clone(), Accept::MAP_VALUE) {
-                    p.push_unique(&mut entries, key, v, block);
+                if let Some(v) = p.simple(key.value, Accept::MAP_VALUE) {
+                    p.push_unique(&mut entries, key.owned(), v, block);
                 }
             });
             if !ok {
@@ -1047,7 +1063,11 @@ impl<'a> Parser<'a> {
                     format!("duplicate entry '{}' in vars", name.value),
                 );
             } else {
-                vars.push(Var { name, ty, default });
+                vars.push(Var {
+                    name: name.owned(),
+                    ty,
+                    default,
+                });
             }
         });
         VarsBlock { span, vars }
@@ -1066,9 +1086,12 @@ impl<'a> Parser<'a> {
                     return;
                 };
                 p.end_line();
-                p.push_unique(&mut values, var, v, &block_name);
+                p.push_unique(&mut values, var.owned(), v, &block_name);
             });
-            presets.push(Preset { name, values });
+            presets.push(Preset {
+                name: name.owned(),
+                values,
+            });
         });
         PresetsBlock { span, presets }
     }
@@ -1082,14 +1105,14 @@ impl<'a> Parser<'a> {
                 (TokenKind::Ident, "file") => AttachmentKind::File,
                 (TokenKind::Ident, "image") => AttachmentKind::Image,
                 _ => {
-                    p.bad_value(&name.value, "file or image", kt.span);
+                    p.bad_value(name.value, "file or image", kt.span);
                     p.skip_line();
                     return;
                 }
             };
             p.bump();
             let mut a = Attachment {
-                name,
+                name: name.owned(),
                 kind,
                 description: None,
                 accept_mime: Vec::new(),
@@ -1099,7 +1122,7 @@ impl<'a> Parser<'a> {
             if p.kind() == TokenKind::Nl && p.peek_at(1).kind == TokenKind::Indent {
                 p.block("attachment properties", |p| {
                     let Some(key) = p.key() else { return };
-                    match key.value.as_str() {
+                    match key.value {
                         "description" => a.description = p.str_prop("description").map(|s| s.value),
                         "accept_mime" => {
                             if let Some(l) = p.list_prop("accept_mime") {
@@ -1131,7 +1154,7 @@ impl<'a> Parser<'a> {
         let ctx = format!("mcp_server '{}'", m.name.value);
         self.block("mcp_server properties", |p| {
             let Some(key) = p.key() else { return };
-            match key.value.as_str() {
+            match key.value {
                 "transport" => {
                     if let Some(t) = p.enum_prop("transport", &["stdio", "http", "sse"]) {
                         m.transport = Some(match t.value.as_str() {
@@ -1153,11 +1176,11 @@ impl<'a> Parser<'a> {
                     let mut scopes = Vec::new();
                     p.block("auth properties", |p| {
                         let Some(k) = p.key() else { return };
-                        match k.value.as_str() {
+                        match k.value {
                             "type" | "auth_url" | "token_url" | "revoke_url" | "client_id" => {
-                                if let Some(v) = p.str_prop(&k.value) {
-                                    auth.retain(|(a, _)| a != &k.value);
-                                    auth.push((k.value.clone(), v.value));
+                                if let Some(v) = p.str_prop(k.value) {
+                                    auth.retain(|(a, _)| a != k.value);
+                                    auth.push((k.value.to_string(), v.value));
                                 }
                             }
                             "scopes" => {
@@ -1249,7 +1272,7 @@ impl<'a> Parser<'a> {
                 );
             } else {
                 fields.push(SchemaField {
-                    name: fname,
+                    name: fname.owned(),
                     ty,
                     enum_values,
                 });
@@ -1268,7 +1291,7 @@ impl<'a> Parser<'a> {
         let ctx = format!("cursor '{}'", c.name.value);
         self.block("cursor properties", |p| {
             let Some(key) = p.key() else { return };
-            match key.value.as_str() {
+            match key.value {
                 "description" => c.description = p.str_prop("description").map(|s| s.value),
                 "values" | "bands" => {
                     let is_values = key.value == "values";
@@ -1317,14 +1340,14 @@ impl<'a> Parser<'a> {
 
     fn node_body(&mut self, name: Spanned<String>, kind: NodeKind) -> Node {
         let mut n = Node::new(name, kind);
-        let ctx = format!("{} '{}'", kind.as_str(), n.name.value);
         self.block("node properties", |p| {
             let Some(key) = p.key() else { return };
-            if !node_prop_allowed(kind, &key.value) {
+            if !node_prop_allowed(kind, key.value) {
+                let ctx = format!("{} '{}'", kind.as_str(), n.name.value);
                 p.unknown_prop(&key, &ctx);
                 return;
             }
-            let k = key.value.as_str();
+            let k = key.value;
             match k {
                 "model" => n.model = p.str_prop(k),
                 "backend" => n.backend = p.str_or_name_prop(k),
@@ -1373,13 +1396,16 @@ impl<'a> Parser<'a> {
                     let block_name = format!("expr of '{}'", n.name.value);
                     p.block("expr entries", |p| {
                         let Some(ek) = p.key() else { return };
-                        let Some(v) = p.str_prop(&ek.value) else { return };
-                        p.push_unique(&mut entries, ek, v, &block_name);
+                        let Some(v) = p.str_prop(ek.value) else { return };
+                        p.push_unique(&mut entries, ek.owned(), v, &block_name);
                     });
                     n.expr = entries;
                 }
                 "sandbox" => n.sandbox = p.sandbox(key.span, SandboxScope::Node),
-                _ => p.unknown_prop(&key, &ctx),
+                _ => {
+                    let ctx = format!("{} '{}'", kind.as_str(), n.name.value);
+                    p.unknown_prop(&key, &ctx)
+                }
             }
         });
         n
@@ -1389,7 +1415,7 @@ impl<'a> Parser<'a> {
         let mut m = McpBlock::default();
         self.block("mcp properties", |p| {
             let Some(key) = p.key() else { return };
-            match key.value.as_str() {
+            match key.value {
                 "autoload_project" => m.autoload_project = p.bool_prop("autoload_project"),
                 "inherit" => m.inherit = p.bool_prop("inherit"),
                 "servers" => m.servers = p.list_prop("servers"),
@@ -1408,7 +1434,7 @@ impl<'a> Parser<'a> {
         let mut c = Compaction::default();
         self.block("compaction properties", |p| {
             let Some(key) = p.key() else { return };
-            match key.value.as_str() {
+            match key.value {
                 "threshold" => c.threshold = p.num_prop("threshold"),
                 "preserve_recent" => c.preserve_recent = p.int_prop("preserve_recent"),
                 _ => p.unknown_prop(&key, "compaction"),
@@ -1421,7 +1447,7 @@ impl<'a> Parser<'a> {
         let mut m = Memory::default();
         self.block("memory properties", |p| {
             let Some(key) = p.key() else { return };
-            let k = key.value.as_str();
+            let k = key.value;
             match k {
                 "enabled" => m.enabled = p.bool_prop(k),
                 "scope" => m.scope = p.str_prop(k).map(|s| s.value),
@@ -1448,11 +1474,11 @@ impl<'a> Parser<'a> {
                 }
                 return;
             }
-            let Some(v) = p.simple(&key.value.clone(), Accept::MAP_VALUE) else {
+            let Some(v) = p.simple(key.value, Accept::MAP_VALUE) else {
                 return;
             };
             let mut vals = std::mem::take(&mut c.values);
-            p.push_unique(&mut vals, key, v.as_text(), "cursors");
+            p.push_unique(&mut vals, key.owned(), v.as_text(), "cursors");
             c.values = vals;
         });
         c
@@ -1494,7 +1520,7 @@ impl<'a> Parser<'a> {
         }
         self.block("sandbox properties", |p| {
             let Some(key) = p.key() else { return };
-            let k = key.value.as_str();
+            let k = key.value;
             match k {
                 "mode" => d.mode = p.name_prop(k),
                 "image" => d.image = p.str_prop(k),
@@ -1515,7 +1541,7 @@ impl<'a> Parser<'a> {
                     };
                     p.block("build properties", |p| {
                         let Some(bk) = p.key() else { return };
-                        let k = bk.value.as_str();
+                        let k = bk.value;
                         match k {
                             "dockerfile" => b.dockerfile = p.str_prop(k),
                             "context" => b.context = p.str_prop(k),
@@ -1541,7 +1567,7 @@ impl<'a> Parser<'a> {
                     } else {
                         p.block("network properties", |p| {
                             let Some(nk) = p.key() else { return };
-                            let k = nk.value.as_str();
+                            let k = nk.value;
                             match k {
                                 "mode" => nw.mode = p.name_prop(k),
                                 "preset" => nw.preset = p.str_or_name_prop(k),
@@ -1592,7 +1618,7 @@ impl<'a> Parser<'a> {
                 return;
             }
             let Some(key) = p.key() else { return };
-            let k = key.value.as_str();
+            let k = key.value;
             match k {
                 "entry" => w.entry = p.name_prop(k),
                 "vars" => {
@@ -1629,7 +1655,7 @@ impl<'a> Parser<'a> {
                     let mut b = Budget::default();
                     p.block("budget properties", |p| {
                         let Some(bk) = p.key() else { return };
-                        let k = bk.value.as_str();
+                        let k = bk.value;
                         match k {
                             "max_parallel_branches" => b.max_parallel_branches = p.int_prop(k),
                             "max_duration" => b.max_duration = p.str_prop(k),
