@@ -155,6 +155,14 @@ pub enum Error {
         /// What is missing.
         what: &'static str,
     },
+    /// A git operation of `worktree: auto` failed (`WORKTREE_FAILED` when creating the worktree).
+    #[error("worktree: {op} failed: {reason}")]
+    Worktree {
+        /// The git step (`worktree add`, `commit`, `branch`, `worktree remove`, …).
+        op: &'static str,
+        /// What git reported.
+        reason: String,
+    },
 }
 
 /// Result alias of this crate.

@@ -54,11 +54,13 @@ pub mod output;
 pub mod render;
 mod tool;
 pub mod vars;
+pub mod worktree;
 
 pub use agent::{CLAUDE_ENV, PROBE_TIMEOUT, agent_cli_nodes, agent_cli_program, probe_agent_cli};
 pub use check::check_executable;
 pub use graph::execute;
 pub use vars::{VarInputs, parse_var, resolve_vars};
+pub use worktree::{FinishedWorktree, Worktree, create_worktree, finish_worktree};
 
 /// The shell tool nodes run with (probe of 4.12 in a container, `bash` on PATH on the host).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
