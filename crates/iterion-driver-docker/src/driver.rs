@@ -20,6 +20,7 @@ use bollard::query_parameters::{
 use futures::StreamExt;
 use iterion_driver::Driver as _;
 use iterion_driver::labels::{self, Component, LabelInput};
+use iterion_driver::mount_safety::{HostFacts, HostOs, MountPolicy, RealFs};
 use iterion_driver::owner::{HostProcesses, owner_liveness};
 use iterion_driver::{
     BuildRequest, Capabilities, DriverEvent, DriverKind, EngineInfo, Error as DError, ExecRequest,
@@ -319,6 +320,41 @@ impl DockerDriver {
         {
             let c = common.to_string_lossy().into_owned();
             planned.push(Planned::bind(c.clone(), c, false, Origin::Git));
+        }
+        // Mount safety (03 §10) for the workspace and the spec's binds; targets for every user mount.
+        let host_facts = HostFacts {
+            os: if self.settings.host_linux {
+                HostOs::Linux
+            } else {
+                HostOs::MacOs
+            },
+            home: self.settings.endpoints.home.clone(),
+            xdg_runtime_dir: self.settings.endpoints.xdg_runtime_dir.clone(),
+            engine_socket: Some(facts.endpoint.clone()),
+        };
+        let runtime_targets: Vec<String> = req.aux_mounts.iter().map(|a| a.container_path.clone()).collect();
+        let policy = MountPolicy {
+            host: &host_facts,
+            fs: &RealFs,
+            driver: kind,
+            workspace_target: Some(&workspace),
+            workspace_host: Some(&ws_host),
+            runtime_targets: &runtime_targets,
+        };
+        policy.check_workspace(&ws_host)?;
+        for m in &sandbox.mounts {
+            let text = mount_text(m);
+            let refuse = |reason: String| DError::UnsafeMount {
+                mount: text.clone(),
+                reason,
+            };
+            if m.kind == iterion_spec::values::MountKind::Bind {
+                let src = m.source.clone().unwrap_or_default();
+                policy
+                    .check_bind_source(&src)
+                    .map_err(|r| refuse(format!("source {r}")))?;
+            }
+            policy.check_target(&m.target).map_err(refuse)?;
         }
         let placement = lease.map_or(Placement::Open, |l| l.placement);
         if placement == Placement::Relay {
@@ -769,6 +805,19 @@ impl DockerDriver {
     }
 }
 
+/// The mount as text, for messages (`type=…,source=…,target=…[,readonly]`).
+fn mount_text(m: &iterion_spec::values::Mount) -> String {
+    let mut t = format!("type={}", m.kind.as_str());
+    if let Some(s) = &m.source {
+        t.push_str(&format!(",source={s}"));
+    }
+    t.push_str(&format!(",target={}", m.target));
+    if m.read_only {
+        t.push_str(",readonly");
+    }
+    t
+}
+
 fn limit_rejected(msg: &str) -> bool {
     let m = msg.to_ascii_lowercase();
     ["pids", "memory", "cpu", "cgroup"].iter().any(|w| m.contains(w))
@@ -898,6 +947,7 @@ impl iterion_driver::Driver for DockerDriver {
         let engine = self.engine().await?;
         let kind = self.kind();
         let sandbox = req.sandbox;
+        iterion_driver::spec_safety::check_spec(&sandbox)?;
         if sandbox.build.is_some() {
             return Ok(Prepared::new(kind, sandbox));
         }

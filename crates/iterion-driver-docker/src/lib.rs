@@ -1,14 +1,27 @@
 //! `iterion-driver-docker`: the Docker / Podman driver over the engine API.
 //!
-//! Layer L2: the only crate of the workspace that names `bollard`; no bollard type leaves it.
+//! Layer L2: the only crate of the workspace that names `bollard`; no bollard type leaves it. No container
+//! CLI is ever spawned; environment values travel only in request bodies (02 §7).
+//!
+//! Entry points:
+//! - [`DockerDriver`] (`iterion_driver::Driver`) built from [`DockerSettings`], which the composition root
+//!   fills once (endpoint inputs, relay binary, host name, uid); its `Run` is [`DockerRun`].
+//! - [`endpoint`]: the candidate sockets of 03 §4.1; [`engine`]: ping, API negotiation, identity (§4.2–4.3).
+//! - [`image`]: presence, pull with a bound and error classification (§5.2, §16.9); [`imagebuild`]: builds
+//!   with a deterministic, streamed context (§6).
+//! - [`mounts`]: host state, warm caches, protected paths, UID remap, HOME tmpfs layering (§8.3–8.6).
+//! - [`relay`]: installing and checking the static egress relay (§7.2); [`names`]: run tags (§16.3).
 //!
 //! ```no_run
 //! # async fn demo() -> iterion_driver_docker::Result<()> {
 //! use iterion_driver_docker::endpoint::{EndpointSettings, Family};
-//! use iterion_driver_docker::engine::Engine;
-//! let settings = EndpointSettings::new(None, None, None, None);
-//! let engine = Engine::discover(&settings, Family::Docker, std::time::Duration::from_secs(5)).await?;
-//! println!("{} {}", engine.facts().driver_name(), engine.facts().api_version);
+//! use iterion_driver_docker::{DockerDriver, DockerSettings};
+//! let endpoints = EndpointSettings::new(None, None, None, None);
+//! let settings = DockerSettings::new(endpoints, Family::Docker, "my-host", 1000);
+//! let driver = DockerDriver::connect(settings).await?;
+//! if let Some(f) = driver.facts() {
+//!     println!("{} {} (API {})", f.driver_name(), f.version, f.api_version);
+//! }
 //! # Ok(()) }
 //! ```
 #![deny(missing_docs)]

@@ -600,3 +600,56 @@ async fn a_cancelled_exec_leaves_no_process() {
     assert_eq!(left, "0", "sleep processes survived the cancellation");
     run.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c20_mount_safety_through_start() {
+    if !iterion_test_support::engine_required("c20_mount_safety_through_start") {
+        return;
+    }
+    let f = fixture().await;
+    let extra = tempfile::tempdir().expect("extra");
+    let extra_path = std::fs::canonicalize(extra.path())
+        .expect("canon")
+        .display()
+        .to_string();
+    let check = |source: &str, target: &str, allowed: bool, why: &str| {
+        let (source, target, why) = (source.to_string(), target.to_string(), why.to_string());
+        let f = &f;
+        async move {
+            let (id, _g) = run_id();
+            let mut sb = f.sandbox();
+            sb.mounts.push(iterion_spec::values::Mount::bind(
+                source.clone(),
+                target.clone(),
+                false,
+            ));
+            let prepared = f.prepare(sb).await.expect("prepare");
+            let res = f.driver.start(prepared, None, f.request(&id)).await;
+            match (res, allowed) {
+                (Ok(s), true) => {
+                    s.run.cleanup().await;
+                }
+                (Err(e), false) => {
+                    assert!(
+                        matches!(e, DError::UnsafeMount { .. }),
+                        "{source} -> {target}: {e}"
+                    );
+                    assert!(
+                        e.to_string().contains(&why),
+                        "{source} -> {target}: {e} should mention {why}"
+                    );
+                }
+                (Ok(s), false) => {
+                    s.run.cleanup().await;
+                    panic!("{source} -> {target} should be refused ({why})");
+                }
+                (Err(e), true) => panic!("{source} -> {target} should be allowed: {e}"),
+            }
+        }
+    };
+    check(&extra_path, "/x", true, "").await;
+    check("/var/run/docker.sock", "/s", false, "sensitive").await;
+    check("/", "/host", false, "contains home directory").await;
+    check(&extra_path, "/run/iterion/exec", false, "reserved").await;
+    check(&extra_path, "/proc/x", false, "/proc").await;
+}
