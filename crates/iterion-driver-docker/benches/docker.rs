@@ -146,8 +146,8 @@ fn main() {
         ];
         println!("\ndocker driver vs docker CLI (median of {iters}, same engine)");
         println!(
-            "{:<22} {:>12} {:>12} {:>8} {:>7}  {}",
-            "operation", "driver ms", "CLI ms", "ratio", "goal", "met"
+            "{:<22} {:>12} {:>12} {:>8} {:>7}  met",
+            "operation", "driver ms", "CLI ms", "ratio", "goal"
         );
         for (name, d, c, goal) in rows {
             let ratio = ms(d) / ms(c);
