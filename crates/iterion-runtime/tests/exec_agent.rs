@@ -290,3 +290,29 @@ async fn agent_cli_probe_and_nodes() {
     env.remove("B");
     assert_eq!(iterion_runtime::exec::agent_cli_nodes(&wf, &env), ["a"]);
 }
+
+#[tokio::test]
+async fn resume_restores_artifacts_and_versions() {
+    let src = "agent a:\n  backend: \"claude_code\"\n  publish: report\n\ntool b:\n  command: `printf '%s' {{artifacts.report.n}}`\n\nworkflow w:\n  entry: a\n  a -> b\n  b -> a as again(1)\n  b -> done\n";
+    let mut a = Agent::new(&reply("{\"n\": 2}"));
+    let mut cp = iterion_runtime::store::Checkpoint::stub("b", Default::default());
+    cp.outputs.insert("a".into(), json!({"n": 1}));
+    cp.artifact_versions.insert("report".into(), 1);
+    a.h.resume = Some(cp);
+    assert_eq!(summary(&a.h.run(src).await), "finished");
+    let outputs: Vec<Value> =
+        a.h.rec
+            .of("node_finished")
+            .into_iter()
+            .map(|d| d["output"].clone())
+            .collect();
+    // b reads the restored artifact, a publishes version 1, b reads the new one
+    assert_eq!(
+        outputs[..3],
+        [json!({"result": "1"}), json!({"n": 2}), json!({"result": "2"})]
+    );
+    assert_eq!(
+        a.h.rec.of("artifact_written"),
+        [json!({"publish": "report", "version": 1})]
+    );
+}

@@ -91,6 +91,42 @@ struct State {
 }
 
 impl State {
+    fn fresh(vars: Map<String, Value>) -> State {
+        State {
+            vars,
+            outputs: Map::new(),
+            history: BTreeMap::new(),
+            loop_counters: BTreeMap::new(),
+            loop_previous: Map::new(),
+            loop_caps: BTreeMap::new(),
+            artifact_versions: BTreeMap::new(),
+            artifacts: Map::new(),
+            node_attempts: BTreeMap::new(),
+            node_iterations: BTreeMap::new(),
+            tokens: 0,
+            cost_usd: 0.0,
+            iterations: 0,
+            budget_warned: BTreeSet::new(),
+        }
+    }
+
+    /// The state of a resumed run: everything from the checkpoint except budget counters and node attempts,
+    /// which start from zero (section 9 step 7); artifacts are the latest outputs of their publishing nodes.
+    fn resumed(workflow: &Workflow, cp: &Checkpoint) -> State {
+        let mut st = State::fresh(cp.vars.clone());
+        st.outputs = cp.outputs.clone();
+        st.history = cp.history.clone();
+        st.loop_counters = cp.loop_counters.clone();
+        st.loop_previous = cp.loop_previous_output.clone();
+        st.artifact_versions = cp.artifact_versions.clone();
+        for n in &workflow.nodes {
+            if let (Some(p), Some(o)) = (&n.publish, cp.outputs.get(&n.name.value)) {
+                st.artifacts.insert(p.value.clone(), o.clone());
+            }
+        }
+        st
+    }
+
     fn checkpoint(&self, node_id: &str, pending_input: Option<Value>) -> Checkpoint {
         Checkpoint {
             node_id: node_id.to_string(),
@@ -154,7 +190,7 @@ enum DeadlineKind {
     Timeout,
 }
 
-struct Exec<'a> {
+struct Engine<'a> {
     wf: &'a Workflow,
     ctx: &'a ExecContext,
     bodies: BTreeMap<String, BTreeSet<String>>,
@@ -172,35 +208,11 @@ struct Exec<'a> {
 pub async fn execute(workflow: &Workflow, ctx: ExecContext) -> ExecOutcome {
     let started = Instant::now();
     let (start_node, pending, st) = match &ctx.resume {
-        Some(cp) => {
-            let mut artifacts = Map::new();
-            for n in &workflow.nodes {
-                if let (Some(p), Some(o)) = (&n.publish, cp.outputs.get(&n.name.value)) {
-                    artifacts.insert(p.value.clone(), o.clone());
-                }
-            }
-            (
-                cp.node_id.clone(),
-                cp.pending_input.clone(),
-                State {
-                    vars: cp.vars.clone(),
-                    outputs: cp.outputs.clone(),
-                    history: cp.history.clone(),
-                    loop_counters: cp.loop_counters.clone(),
-                    loop_previous: cp.loop_previous_output.clone(),
-                    loop_caps: BTreeMap::new(),
-                    artifact_versions: cp.artifact_versions.clone(),
-                    artifacts,
-                    // budget counters and attempts start from zero on resume (section 9 step 7)
-                    node_attempts: BTreeMap::new(),
-                    node_iterations: BTreeMap::new(),
-                    tokens: 0,
-                    cost_usd: 0.0,
-                    iterations: 0,
-                    budget_warned: BTreeSet::new(),
-                },
-            )
-        }
+        Some(cp) => (
+            cp.node_id.clone(),
+            cp.pending_input.clone(),
+            State::resumed(workflow, cp),
+        ),
         None => (
             workflow
                 .entry
@@ -208,22 +220,7 @@ pub async fn execute(workflow: &Workflow, ctx: ExecContext) -> ExecOutcome {
                 .map(|e| e.value.clone())
                 .unwrap_or_default(),
             None,
-            State {
-                vars: ctx.vars.clone(),
-                outputs: Map::new(),
-                history: BTreeMap::new(),
-                loop_counters: BTreeMap::new(),
-                loop_previous: Map::new(),
-                loop_caps: BTreeMap::new(),
-                artifact_versions: BTreeMap::new(),
-                artifacts: Map::new(),
-                node_attempts: BTreeMap::new(),
-                node_iterations: BTreeMap::new(),
-                tokens: 0,
-                cost_usd: 0.0,
-                iterations: 0,
-                budget_warned: BTreeSet::new(),
-            },
+            State::fresh(ctx.vars.clone()),
         ),
     };
     let budget_deadline = workflow
@@ -231,7 +228,7 @@ pub async fn execute(workflow: &Workflow, ctx: ExecContext) -> ExecOutcome {
         .as_ref()
         .and_then(|b| b.max_duration_ns)
         .map(|ns| started + Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX)));
-    let mut ex = Exec {
+    let mut ex = Engine {
         wf: workflow,
         ctx: &ctx,
         bodies: loop_bodies(workflow),
@@ -244,7 +241,7 @@ pub async fn execute(workflow: &Workflow, ctx: ExecContext) -> ExecOutcome {
     ex.run(start_node, pending).await
 }
 
-impl<'a> Exec<'a> {
+impl<'a> Engine<'a> {
     fn emit(&self, e: impl Into<crate::events::Event>) {
         self.ctx.sink.emit(e.into());
     }
