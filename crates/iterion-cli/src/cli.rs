@@ -1,6 +1,6 @@
 //! Command-line definition and dispatch.
 use clap::{Parser, Subcommand};
-use std::path::PathBuf;
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 /// iterion: run AI coding workflows inside a per-run sandbox.
@@ -14,38 +14,27 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Parse and compile workflow files; print every diagnostic.
-    Validate {
-        /// Workflow files (.bot / .iter).
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-        /// One JSON object per file, one per line.
-        #[arg(long)]
-        json: bool,
-    },
+    Validate(crate::cmd_validate::ValidateArgs),
+    /// Run a workflow.
+    Run(crate::cmd_run::RunArgs),
+    /// Resume a failed_resumable or cancelled run.
+    Resume(crate::cmd_run::ResumeArgs),
     /// Inspect the runs of a store.
     Runs(crate::cmd_runs::RunsArgs),
+    /// Run or query the egress proxy on its own.
+    Netproxy(crate::cmd_netproxy::NetproxyArgs),
     /// Sandbox tools: `iterion sandbox doctor`.
     Sandbox(crate::cmd_doctor::SandboxArgs),
 }
 
-pub fn dispatch(cli: Cli) -> ExitCode {
+/// Runs the parsed command. `env` is the process environment, read once by `main`.
+pub fn dispatch(cli: Cli, env: &BTreeMap<String, String>) -> ExitCode {
     match cli.command {
-        Command::Validate { files, json } => {
-            let _ = (files, json);
-            eprintln!("iterion: error: validate is not built yet");
-            ExitCode::from(2)
-        }
-        Command::Runs(args) => {
-            let env: std::collections::BTreeMap<String, String> = std::env::vars_os()
-                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-                .collect();
-            crate::cmd_runs::run(args, &env)
-        }
-        Command::Sandbox(args) => {
-            let env: std::collections::BTreeMap<String, String> = std::env::vars_os()
-                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-                .collect();
-            crate::cmd_doctor::run(args, &env)
-        }
+        Command::Validate(args) => crate::cmd_validate::run(args),
+        Command::Run(args) => crate::cmd_run::run(args, env),
+        Command::Resume(args) => crate::cmd_run::resume(args, env),
+        Command::Runs(args) => crate::cmd_runs::run(args, env),
+        Command::Netproxy(args) => crate::cmd_netproxy::run(args),
+        Command::Sandbox(args) => crate::cmd_doctor::run(args, env),
     }
 }

@@ -399,11 +399,7 @@ pub async fn select(env: &BTreeMap<String, String>, opts: &SelectOptions) -> Res
                     candidate: *k,
                     outcome: Ok(EngineInfo::new(DriverKind::Noop, "host")),
                 });
-                drivers.push((
-                    *k,
-                    Arc::new(NoopDriver::new(noop_base.clone())) as Arc<dyn Driver>,
-                    None,
-                ));
+                drivers.push((*k, host_driver(noop_base.clone()), None));
             }
         }
     }
