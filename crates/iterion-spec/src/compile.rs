@@ -1058,7 +1058,7 @@ impl<'a> Compiler<'a> {
                 }
             }
             let has_cond = out.iter().any(|e| e.condition.is_some());
-            let has_fallback = out.iter().any(|e| e.condition.is_none());
+            let has_fallback = out.iter().any(|e| e.is_unconditional());
             if has_cond && !has_fallback && !exhaustive_pair(&seen) {
                 let span = out
                     .iter()

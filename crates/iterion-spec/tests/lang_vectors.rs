@@ -920,3 +920,16 @@ fn placeholder_positions_inside_multiline_strings() {
         "C033@4:9",
     );
 }
+
+#[test]
+fn c012_loop_edge_is_not_a_fallback() {
+    // an `as` edge without `when` is still not the unconditional fallback of 01 4.5
+    check_diags(
+        &graph("  a -> d\n  d -> b when ok\n  d -> d as l(2)\n  b -> done\n"),
+        "C016@5:6 C012@16:5",
+    );
+    check_diags(
+        &graph("  a -> d\n  d -> b when ok\n  d -> d as l(2)\n  d -> done\n  b -> done\n"),
+        "C016@5:6",
+    );
+}
