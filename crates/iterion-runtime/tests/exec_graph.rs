@@ -424,3 +424,18 @@ async fn with_templates_read_the_edge_source_output_as_input() {
     assert_eq!(summary(&h.run(&src).await), "finished");
     assert_eq!(h.rec.of("node_finished")[1]["output"], json!({"result": "<x y>"}));
 }
+
+#[tokio::test]
+async fn failed_attempts_count_as_iterations() {
+    let src = "tool a:\n  command: `exit 1`\n\nworkflow w:\n  entry: a\n  budget:\n    max_iterations: 1\n  a -> done\n";
+    let mut h = Harness::new();
+    let out = h.run(src).await;
+    // the first attempt fails; the retry would be the second execution
+    assert_eq!(summary(&out), "BUDGET_EXCEEDED node=a checkpoint=a");
+    assert_eq!(started(&h, "a"), 1);
+    assert_eq!(h.rec.of("node_recovery").len(), 1);
+    assert_eq!(
+        h.rec.of("budget_exceeded"),
+        [json!({"dimension": "max_iterations", "used": 1, "limit": 1})]
+    );
+}

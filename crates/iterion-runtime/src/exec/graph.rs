@@ -322,7 +322,6 @@ impl<'a> Engine<'a> {
                 Err(outcome) => return outcome,
             };
             // success
-            self.st.iterations += 1;
             if let Some(t) = output.tokens {
                 self.st.tokens = self.st.tokens.saturating_add(t);
             }
@@ -566,6 +565,8 @@ impl<'a> Engine<'a> {
                 with_deadlines(fut, &cancel, self.budget_deadline, self.timeout_deadline).await
             };
             let duration_ms = ms(t0.elapsed());
+            // every execution counts, failed attempts included (max_iterations)
+            self.st.iterations += 1;
             let err = match result {
                 (NodeRun::Ok(s), _) => return Ok(Done::from(s, duration_ms)),
                 (_, Some(Stop::Deadline(DeadlineKind::Budget))) => {
@@ -615,6 +616,10 @@ impl<'a> Engine<'a> {
                 _ = self.ctx.cancel.cancelled() => {
                     return Err(ExecOutcome::Cancelled { checkpoint: self.st.checkpoint(&id, Some(input.clone())) });
                 }
+            }
+            // a retry starts the node again: the budget is checked first
+            if let Some(out) = self.check_budget(&id, Some(input.clone())) {
+                return Err(out);
             }
         }
     }
