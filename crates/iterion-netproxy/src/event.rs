@@ -198,6 +198,9 @@ pub type EventCallback = Arc<dyn Fn(ProxyEvent) + Send + Sync + 'static>;
 pub(crate) struct EventSink {
     tx: Option<mpsc::SyncSender<ProxyEvent>>,
     counters: Arc<Counters>,
+    /// Events accepted into the queue, and events the consumer has returned from.
+    queued: Arc<AtomicU64>,
+    delivered: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for EventSink {
@@ -210,6 +213,8 @@ impl fmt::Debug for EventSink {
 
 impl EventSink {
     pub(crate) fn new(callback: Option<EventCallback>, capacity: usize, counters: Arc<Counters>) -> Self {
+        let delivered = Arc::new(AtomicU64::new(0));
+        let done = delivered.clone();
         let tx = callback.and_then(|cb| {
             let (tx, rx) = mpsc::sync_channel::<ProxyEvent>(capacity.max(1));
             std::thread::Builder::new()
@@ -217,19 +222,37 @@ impl EventSink {
                 .spawn(move || {
                     while let Ok(ev) = rx.recv() {
                         cb(ev);
+                        done.fetch_add(1, Ordering::Release);
                     }
                 })
                 .ok()
                 .map(|_| tx)
         });
-        Self { tx, counters }
+        Self {
+            tx,
+            counters,
+            queued: Arc::new(AtomicU64::new(0)),
+            delivered,
+        }
     }
 
     pub(crate) fn emit(&self, ev: ProxyEvent) {
-        if let Some(tx) = &self.tx
-            && tx.try_send(ev).is_err()
+        if let Some(tx) = &self.tx {
+            if tx.try_send(ev).is_ok() {
+                self.queued.fetch_add(1, Ordering::Release);
+            } else {
+                Counters::add(&self.counters.events_dropped, 1);
+            }
+        }
+    }
+
+    /// Wait (at most `limit`) until the consumer has returned from every queued event.
+    pub(crate) async fn drain(&self, limit: std::time::Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while self.delivered.load(Ordering::Acquire) < self.queued.load(Ordering::Acquire)
+            && tokio::time::Instant::now() < deadline
         {
-            Counters::add(&self.counters.events_dropped, 1);
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
     }
 }

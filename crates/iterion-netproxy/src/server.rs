@@ -30,7 +30,7 @@ pub(crate) struct Shared {
     creds: RwLock<CredentialStore>,
     resolver: Arc<dyn Resolver>,
     pub(crate) connector: Arc<dyn Connector>,
-    events: EventSink,
+    pub(crate) events: EventSink,
     pub(crate) counters: Arc<Counters>,
     silent: SilentDeny,
     report_allowed: bool,
@@ -646,7 +646,8 @@ impl RunningProxy {
     }
 
     /// Stop accepting, let in-flight work finish within `grace`, then close every remaining tunnel and
-    /// connection (both sides), and return the final counters. Idempotent: a second call waits for the first and
+    /// connection (both sides), deliver the events already queued (waiting one second at most for the consumer),
+    /// and return the final counters. Idempotent: a second call waits for the first and
     /// returns the same `Stats`.
     pub async fn shutdown(&self, grace: Duration) -> Stats {
         self.stats
@@ -663,6 +664,8 @@ impl RunningProxy {
                 }
                 self.shared.hard.cancel();
                 self.shared.pool.clear();
+                // Deliver what was already queued (a blocked consumer delays shutdown by one second at most).
+                self.shared.events.drain(Duration::from_secs(1)).await;
                 self.shared.counters.snapshot()
             })
             .await

@@ -1312,3 +1312,68 @@ fn build_lists_every_problem() {
     };
     insta::assert_debug_snapshot!(problems);
 }
+
+#[tokio::test(start_paused = true)]
+async fn forward_upstream_without_response_head_is_504() {
+    let mut h = harness(Setup::default());
+    let mut c = h.client();
+    let _ = c
+        .write_all(format!("GET http://allowed.test/ HTTP/1.1\r\n{}\r\n", bearer(RUN_TOKEN)).as_bytes())
+        .await;
+    let Some((_, mut up)) = h.upstreams.recv().await else {
+        panic!("no upstream")
+    };
+    let _ = read_head(&mut up).await;
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out).await; // the upstream stays silent for 300 s
+    let out = String::from_utf8_lossy(&out);
+    assert_eq!(
+        (status(&out), body(&out)["error"].as_str()),
+        ("504", Some("upstream_timeout"))
+    );
+    drop(up);
+}
+
+#[tokio::test]
+async fn forward_close_delimited_response_closes_the_client() {
+    let mut h = harness(Setup::default());
+    let mut c = h.client();
+    let _ = c
+        .write_all(format!("GET http://allowed.test/ HTTP/1.1\r\n{}\r\n", bearer(RUN_TOKEN)).as_bytes())
+        .await;
+    let Some((_, mut up)) = h.upstreams.recv().await else {
+        panic!("no upstream")
+    };
+    let _ = read_head(&mut up).await;
+    let _ = up
+        .write_all(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil close")
+        .await;
+    drop(up);
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out).await;
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nuntil close"
+    );
+}
+
+#[tokio::test]
+async fn connection_limit_answers_503() {
+    let h = harness(Setup {
+        tweak: |b| b.with_limits(|l| l.max_connections = 1),
+        ..Setup::default()
+    });
+    let tracker = tokio_util::task::TaskTracker::new();
+    let (mut first, server) = duplex(1024);
+    crate::server::spawn_connection(&h.sh, &tracker, server);
+    let _ = first.write_all(b"CONNECT allowed.test:443 HTTP/1.1\r\n").await; // still reading its head
+    let (mut second, server) = duplex(1024);
+    crate::server::spawn_connection(&h.sh, &tracker, server);
+    let mut out = Vec::new();
+    let _ = second.read_to_end(&mut out).await;
+    let out = String::from_utf8_lossy(&out);
+    assert_eq!(
+        (status(&out), header(&out, "X-Iterion-Reason")),
+        ("503", Some("proxy unavailable"))
+    );
+}

@@ -181,3 +181,19 @@ async fn unix_socket_listener_and_credentials_added_while_running() {
     proxy.shutdown(Duration::ZERO).await;
     assert!(!path.exists(), "socket file removed at shutdown");
 }
+
+#[tokio::test]
+async fn shutdown_answers_503_to_connections_reading_a_head() {
+    let (proxy, _token, _) = start(&[], Listen::Tcp("127.0.0.1:0".parse().expect("addr"))).await;
+    let (mut client, server) = tokio::io::duplex(1024);
+    proxy.serve_stream(server);
+    client
+        .write_all(b"CONNECT a.test:443 HTTP/1.1\r\n")
+        .await
+        .expect("write");
+    tokio::task::yield_now().await;
+    proxy.shutdown(Duration::from_secs(5)).await;
+    let mut out = String::new();
+    client.read_to_string(&mut out).await.expect("read");
+    assert!(out.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{out}");
+}
