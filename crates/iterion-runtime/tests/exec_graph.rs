@@ -439,3 +439,16 @@ async fn failed_attempts_count_as_iterations() {
         [json!({"dimension": "max_iterations", "used": 1, "limit": 1})]
     );
 }
+
+#[tokio::test]
+async fn timeout_ends_a_retry_wait() {
+    // the retry delay (2 s) is waited for real here; the 300 ms --timeout ends it
+    let src = "tool a:\n  command: `exit 1`\n\nworkflow w:\n  entry: a\n  a -> done\n";
+    let mut h = Harness::new();
+    h.bounds.retry_delay_cap = None;
+    h.bounds.timeout = Some(Duration::from_millis(300));
+    let out = h.run(src).await;
+    assert_eq!(summary(&out), "TIMEOUT node=a checkpoint=a");
+    assert_eq!(started(&h, "a"), 1);
+    assert_eq!(h.rec.of("node_recovery").len(), 1);
+}

@@ -611,11 +611,23 @@ impl<'a> Engine<'a> {
                 error: err.message.clone(),
             });
             let wait = self.ctx.bounds.retry_delay_cap.map_or(delay, |c| delay.min(c));
+            // the wait ends early at a deadline: max_duration and --timeout bound retries too
+            let deadline = match (self.budget_deadline, self.timeout_deadline) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let sleep_end = Instant::now() + wait;
+            let until = deadline.map_or(sleep_end, |d| d.min(sleep_end));
             tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
+                _ = tokio::time::sleep_until(tokio::time::Instant::from_std(until)) => {}
                 _ = self.ctx.cancel.cancelled() => {
                     return Err(ExecOutcome::Cancelled { checkpoint: self.st.checkpoint(&id, Some(input.clone())) });
                 }
+            }
+            if let Some(t) = self.timeout_deadline
+                && Instant::now() >= t
+            {
+                return Err(self.timed_out(&id, Some(input.clone())));
             }
             // a retry starts the node again: the budget is checked first
             if let Some(out) = self.check_budget(&id, Some(input.clone())) {
