@@ -449,6 +449,12 @@ impl<'s> Lexer<'s> {
             match c {
                 b' ' | b'\t' | b'\r' => self.pos += 1,
                 b'\n' => {
+                    // recovery: an unclosed bracket must not swallow the rest of the file; a line that
+                    // starts at column 1 with a declaration keyword closes every open bracket (the parser
+                    // reports the unclosed bracket when it meets the line end)
+                    if self.depth > 0 && starts_declaration(&self.b[self.pos + 1..]) {
+                        self.depth = 0;
+                    }
                     if self.depth == 0 && self.line_has_tokens {
                         self.push(TokenKind::Nl, self.pos, self.pos);
                         self.line_has_tokens = false;
@@ -1124,6 +1130,29 @@ impl<'s> Lexer<'s> {
         self.pos = pos;
         self.at_line_start = true;
     }
+}
+
+/// Whether a line starts at column 1 with a top-level declaration keyword followed by a space or ':'.
+fn starts_declaration(line: &[u8]) -> bool {
+    const DECLS: &[&[u8]] = &[
+        b"vars",
+        b"presets",
+        b"attachments",
+        b"mcp_server",
+        b"prompt",
+        b"schema",
+        b"cursor",
+        b"agent",
+        b"judge",
+        b"router",
+        b"human",
+        b"tool",
+        b"compute",
+        b"workflow",
+    ];
+    DECLS
+        .iter()
+        .any(|d| line.starts_with(d) && matches!(line.get(d.len()), Some(b' ' | b':')))
 }
 
 enum LineStart {

@@ -933,3 +933,11 @@ fn c012_loop_edge_is_not_a_fallback() {
         "C016@5:6",
     );
 }
+
+#[test]
+fn unclosed_bracket_stops_at_the_next_declaration() {
+    let src = "tool t:\n  command: \"x\"\n  sandbox:\n    mounts: [\"a\",\n\nworkflow w:\n  entry: t\n  t -> done\n";
+    let (ast, d) = parse(src, "t.bot");
+    same(&render(&d), "E002@4:13", "unclosed [");
+    assert!(ast.decls.iter().any(|d| matches!(d, Decl::Workflow(_))));
+}
