@@ -188,7 +188,15 @@ fn fuzz(args: &[String]) -> Result<()> {
     step(
         Command::new("cargo")
             .env("RUSTC_BOOTSTRAP", "1")
-            .args(["fuzz", "run", "--fuzz-dir", ".", target, "--", &format!("-max_total_time={seconds}")])
+            .args([
+                "fuzz",
+                "run",
+                "--fuzz-dir",
+                ".",
+                target,
+                "--",
+                &format!("-max_total_time={seconds}"),
+            ])
             .current_dir(&dir),
     )
 }
