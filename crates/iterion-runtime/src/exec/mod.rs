@@ -82,6 +82,20 @@ impl Shell {
     }
 }
 
+impl Shell {
+    /// The shell of host-placed tool nodes: `bash` when an executable `bash` is on the given `PATH` (the
+    /// launching environment's), else `sh` (10.4 step 3).
+    pub fn for_host(host_env: &BTreeMap<String, String>) -> Shell {
+        use std::os::unix::fs::PermissionsExt;
+        let path = host_env.get("PATH").map(String::as_str).unwrap_or_default();
+        let found = std::env::split_paths(path).any(|dir| {
+            std::fs::metadata(dir.join("bash"))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        });
+        if found { Shell::Bash } else { Shell::Sh }
+    }
+}
+
 /// Where and how one node executes: the sandbox handle plus the facts the executor needs about it.
 #[derive(Debug, Clone)]
 pub struct NodeSandbox {
@@ -256,5 +270,28 @@ impl ExecOutcome {
             ExecOutcome::Failed { failure, .. } => Some(failure.code),
             ExecOutcome::Cancelled { .. } => Some(FailureCode::Cancelled),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_shell_follows_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = |p: &str| BTreeMap::from([("PATH".to_string(), p.to_string())]);
+        let empty = dir.path().to_string_lossy().into_owned();
+        assert_eq!(Shell::for_host(&env(&empty)), Shell::Sh);
+        assert_eq!(Shell::for_host(&BTreeMap::new()), Shell::Sh);
+        let bash = dir.path().join("bash");
+        std::fs::write(&bash, "#!/bin/sh\n").unwrap();
+        assert_eq!(Shell::for_host(&env(&empty)), Shell::Sh, "not executable");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&bash, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(
+            Shell::for_host(&env(&format!("/nonexistent:{empty}"))),
+            Shell::Bash
+        );
     }
 }
