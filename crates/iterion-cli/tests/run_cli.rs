@@ -1,0 +1,396 @@
+//! End-to-end tests of `iterion run` / `iterion resume` on the real engine with the local test image
+//! (`iterion-test/busybox:latest`, `cargo xtask images`), plus engine-free CLI vectors (05 §12.11).
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use iterion_test_support::docker_http::{encode_component, request};
+use iterion_test_support::{engine_required, engine_socket};
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_iterion");
+
+/// A temporary copy of the demo (or another workflow next to the demo's devcontainer.json), with its own
+/// store. The drop guard force-removes every container labelled with a run id of this workspace.
+struct Ws {
+    dir: tempfile::TempDir,
+}
+
+impl Ws {
+    fn demo() -> Ws {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/demo");
+        copy_dir(&root, &dir.path().join("ws"));
+        std::fs::create_dir_all(dir.path().join("home")).unwrap();
+        Ws { dir }
+    }
+
+    fn with_workflow(text: &str) -> Ws {
+        let ws = Ws::demo();
+        std::fs::write(ws.path().join("demo.bot"), text).unwrap();
+        ws
+    }
+
+    /// The workspace (a copy of the demo); the home directory is its sibling, outside the workspace.
+    fn path(&self) -> PathBuf {
+        self.dir.path().join("ws")
+    }
+
+    fn store(&self) -> PathBuf {
+        self.path().join(".iterion")
+    }
+
+    fn cmd(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
+        let mut c = Command::new(BIN);
+        c.args(args)
+            .arg("--store-dir")
+            .arg(self.store())
+            .current_dir(self.path())
+            .env("HOME", self.dir.path().join("home"))
+            .env_remove("ITERION_SANDBOX_DEFAULT")
+            .env_remove("ITERION_SANDBOX_FLOOR")
+            .env_remove("ITERION_HOME");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c
+    }
+
+    fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        self.cmd(args, env).output().unwrap()
+    }
+
+    fn run_ids(&self) -> Vec<String> {
+        std::fs::read_dir(self.store().join("runs"))
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn doc(&self, id: &str) -> Value {
+        serde_json::from_slice(&std::fs::read(self.store().join("runs").join(id).join("run.json")).unwrap())
+            .unwrap()
+    }
+
+    fn events(&self, id: &str) -> Vec<Value> {
+        std::fs::read_to_string(self.store().join("runs").join(id).join("events.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+impl Drop for Ws {
+    fn drop(&mut self) {
+        for id in self.run_ids() {
+            for c in containers_of(&id) {
+                if let Some(sock) = engine_socket() {
+                    let _ = request(
+                        &sock,
+                        "DELETE",
+                        &format!("/containers/{c}?force=1&v=1"),
+                        None,
+                        b"",
+                        Duration::from_secs(10),
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
+}
+
+/// Ids of the containers (any state) labelled with `run_id`.
+fn containers_of(run_id: &str) -> Vec<String> {
+    let Some(sock) = engine_socket() else {
+        return Vec::new();
+    };
+    let filters = json!({"label": [format!("iterion.io/run-id={run_id}")]}).to_string();
+    let Ok(r) = request(
+        &sock,
+        "GET",
+        &format!("/containers/json?all=1&filters={}", encode_component(&filters)),
+        None,
+        b"",
+        Duration::from_secs(10),
+    ) else {
+        return Vec::new();
+    };
+    let list: Vec<Value> = serde_json::from_str(&r.text()).unwrap_or_default();
+    list.iter()
+        .filter_map(|c| c["Id"].as_str().map(str::to_owned))
+        .collect()
+}
+
+fn types(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+fn first<'a>(events: &'a [Value], t: &str) -> &'a Value {
+    events
+        .iter()
+        .find(|e| e["type"] == t)
+        .unwrap_or_else(|| panic!("no {t} in {:?}", types(events)))
+}
+
+fn image_ready() -> bool {
+    if let Err(e) = iterion_test_support::docker_image::ensure_test_image() {
+        panic!("cannot prepare the local test image: {e}");
+    }
+    true
+}
+
+#[test]
+fn demo_runs_in_the_container_writes_the_workspace_and_reports_the_denial() {
+    if !engine_required("demo_runs_in_the_container") || !image_ready() {
+        return;
+    }
+    let ws = Ws::demo();
+    let out = ws.run(&["run", "demo.bot", "--json"], &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let id = ws.run_ids().pop().unwrap();
+    // --json prints the stored lines, byte for byte.
+    let stored = std::fs::read_to_string(ws.store().join("runs").join(&id).join("events.jsonl")).unwrap();
+    assert_eq!(stdout, stored);
+    let ev = ws.events(&id);
+    let t = types(&ev);
+    assert_eq!(t.last().map(String::as_str), Some("sandbox_stopped"));
+    assert!(t.contains(&"run_finished".to_string()));
+    assert_eq!(
+        first(&ev, "sandbox_started")["data"]["enforced_egress"],
+        json!(true)
+    );
+    let blocked = first(&ev, "network_blocked");
+    assert_eq!(blocked["node_id"], json!("fetch"));
+    assert_eq!(blocked["data"]["host"], json!("example.com"));
+    assert_eq!(blocked["data"]["reason"], json!("policy denial"));
+    let where_ = ev
+        .iter()
+        .find(|e| e["type"] == "node_finished" && e["node_id"] == "where")
+        .unwrap();
+    assert_eq!(where_["data"]["output"], json!({"inside": "container"}));
+    assert!(ws.path().join("demo-output.txt").is_file());
+    let doc = ws.doc(&id);
+    assert_eq!(doc["status"], json!("finished"));
+    assert_eq!(doc["sandbox"]["driver"], json!("docker"));
+    assert!(containers_of(&id).is_empty());
+    assert!(!ws.store().join("runs").join(&id).join("net").exists());
+}
+
+#[test]
+fn a_failing_node_fails_the_run_with_its_code() {
+    if !engine_required("a_failing_node_fails_the_run") || !image_ready() {
+        return;
+    }
+    let ws = Ws::with_workflow(
+        "tool boom:\n  command: \"echo boom >&2; exit 3\"\n\nworkflow demo:\n  entry: boom\n  sandbox: auto\n  boom -> done\n",
+    );
+    let out = ws.run(&["run", "demo.bot"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("Status: FAILED (resumable)"), "{stdout}");
+    assert!(stdout.contains("Code:   EXECUTION_FAILED"), "{stdout}");
+    let id = ws.run_ids().pop().unwrap();
+    let doc = ws.doc(&id);
+    assert_eq!(doc["status"], json!("failed_resumable"));
+    assert_eq!(doc["failure_code"], json!("EXECUTION_FAILED"));
+    assert!(containers_of(&id).is_empty());
+}
+
+#[test]
+fn post_create_over_its_bound_then_resume_finishes() {
+    if !engine_required("post_create_over_its_bound") || !image_ready() {
+        return;
+    }
+    let ws = Ws::with_workflow(
+        "tool hello:\n  command: \"echo hi\"\n\nworkflow demo:\n  entry: hello\n  sandbox:\n    mode: auto\n    post_create: \"sleep 3\"\n  hello -> done\n",
+    );
+    let out = ws.run(
+        &["run", "demo.bot", "--json"],
+        &[("ITERION_SANDBOX_POST_CREATE_TIMEOUT", "1s")],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = ws.run_ids().pop().unwrap();
+    let ev = ws.events(&id);
+    let f = first(&ev, "run_failed");
+    assert_eq!(f["data"]["code"], json!("SANDBOX_SETUP_TIMEOUT"));
+    assert_eq!(f["data"]["resumable"], json!(true));
+    assert_eq!(f["data"]["phase"], json!("post_create"));
+    assert_eq!(ws.doc(&id)["status"], json!("failed_resumable"));
+    assert!(containers_of(&id).is_empty());
+    let out = ws.run(&["resume", "--run-id", &id], &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("Resumed from:    failed_resumable"), "{stdout}");
+    let doc = ws.doc(&id);
+    assert_eq!(doc["status"], json!("finished"));
+    assert!(doc.get("failure_code").is_none_or(Value::is_null));
+    assert!(types(&ws.events(&id)).contains(&"run_resumed".to_string()));
+    assert!(containers_of(&id).is_empty());
+}
+
+fn wait_for_node(ws: &Ws, node: &str) -> String {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(id) = ws.run_ids().pop() {
+            let ev = ws.events(&id);
+            if ev
+                .iter()
+                .any(|e| e["type"] == "tool_started" && e["node_id"] == node)
+            {
+                return id;
+            }
+        }
+        assert!(Instant::now() < until, "node {node} never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+const SLEEPER: &str =
+    "tool nap:\n  command: \"sleep 100\"\n\nworkflow demo:\n  entry: nap\n  sandbox: auto\n  nap -> done\n";
+
+#[test]
+fn sigint_cancels_cleans_up_and_records_cancelled() {
+    if !engine_required("sigint_cancels") || !image_ready() {
+        return;
+    }
+    let ws = Ws::with_workflow(SLEEPER);
+    let mut child = ws
+        .cmd(&["run", "demo.bot"], &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let id = wait_for_node(&ws, "nap");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1));
+    let doc = ws.doc(&id);
+    assert_eq!(doc["status"], json!("cancelled"));
+    assert_eq!(doc["failure_code"], json!("CANCELLED"));
+    assert_eq!(doc["checkpoint"]["node_id"], json!("nap"));
+    let ev = ws.events(&id);
+    assert_eq!(
+        first(&ev, "run_cancelled")["data"],
+        json!({"reason": "signal SIGINT", "code": "CANCELLED"})
+    );
+    assert_eq!(types(&ev).last().map(String::as_str), Some("sandbox_stopped"));
+    assert!(containers_of(&id).is_empty());
+}
+
+#[test]
+fn sigkill_then_a_new_run_reaps_the_dead_run() {
+    if !engine_required("sigkill_then_reap") || !image_ready() {
+        return;
+    }
+    let ws = Ws::with_workflow(SLEEPER);
+    let mut child = ws
+        .cmd(&["run", "demo.bot"], &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let dead = wait_for_node(&ws, "nap");
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert!(
+        !containers_of(&dead).is_empty(),
+        "the killed run's container is left behind"
+    );
+    std::fs::write(
+        ws.path().join("demo.bot"),
+        "tool hi:\n  command: \"echo hi\"\n\nworkflow demo:\n  entry: hi\n  sandbox: auto\n  hi -> done\n",
+    )
+    .unwrap();
+    let out = ws.run(&["run", "demo.bot"], &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        containers_of(&dead).is_empty(),
+        "the reaper removed the dead run's container"
+    );
+    let doc = ws.doc(&dead);
+    assert_eq!(doc["status"], json!("failed_resumable"));
+    assert_eq!(doc["failure_code"], json!("RUN_INTERRUPTED"));
+}
+
+#[test]
+fn cli2_usage_errors_exit_2_without_a_run_directory() {
+    let ws = Ws::demo();
+    let cases: Vec<(Vec<&str>, BTreeMap<&str, &str>)> = vec![
+        (vec!["run", "demo.bot", "--sandbox", "inline"], BTreeMap::new()),
+        (
+            vec!["run", "demo.bot"],
+            BTreeMap::from([("ITERION_SANDBOX_DEFAULT", "docker")]),
+        ),
+        (vec!["run", "missing.bot"], BTreeMap::new()),
+        (vec!["run", "demo.bot", "--var", "nope"], BTreeMap::new()),
+    ];
+    for (args, env) in cases {
+        let env: Vec<(&str, &str)> = env.into_iter().collect();
+        let out = ws.run(&args, &env);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(ws.run_ids().is_empty(), "{args:?} created a run");
+    }
+}
+
+#[test]
+fn xc1_compile_errors_exit_1_with_json_diagnostics() {
+    let ws = Ws::with_workflow("workflow demo:\n  entry: nowhere\n");
+    let out = ws.run(&["run", "demo.bot", "--json"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"], json!("compile failed"));
+    assert!(!v["diagnostics"].as_array().unwrap().is_empty());
+    assert!(ws.run_ids().is_empty());
+}
+
+#[test]
+fn lc2_forced_noop_runs_on_the_host_and_exits_0() {
+    let ws = Ws::with_workflow(
+        "tool hi:\n  command: \"echo '{\\\"ok\\\": true}'\"\n\nworkflow demo:\n  entry: hi\n  hi -> done\n",
+    );
+    let out = ws.run(&["run", "demo.bot", "--sandbox-driver", "noop"], &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("── Run: demo ──\n"), "{stdout}");
+    assert!(
+        stdout.contains("\n  Sandbox:         skipped — operator opted into the noop driver"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("\n  node hi: finished ("), "{stdout}");
+    assert!(stdout.ends_with("\n\n  Status: FINISHED\n"), "{stdout}");
+}
