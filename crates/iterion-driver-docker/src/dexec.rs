@@ -99,11 +99,15 @@ pub(crate) async fn run_quiet(inner: &RunInner, user: &str, cmd: Vec<String>) ->
 
 async fn exit_code_of(inner: &RunInner, exec_id: &str) -> Result<i64, DError> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    // The engine may report the exec as running for a moment after its output ended: poll with a short,
+    // growing delay (1 ms doubling up to 50 ms) within the 2 s bound.
+    let mut delay = Duration::from_millis(1);
     loop {
         match inner.docker.inspect_exec(exec_id).await {
             Ok(i) if i.running != Some(true) => return Ok(i.exit_code.unwrap_or(-1)),
             Ok(_) if tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_millis(50));
             }
             Ok(_) => {
                 return Err(inner
