@@ -161,14 +161,19 @@ impl PlainContainer {
         let (st, v) = engine_post(&format!("/containers/create?name={name}"), &body);
         assert_eq!(st, 201, "create: {v}");
         let id = v["Id"].as_str().expect("id").to_string();
-        let (st, v) = engine_post(&format!("/containers/{id}/start"), &serde_json::Value::Null);
+        // Owned from here on: a failed assertion below still removes it.
+        let mut me = Self {
+            id,
+            ip: String::new(),
+        };
+        let (st, v) = engine_post(&format!("/containers/{}/start", me.id), &serde_json::Value::Null);
         assert!(st == 204 || st == 304, "start: {st} {v}");
-        let info = engine_get(&format!("/containers/{id}/json"));
-        let ip = info["NetworkSettings"]["IPAddress"]
+        let info = engine_get(&format!("/containers/{}/json", me.id));
+        me.ip = info["NetworkSettings"]["IPAddress"]
             .as_str()
             .unwrap_or_default()
             .to_string();
-        Self { id, ip }
+        me
     }
 }
 
