@@ -474,3 +474,113 @@ fn rs4_recorded_inline_without_a_driver_fails_on_resume_and_rs5_changed_file_is_
         (RunStatus::Failed, Some(FailureCode::SandboxDriverUnavailable))
     );
 }
+
+const FETCH: &str = "tool fetch:\n  command: \"env | grep -i _proxy > env.txt; curl -sS -o /dev/null -w '%{http_code}' https://evil.example/ > code.txt; echo '{}'\"\n\nworkflow greet:\n  entry: fetch\n  sandbox:\n    image: \"alpine:3\"\n    network:\n      mode: allowlist\n      rules: [\"github.com\"]\n  fetch -> done\n";
+
+#[test]
+fn nw2_nw4_proxy_credentials_and_denials_name_the_node() {
+    let fx = Fixture::new(FETCH);
+    let fake = FakeDriver::new(Faults::default());
+    let o = rt()
+        .block_on(fx.runtime(container(&fake), &[], true).launch(fx.launch()))
+        .unwrap();
+    assert_eq!(o.status, RunStatus::Finished, "{o:?}");
+    let ev = fx.events(&o);
+    let started = first(&ev, "sandbox_network_started");
+    assert_eq!(started.data["mode"], json!("allowlist"));
+    // The container environment carries the `run` credentials; never the token in events.
+    let env = fake.env_seen.lock().unwrap()[0].clone();
+    for k in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ] {
+        let v = &env.iter().find(|(n, _)| n == k).unwrap().1;
+        assert!(v.starts_with("http://run:"), "{k}={v}");
+        let token = v.trim_start_matches("http://run:").split('@').next().unwrap();
+        let log = std::fs::read_to_string(o.run_dir.join("events.jsonl")).unwrap();
+        assert!(!log.contains(token));
+    }
+    assert!(
+        env.iter()
+            .any(|(n, v)| n == "NO_PROXY" && v == "localhost,127.0.0.1,::1")
+    );
+    assert!(env.iter().any(|(n, v)| n == "NODE_USE_ENV_PROXY" && v == "1"));
+    // NW4: the node's request was made with its own credentials and refused.
+    // NW2: the exec of node `fetch` overrides the proxy URLs with its own credentials.
+    let exec_env = std::fs::read_to_string(fx.work.join("env.txt")).unwrap();
+    assert!(exec_env.contains("\nHTTPS_PROXY=http://fetch:"), "{exec_env}");
+    let b = first(&ev, "network_blocked");
+    assert_eq!(b.node_id.as_deref(), Some("fetch"));
+    assert_eq!(b.data["host"], json!("evil.example"));
+    assert_eq!(b.data["port"], json!(443));
+    assert_eq!(b.data["reason"], json!("policy denial"));
+    assert_eq!(b.data["rule"], json!("no rule matched"));
+    assert!(!b.data["decision_id"].as_str().unwrap().is_empty());
+    let stopped = first(&ev, "sandbox_stopped");
+    assert_eq!(stopped.data["proxy_stopped"], json!(true));
+    assert_eq!(stopped.data["network_removed"], json!(true));
+}
+
+#[test]
+fn nw1_open_policy_sets_no_proxy_and_keeps_workflow_values() {
+    let fx = Fixture::new(&inline("    env:\n      HTTPS_PROXY: \"http://corp:3128\"\n"));
+    let fake = FakeDriver::new(Faults::default());
+    let o = rt()
+        .block_on(fx.runtime(container(&fake), &[], true).launch(fx.launch()))
+        .unwrap();
+    assert_eq!(o.status, RunStatus::Finished, "{o:?}");
+    assert!(!fake.calls().contains(&"network".to_string()));
+    let env = fake.env_seen.lock().unwrap()[0].clone();
+    assert!(env.contains(&("HTTPS_PROXY".into(), "http://corp:3128".into())));
+    assert!(
+        !env.iter()
+            .any(|(n, _)| n == "HTTP_PROXY" || n == "NODE_USE_ENV_PROXY")
+    );
+    assert!(!types(&fx.events(&o)).contains(&"sandbox_network_started".to_string()));
+}
+
+#[test]
+fn lc9_devcontainer_without_network_defaults_to_the_allowlist() {
+    let fx = Fixture::new(HELLO_AUTO);
+    fx.write(".devcontainer/devcontainer.json", r#"{"image": "alpine:3"}"#);
+    let fake = FakeDriver::new(Faults::default());
+    let o = rt()
+        .block_on(fx.runtime(container(&fake), &[], true).launch(fx.launch()))
+        .unwrap();
+    assert_eq!(o.status, RunStatus::Finished, "{o:?}");
+    let ev = fx.events(&o);
+    let t = types(&ev);
+    assert_eq!(&t[..2], ["sandbox_network_defaulted", "sandbox_resolved"]);
+    let r = first(&ev, "sandbox_resolved");
+    assert_eq!(r.data["network_mode"], json!("allowlist"));
+    assert_eq!(r.data["network_preset"], json!("iterion-default"));
+    assert!(t.contains(&"sandbox_network_started".to_string()));
+}
+
+#[test]
+fn nw6_workflow_proxy_value_is_overridden_under_enforcement() {
+    let fx = Fixture::new(&FETCH.replace(
+        "    network:\n",
+        "    env:\n      https_proxy: \"http://evil:1\"\n    network:\n",
+    ));
+    let fake = FakeDriver::new(Faults::default());
+    let o = rt()
+        .block_on(fx.runtime(container(&fake), &[], true).launch(fx.launch()))
+        .unwrap();
+    let ev = fx.events(&o);
+    let d = first(&ev, "sandbox_env_denied");
+    let entry = d.data["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "https_proxy")
+        .unwrap()
+        .clone();
+    assert_eq!(entry["action"], json!("overridden"));
+    assert_eq!(entry["reason"], json!("reserved:proxy"));
+    assert_eq!(entry["source"], json!("workflow"));
+}
