@@ -71,6 +71,9 @@ pub struct DockerSettings {
     pub uid: u32,
     /// iterion itself runs on Linux.
     pub host_linux: bool,
+    /// The Docker `config.json` holding registry credentials (`$DOCKER_CONFIG/config.json`, else
+    /// `$HOME/.docker/config.json`), resolved by the caller.
+    pub docker_config: Option<PathBuf>,
 }
 
 impl DockerSettings {
@@ -85,6 +88,7 @@ impl DockerSettings {
             this_host: this_host.into(),
             uid,
             host_linux: cfg!(target_os = "linux"),
+            docker_config: None,
         }
     }
 
@@ -189,6 +193,28 @@ impl DockerDriver {
         let e = Engine::discover(&d.settings.endpoints, d.settings.family, d.settings.ping_timeout).await?;
         let _ = d.engine.set(e);
         Ok(d)
+    }
+
+    /// Credentials for the registry of `reference` from the configured `config.json` (03 §5.3).
+    fn registry_auth(
+        &self,
+        reference: &str,
+        events: &iterion_driver::EventSink,
+    ) -> Option<crate::auth::RegistryAuth> {
+        let path = self.settings.docker_config.as_ref()?;
+        let text = std::fs::read_to_string(path).ok()?;
+        let registry = image::ImageRef::parse(reference).domain;
+        match crate::auth::lookup(&text, &registry) {
+            crate::auth::Lookup::Found(a) => Some(a),
+            crate::auth::Lookup::Helper(h) => {
+                events.log(
+                    LogLevel::Warn,
+                    format!("credential helper docker-credential-{h} for {registry} is not run by this build; pulling anonymously"),
+                );
+                None
+            }
+            crate::auth::Lookup::Anonymous => None,
+        }
     }
 
     /// The settings.
@@ -957,12 +983,14 @@ impl iterion_driver::Driver for DockerDriver {
         })?;
         let events = req.events.clone();
         let progress = move |s: &str| events.log(LogLevel::Debug, format!("pull: {s}"));
+        let auth = self.registry_auth(&reference, &req.events);
         let ready = image::ensure_image(
             engine,
             &reference,
             policy(req.pull_policy),
             req.pull_timeout,
             &progress,
+            auth.as_ref(),
         )
         .await
         .map_err(|e| match e {

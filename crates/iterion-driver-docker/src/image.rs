@@ -177,6 +177,7 @@ pub async fn pull(
     reference: &str,
     timeout: Duration,
     progress: &(dyn Fn(&str) + Send + Sync),
+    auth: Option<&crate::auth::RegistryAuth>,
 ) -> Result<()> {
     let r = ImageRef::parse(reference);
     let tag = r
@@ -189,7 +190,14 @@ pub async fn pull(
         .tag(&tag)
         .build();
     let work = async {
-        let mut stream = engine.docker.create_image(Some(opts), None, None);
+        let creds = auth.map(|a| bollard::auth::DockerCredentials {
+            username: a.username.clone(),
+            password: a.password.clone(),
+            identitytoken: a.identity_token.clone(),
+            serveraddress: Some(r.domain.clone()),
+            ..Default::default()
+        });
+        let mut stream = engine.docker.create_image(Some(opts), None, creds);
         while let Some(item) = stream.next().await {
             match item {
                 Ok(info) => {
@@ -229,6 +237,7 @@ pub async fn ensure_image(
     policy: PullPolicy,
     timeout: Duration,
     progress: &(dyn Fn(&str) + Send + Sync),
+    auth: Option<&crate::auth::RegistryAuth>,
 ) -> Result<ImageReady> {
     let started = Instant::now();
     let r = ImageRef::parse(reference);
@@ -247,7 +256,7 @@ pub async fn ensure_image(
                 image: reference.to_string(),
             });
         }
-        (Some(img), _) => match pull(engine, reference, timeout, progress).await {
+        (Some(img), _) => match pull(engine, reference, timeout, progress, auth).await {
             Ok(()) => (inspect(engine, reference).await?.unwrap_or(img), true),
             Err(Error::ImagePull { reason, .. }) => {
                 warnings.push(format!(
@@ -258,7 +267,7 @@ pub async fn ensure_image(
             Err(e) => return Err(e),
         },
         (None, _) => {
-            pull(engine, reference, timeout, progress).await?;
+            pull(engine, reference, timeout, progress, auth).await?;
             let img = inspect(engine, reference)
                 .await?
                 .ok_or_else(|| Error::ImagePull {

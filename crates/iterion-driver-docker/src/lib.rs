@@ -26,6 +26,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod auth;
 mod dexec;
 mod driver;
 pub mod endpoint;

@@ -192,15 +192,23 @@ async fn c24_enforced_egress_through_the_relay() {
     // 5. A denied name: 403 and one Denied event.
     let (_, out, _) = sh(&*run, &get("denied.test"), &pa).await;
     assert!(out.starts_with("HTTP/1.1 403"), "denied: {out}");
-    let denied: Vec<_> = events
-        .lock()
-        .expect("events")
-        .iter()
-        .filter_map(|e| match e {
-            ProxyEvent::Denied(d) if d.host == "denied.test" => Some(d.clone()),
-            _ => None,
-        })
-        .collect();
+    // The proxy may report the denial just after answering: wait for it with a deadline.
+    let mut denied = Vec::new();
+    for _ in 0..50 {
+        denied = events
+            .lock()
+            .expect("events")
+            .iter()
+            .filter_map(|e| match e {
+                ProxyEvent::Denied(d) if d.host == "denied.test" => Some(d.clone()),
+                _ => None,
+            })
+            .collect();
+        if !denied.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(denied.len(), 1, "{denied:?}");
     assert_eq!(denied[0].reason.as_deref(), Some("policy denial"));
     assert_eq!(denied[0].rule.as_deref(), Some("no rule matched"));

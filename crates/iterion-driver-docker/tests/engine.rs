@@ -48,16 +48,23 @@ async fn present_image_absent_image_and_never_policy() {
     let img = iterion_test_support::docker_image::ensure_test_image().expect("test image");
     let e = engine().await;
     let noop = |_: &str| {};
-    let ready = image::ensure_image(&e, &img, PullPolicy::Never, Duration::from_secs(10), &noop)
+    let ready = image::ensure_image(&e, &img, PullPolicy::Never, Duration::from_secs(10), &noop, None)
         .await
         .expect("present");
     assert!(!ready.pulled);
     assert!(ready.image.id.starts_with("sha256:"));
     // C26: absent image with policy never.
     let absent = format!("iterion-test/{}:1", unique("absent"));
-    let err = image::ensure_image(&e, &absent, PullPolicy::Never, Duration::from_secs(10), &noop)
-        .await
-        .expect_err("absent");
+    let err = image::ensure_image(
+        &e,
+        &absent,
+        PullPolicy::Never,
+        Duration::from_secs(10),
+        &noop,
+        None,
+    )
+    .await
+    .expect_err("absent");
     assert!(matches!(err, Error::ImageAbsent { .. }), "{err}");
 }
 
@@ -83,6 +90,7 @@ async fn pull_from_a_stalled_registry_times_out() {
         PullPolicy::Missing,
         Duration::from_secs(2),
         &|_: &str| {},
+        None,
     )
     .await
     .expect_err("timeout");
