@@ -584,3 +584,30 @@ fn nw6_workflow_proxy_value_is_overridden_under_enforcement() {
     assert_eq!(entry["reason"], json!("reserved:proxy"));
     assert_eq!(entry["source"], json!("workflow"));
 }
+
+#[test]
+fn lc16_a_node_container_starts_once_and_is_reused() {
+    let fx = Fixture::new(
+        "tool a:\n  command: \"echo '{}'\"\n  sandbox:\n    image: \"node:20\"\n\ntool b:\n  command: \"echo '{}'\"\n  sandbox:\n    image: \"node:20\"\n\nworkflow greet:\n  entry: a\n  sandbox:\n    image: \"alpine:3\"\n  a -> b\n  b -> done\n",
+    );
+    let fake = FakeDriver::new(Faults::default());
+    let o = rt()
+        .block_on(fx.runtime(container(&fake), &[], true).launch(fx.launch()))
+        .unwrap();
+    assert_eq!(o.status, RunStatus::Finished, "{o:?}");
+    let ev = fx.events(&o);
+    let started: Vec<_> = ev
+        .iter()
+        .filter(|e| e.event_type == "sandbox_node_container_started")
+        .collect();
+    assert_eq!(started.len(), 1, "{:?}", types(&ev));
+    assert_eq!(started[0].node_id.as_deref(), Some("a"));
+    let placements: Vec<_> = ev
+        .iter()
+        .filter(|e| e.event_type == "node_started" && e.data.contains_key("placement"))
+        .map(|e| e.data["placement"].clone())
+        .collect();
+    assert_eq!(placements, [json!("own"), json!("own")]);
+    assert_eq!(first(&ev, "sandbox_stopped").data["containers"], json!(2));
+    assert_eq!(fx.doc(&o).sandbox.containers.len(), 2);
+}
