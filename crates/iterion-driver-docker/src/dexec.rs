@@ -259,6 +259,7 @@ pub(crate) async fn exec(inner: Arc<RunInner>, req: ExecRequest) -> Result<Exec,
         drop(input);
         None
     };
+    inner.exec_started();
     let (tx, rx) = tokio::sync::oneshot::channel::<Result<ExitStatus, DError>>();
     let signalled = Arc::new(AtomicBool::new(false));
     let signalled_kill = Arc::clone(&signalled);

@@ -31,6 +31,7 @@ pub(crate) struct RunInner {
     pub(crate) kind: DriverKind,
     closed: AtomicBool,
     finished: tokio::sync::Mutex<Vec<String>>,
+    live: std::sync::atomic::AtomicUsize,
 }
 
 /// Container facts: `None` when the container no longer exists.
@@ -72,6 +73,7 @@ impl RunInner {
             kind,
             closed: AtomicBool::new(false),
             finished: tokio::sync::Mutex::new(Vec::new()),
+            live: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -136,8 +138,14 @@ impl RunInner {
         .await
     }
 
+    /// Counts an exec that started (see [`RunInner::exec_finished`]).
+    pub(crate) fn exec_started(&self) {
+        self.live.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Records a finished exec's pid file; every [`dexec::PID_BATCH`] files, removes them with one exec.
     pub(crate) async fn exec_finished(self: &Arc<Self>, pid_file: String) {
+        self.live.fetch_sub(1, Ordering::SeqCst);
         let batch = {
             let mut f = self.finished.lock().await;
             f.push(pid_file);
@@ -183,6 +191,23 @@ impl DockerRun {
 async fn do_cleanup(inner: Arc<RunInner>) -> CleanupReport {
     inner.closed.store(true, Ordering::SeqCst);
     let mut report = CleanupReport::new(inner.id.clone(), false);
+    // 1. Terminate execs still running (SIGTERM, up to 2 s); the stop below ends whatever remains.
+    let live = inner.live.load(Ordering::SeqCst);
+    if live > 0 {
+        report.execs_terminated = live;
+        let sweep = vec![
+            "/bin/sh".to_string(),
+            "-c".to_string(),
+            "for f in /run/iterion/exec/*.pid; do p=$(cat \"$f\" 2>/dev/null) || continue; kill -TERM -$p 2>/dev/null || kill -TERM $p 2>/dev/null; done; exit 0".to_string(),
+        ];
+        let _ = tokio::time::timeout(Duration::from_secs(2), dexec::run_quiet(&inner, "0", sweep)).await;
+        for _ in 0..20 {
+            if inner.live.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     let stop = inner.docker.stop_container(
         &inner.id,
         Some(StopContainerOptions {

@@ -598,7 +598,21 @@ async fn a_cancelled_exec_leaves_no_process() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(left, "0", "sleep processes survived the cancellation");
-    run.cleanup().await;
+    // Cleanup terminates execs still running before it stops the container.
+    let running = run.exec(ExecRequest::shell("sleep 1000")).await.expect("exec");
+    let report = run.cleanup().await;
+    assert_eq!(
+        (report.execs_terminated, report.container_removed),
+        (1, true),
+        "{report:?}"
+    );
+    let ended = tokio::time::timeout(Duration::from_secs(30), running.wait())
+        .await
+        .expect("the exec ends");
+    assert!(
+        matches!(ended, Ok(_) | Err(DError::SandboxGone { .. })),
+        "{ended:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
