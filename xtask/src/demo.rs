@@ -68,7 +68,26 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         Ok(text) => println!("demo: {} says: {}", out.display(), text.trim()),
         Err(_) => println!("demo: {} was not written", out.display()),
     }
-    println!("demo: events in {}", dir.join(".iterion").join("runs").display());
+    let runs = dir.join(".iterion").join("runs");
+    for run in std::fs::read_dir(&runs).into_iter().flatten().flatten() {
+        let events = std::fs::read_to_string(run.path().join("events.jsonl")).unwrap_or_default();
+        for line in events.lines() {
+            let Ok(ev) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            if ev["type"] == "network_blocked" {
+                println!(
+                    "demo: network_blocked: node {} asked for {}:{} ({}, {})",
+                    ev["node_id"].as_str().unwrap_or("?"),
+                    ev["data"]["host"].as_str().unwrap_or("?"),
+                    ev["data"]["port"],
+                    ev["data"]["reason"].as_str().unwrap_or("?"),
+                    ev["data"]["rule"].as_str().unwrap_or("?"),
+                );
+            }
+        }
+        println!("demo: events in {}", run.path().join("events.jsonl").display());
+    }
     if !status.success() {
         bail!("iterion run exited with {status}");
     }
