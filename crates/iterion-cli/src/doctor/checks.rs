@@ -1804,6 +1804,17 @@ fn probe_skip_reason(ctx: &Ctx<'_>, checks: &[Check]) -> String {
     {
         "every image must be present locally (the doctor never pulls)".into()
     } else {
-        "boundary probes are not built in this version (no __sandbox-probe program)".into()
+        let exe_static = std::env::current_exe()
+            .ok()
+            .and_then(|p| std::fs::read(p).ok())
+            .and_then(|b| iterion_driver_docker::relay::elf_facts(&b))
+            .is_some_and(|f| f.is_static);
+        if exe_static {
+            "boundary probes are not built in this version (no __sandbox-probe program)".into()
+        } else {
+            "no iterion binary usable inside the image: this iterion is dynamically linked, and the in-image \
+             probe program (__sandbox-probe) is not built in this version"
+                .into()
+        }
     }
 }
