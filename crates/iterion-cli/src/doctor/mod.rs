@@ -243,9 +243,18 @@ pub async fn preflight(mut inputs: Inputs) -> Result<Report, PreflightError> {
     let host = gather(&inputs)
         .await
         .map_err(|e| PreflightError::Usage(e.to_string()))?;
-    let report = run(&inputs, &host, loaded.as_ref())
-        .await
-        .map_err(PreflightError::Usage)?;
+    preflight_on(&inputs, &host, loaded.as_ref()).await
+}
+
+/// [`preflight`] on an already gathered host and loaded workflow (tests inject a fake host).
+pub async fn preflight_on(
+    inputs: &Inputs,
+    host: &Host,
+    loaded: Option<&checks::Loaded>,
+) -> Result<Report, PreflightError> {
+    let mut inputs = inputs.clone();
+    inputs.strict = true;
+    let report = run(&inputs, host, loaded).await.map_err(PreflightError::Usage)?;
     for c in report.checks.iter().flatten() {
         if c.status == Status::Warn {
             eprintln!("sandbox preflight: WARN {}: {}", c.id, c.message);

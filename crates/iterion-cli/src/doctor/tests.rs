@@ -803,6 +803,38 @@ fn preflight_values() {
     );
 }
 
+/// D33 / D35 at the function level: a failing check stops the run, warnings let it proceed.
+#[test]
+fn preflight_fails_on_a_failed_check_and_passes_with_warnings() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut inputs = Inputs::new(BTreeMap::new(), std::fs::canonicalize(dir.path()).expect("c"));
+    inputs.strict = false; // forced on by the pre-flight
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let bad = Loaded {
+        path: PathBuf::from("bad-rule.bot"),
+        checked: iterion_spec::check(&good_with("10.0.0.0/8", "a*b.example.org"), "bad-rule.bot"),
+    };
+    match rt.block_on(super::preflight_on(&inputs, &host(Scene::Docker), Some(&bad))) {
+        Err(super::PreflightError::Failed(r)) => {
+            assert_eq!(r.failed(), 1);
+            expect(&r, "network_policy_syntax", Status::Fail, "a*b.example.org");
+        }
+        other => panic!("expected a failed pre-flight, got {other:?}"),
+    }
+    let good = Loaded {
+        path: PathBuf::from("good.bot"),
+        checked: iterion_spec::check(GOOD, "good.bot"),
+    };
+    let r = rt
+        .block_on(super::preflight_on(&inputs, &host(Scene::Docker), Some(&good)))
+        .expect("warnings do not stop the run");
+    assert!(r.strict);
+    assert_eq!(r.summary.map(|s| s.warn), Some(1));
+}
+
 /// D22: an endpoint that accepts and never answers fails within the bound, naming it.
 #[test]
 fn d22_silent_engine_times_out() {
