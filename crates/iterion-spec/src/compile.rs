@@ -12,7 +12,7 @@ use crate::model::{
     NodeKind, Preset, Prompt, SandboxDecl, SandboxKind, SandboxScope, Schema, Span, Spanned, Var, VarType,
     Workflow, Worktree,
 };
-use crate::template::{Placeholder, Segment, parse_template, scan_template};
+use crate::template::{PlaceholderRef, Segment, parse_template};
 use crate::values;
 
 /// Compiles a parsed file. Returns the compiled workflow (only the first `workflow` of a file is compiled,
@@ -104,7 +104,7 @@ struct Compiler<'a> {
     file: &'a str,
     diags: Vec<Diagnostic>,
     /// Names already declared, per declaration family (for duplicate checks).
-    seen: HashMap<&'static str, FxMap<String, Span>>,
+    seen: HashMap<&'static str, FxMap<&'a str, Span>>,
 }
 
 /// The top-level declarations of a file, deduplicated.
@@ -125,30 +125,8 @@ const BACKENDS: &[&str] = &["claw", "claude_code", "codex"];
 const EFFORTS: &[&str] = &["low", "medium", "high", "xhigh", "max"];
 const LANGUAGES: &[&str] = &["sh", "bash", "js", "node", "py", "python", "python3"];
 
-/// The `localEnv` allowlist of 01 §7.4 (every `LC_*` name is allowed too).
-pub const LOCAL_ENV_ALLOWLIST: &[&str] = &[
-    "HOME",
-    "USER",
-    "USERNAME",
-    "LOGNAME",
-    "LANG",
-    "LANGUAGE",
-    "TERM",
-    "TZ",
-    "XDG_CONFIG_HOME",
-    "XDG_CACHE_HOME",
-    "XDG_DATA_HOME",
-    "XDG_STATE_HOME",
-    "XDG_RUNTIME_DIR",
-    "PWD",
-    "OLDPWD",
-    "DISPLAY",
-    "WAYLAND_DISPLAY",
-    "XAUTHORITY",
-    "PUID",
-    "PGID",
-    "VARIANT",
-];
+/// The `localEnv` allowlist of 01 §7.4 (every `LC_*` name is allowed too); kept here for compatibility.
+pub use crate::devcontainer::LOCAL_ENV_ALLOWLIST;
 
 fn is_literal(s: &str) -> bool {
     !s.contains("${")
@@ -161,8 +139,11 @@ fn is_literal(s: &str) -> bool {
 /// stripped by the same width, so a line `n` below the first starts at the same column. Strict-mode strings
 /// whose escapes were decoded map to the right line, approximately.
 pub(crate) fn inner_span(v: &Spanned<String>, offset: usize, len: usize) -> Span {
-    let s = v.span;
-    let text = &v.value;
+    inner_span_of(&v.value, v.span, offset, len)
+}
+
+/// [`inner_span`] over a borrowed text and its span.
+fn inner_span_of(text: &str, s: Span, offset: usize, len: usize) -> Span {
     let Some(prefix) = text.get(..offset) else {
         return s;
     };
@@ -235,7 +216,7 @@ impl<'a> Compiler<'a> {
                 self.err(code, n.span, m);
             }
             None => {
-                seen.insert(n.value.clone(), n.span);
+                seen.insert(n.value.as_str(), n.span);
                 list.push(item);
             }
         }
@@ -484,10 +465,8 @@ impl<'a> Compiler<'a> {
         if let Some(c) = &wd.compaction {
             self.compaction(&c.value, c.span);
         }
-        if let Some(b) = &wd.budget {
-            let mut budget = b.value.clone();
-            self.budget(&mut budget, b.span);
-            w.budget = Some(budget);
+        if let (Some(b), Some(budget)) = (&wd.budget, w.budget.as_mut()) {
+            self.budget(budget, b.span);
         }
         let ix = Ix::new(&w);
         if let Some(m) = &wd.mcp {
@@ -528,11 +507,11 @@ impl<'a> Compiler<'a> {
         self.templates(&ix, &g);
         drop(g);
         drop(ix);
-        if let Some(s) = &wd.sandbox {
+        if w.sandbox.is_some() {
             let label = format!("workflow '{}'", w.name.value);
-            let mut s = s.clone();
-            self.sandbox(&mut s, &label);
-            w.sandbox = Some(s);
+            if let Some(s) = w.sandbox.as_mut() {
+                self.sandbox(s, &label);
+            }
         }
         for n in w.nodes.iter_mut() {
             if let Some(s) = n.sandbox.as_mut() {
@@ -682,7 +661,7 @@ impl<'a> Compiler<'a> {
         }
     }
 
-    fn node(&mut self, n: &Node, w: &Ix<'_>, g: &Graph) {
+    fn node(&mut self, n: &Node, w: &Ix<'_>, g: &Graph<'_>) {
         let name = n.name.value.as_str();
         self.schema_ref(w, &n.input);
         self.schema_ref(w, &n.output);
@@ -907,7 +886,7 @@ impl<'a> Compiler<'a> {
     // edges and graph rules (01 §4.3–§4.5)
     // ----------------------------------------------------------------------------------------------------
 
-    fn edges(&mut self, w: &Ix<'_>, g: &Graph) {
+    fn edges(&mut self, w: &Ix<'_>, g: &Graph<'_>) {
         for e in &w.edges {
             for (end, role) in [(&e.from, "source"), (&e.to, "target")] {
                 let terminal = end.value == "done" || end.value == "fail";
@@ -1126,7 +1105,7 @@ impl<'a> Compiler<'a> {
     // templates (01 §5.1)
     // ----------------------------------------------------------------------------------------------------
 
-    fn templates(&mut self, w: &Ix<'_>, g: &Graph) {
+    fn templates(&mut self, w: &Ix<'_>, g: &Graph<'_>) {
         let publishes: HashSet<&str> = w
             .nodes
             .iter()
@@ -1147,84 +1126,91 @@ impl<'a> Compiler<'a> {
             }
         }
         for p in &w.prompts {
-            let v = Spanned::new(p.body.clone(), p.body_span);
+            let v = (p.body.as_str(), p.body_span);
             match users.get(p.name.value.as_str()) {
-                None => self.template(&ctx, &v, None, false),
+                None => self.template(&ctx, v, None, false),
                 Some(us) => {
                     for u in us {
-                        self.template(&ctx, &v, Some(u), false);
+                        self.template(&ctx, v, Some(u), false);
                     }
                 }
             }
         }
         for n in &w.nodes {
             for v in [&n.command, &n.script].into_iter().flatten() {
-                self.template(&ctx, v, Some(n), false);
+                self.template(&ctx, (&v.value, v.span), Some(n), false);
             }
         }
         for e in &w.edges {
             let src = w.node(&e.from.value);
             for entry in &e.with.entries {
-                self.template(&ctx, &entry.value, src, true);
+                let v = &entry.value;
+                self.template(&ctx, (&v.value, v.span), src, true);
             }
         }
     }
 
-    /// Checks one template-bearing string. `consumer` is the node on whose behalf it is rendered;
-    /// `inclusive` lets the consumer read its own output (edge mappings run after the source finished).
-    fn template(&mut self, ctx: &TplCtx<'_>, v: &Spanned<String>, consumer: Option<&Node>, inclusive: bool) {
-        let (segs, errs) = scan_template(&v.value);
+    /// Checks one template-bearing string (its text and span). `consumer` is the node on whose behalf it is
+    /// rendered; `inclusive` lets the consumer read its own output (edge mappings run after the source
+    /// finished). Diagnostics keep the order of the template errors first, then the placeholders.
+    fn template(&mut self, ctx: &TplCtx<'_>, v: (&str, Span), consumer: Option<&Node>, inclusive: bool) {
+        let mark = self.diags.len();
+        let mut errs = Vec::new();
+        crate::template::walk(
+            v.0,
+            |p| self.placeholder(ctx, v, p, consumer, inclusive),
+            |e| errs.push(e),
+        );
+        if errs.is_empty() {
+            return;
+        }
+        let placeholders = self.diags.split_off(mark);
         for e in errs {
-            let span = inner_span(v, e.offset, 2);
+            let span = inner_span_of(v.0, v.1, e.offset, 2);
             self.err(
                 "C004",
                 span,
                 format!("invalid template '{}': {}", e.text, e.detail),
             );
         }
-        for seg in segs {
-            let Segment::Placeholder(p) = seg else {
-                continue;
-            };
-            self.placeholder(ctx, v, &p, consumer, inclusive);
-        }
+        self.diags.extend(placeholders);
     }
 
     fn placeholder(
         &mut self,
         ctx: &TplCtx<'_>,
-        v: &Spanned<String>,
-        p: &Placeholder,
+        v: (&str, Span),
+        p: &PlaceholderRef<'_>,
         consumer: Option<&Node>,
         inclusive: bool,
     ) {
-        let span = inner_span(v, p.start, p.end - p.start);
+        // spans and texts are only computed for a diagnostic
+        let span = || inner_span_of(v.0, v.1, p.start, p.end - p.start);
         let w = ctx.w;
-        let text = p.path.join(".");
-        match p.namespace() {
+        match p.path[0] {
             "outputs" => {
-                let target = &p.path[1];
+                let target = p.path[1];
                 let Some(tn) = w.node(target) else {
                     self.err(
                         "C029",
-                        span,
+                        span(),
                         format!("template refers to unknown node '{target}'"),
                     );
                     return;
                 };
-                let is_history = p.path.get(2).is_some_and(|s| s == "history");
+                let is_history = p.path.get(2).is_some_and(|s| *s == "history");
                 if let Some(c) = consumer {
                     let cname = c.name.value.as_str();
                     let ok = (inclusive && cname == target) || ctx.g.reaches(w, target, cname);
                     if !ok {
                         self.err(
                             "C036",
-                            span,
+                            span(),
                             format!("'{cname}' may run before '{target}' has produced output"),
                         );
                     }
                     if is_history && !ctx.g.reaches(w, cname, cname) {
-                        self.err("C017", span, "'.history' used outside a loop body");
+                        self.err("C017", span(), "'.history' used outside a loop body");
                     }
                 }
                 if let Some(f) = p.path.get(2).filter(|_| !is_history) {
@@ -1232,7 +1218,7 @@ impl<'a> Compiler<'a> {
                         Some(s) if s.field(f).is_none() => {
                             self.err(
                                 "C031",
-                                span,
+                                span(),
                                 format!("field '{f}' is not in the output schema of '{target}'"),
                             );
                         }
@@ -1240,8 +1226,11 @@ impl<'a> Compiler<'a> {
                         None if tn.output.is_none() => {
                             self.warn(
                                 "C032",
-                                span,
-                                format!("'{target}' has no output schema; '{text}' is not checked"),
+                                span(),
+                                format!(
+                                    "'{target}' has no output schema; '{}' is not checked",
+                                    p.path.join(".")
+                                ),
                             );
                         }
                         None => {}
@@ -1249,7 +1238,7 @@ impl<'a> Compiler<'a> {
                 }
             }
             "vars" if w.var(&p.path[1]).is_none() => {
-                self.err("C033", span, format!("undeclared var '{}'", p.path[1]));
+                self.err("C033", span(), format!("undeclared var '{}'", p.path[1]));
             }
             "input" => {
                 if let (Some(c), Some(f)) = (consumer, p.path.get(1))
@@ -1259,20 +1248,20 @@ impl<'a> Compiler<'a> {
                 {
                     self.err(
                         "C034",
-                        span,
+                        span(),
                         format!("field '{f}' is not in the input schema of '{}'", c.name.value),
                     );
                 }
             }
-            "artifacts" if !ctx.publishes.contains(p.path[1].as_str()) => {
+            "artifacts" if !ctx.publishes.contains(p.path[1]) => {
                 self.err(
                     "C035",
-                    span,
+                    span(),
                     format!("no node publishes artifact '{}'", p.path[1]),
                 );
             }
-            "attachments" if !w.attachments.iter().any(|a| a.name.value == p.path[1]) => {
-                self.err("C052", span, format!("unknown attachment '{}'", p.path[1]));
+            "attachments" if !w.attachments.iter().any(|a| a.name.value == *p.path[1]) => {
+                self.err("C052", span(), format!("unknown attachment '{}'", p.path[1]));
             }
             _ => {}
         }
@@ -1556,7 +1545,7 @@ impl<'a> Compiler<'a> {
 
 struct TplCtx<'w> {
     w: &'w Ix<'w>,
-    g: &'w Graph,
+    g: &'w Graph<'w>,
     publishes: HashSet<&'w str>,
 }
 
@@ -1584,7 +1573,7 @@ pub fn sandbox_variable_warnings(s: &str) -> Vec<(usize, usize, String)> {
                         .next()
                         .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
                     && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-                if valid && !(LOCAL_ENV_ALLOWLIST.contains(&name) || name.starts_with("LC_")) {
+                if valid && !crate::devcontainer::is_allowlisted(name) {
                     out.push((
                         st,
                         len,
@@ -1809,19 +1798,19 @@ impl<'w> Ix<'w> {
 
 /// The node graph by index (terminals excluded), with reachability queries that stop early and reuse one
 /// visit-stamp array, so checking many template references stays near-linear on typical graphs.
-struct Graph {
+struct Graph<'w> {
     /// successors through any edge
     succ: Vec<Vec<usize>>,
     /// successors through non-loop edges, with the edge arrow
     succ_no_loop: Vec<Vec<(usize, Span)>>,
     /// distinct sources of non-loop incoming edges
     preds: Vec<Vec<usize>>,
-    names: Vec<String>,
+    names: Vec<&'w str>,
     stamp: std::cell::RefCell<(u32, Vec<u32>)>,
 }
 
-impl Graph {
-    fn new(w: &Ix<'_>) -> Graph {
+impl<'w> Graph<'w> {
+    fn new(w: &Ix<'w>) -> Graph<'w> {
         let n = w.nodes.len();
         let mut succ = vec![Vec::new(); n];
         let mut succ_no_loop = vec![Vec::new(); n];
@@ -1842,7 +1831,7 @@ impl Graph {
             succ,
             succ_no_loop,
             preds,
-            names: w.w.nodes.iter().map(|n| n.name.value.clone()).collect(),
+            names: w.w.nodes.iter().map(|n| n.name.value.as_str()).collect(),
             stamp: std::cell::RefCell::new((0, vec![0; n])),
         }
     }
@@ -1924,9 +1913,11 @@ impl Graph {
                         }
                         C::Grey => {
                             let pos = stack.iter().position(|(m, _)| *m == to).unwrap_or(0);
-                            let mut cyc: Vec<String> =
-                                stack[pos..].iter().map(|(m, _)| self.names[*m].clone()).collect();
-                            cyc.push(self.names[to].clone());
+                            let mut cyc: Vec<String> = stack[pos..]
+                                .iter()
+                                .map(|(m, _)| self.names[*m].to_string())
+                                .collect();
+                            cyc.push(self.names[to].to_string());
                             out.push((cyc, span));
                         }
                         C::Black => {}

@@ -79,24 +79,63 @@ pub fn scan_template(s: &str) -> (Vec<Segment>, Vec<TemplateError>) {
     let mut out = Vec::new();
     let mut errs = Vec::new();
     let mut rest_start = 0;
+    walk(
+        s,
+        |p| {
+            if p.start > rest_start {
+                out.push(Segment::Text(s[rest_start..p.start].to_string()));
+            }
+            out.push(Segment::Placeholder(Placeholder {
+                raw: p.raw,
+                path: p.path.iter().map(|x| (*x).to_string()).collect(),
+                start: p.start,
+                end: p.end,
+            }));
+            rest_start = p.end;
+        },
+        |e| errs.push(e),
+    );
+    if rest_start < s.len() {
+        out.push(Segment::Text(s[rest_start..].to_string()));
+    }
+    (out, errs)
+}
+
+/// A placeholder borrowed from the template text (see [`walk`]).
+pub(crate) struct PlaceholderRef<'s> {
+    /// `{{!…}}`.
+    pub(crate) raw: bool,
+    /// The dotted path, namespace first.
+    pub(crate) path: &'s [&'s str],
+    /// Byte offset of `{{`.
+    pub(crate) start: usize,
+    /// Byte offset one past `}}`.
+    pub(crate) end: usize,
+}
+
+/// Walks the placeholders of a template in order without copying text: `on_ph` gets every valid
+/// placeholder, `on_err` every invalid one (the same as [`scan_template`], which is built on it).
+pub(crate) fn walk<'s>(
+    s: &'s str,
+    mut on_ph: impl FnMut(&PlaceholderRef<'_>),
+    mut on_err: impl FnMut(TemplateError),
+) {
+    let mut segs: Vec<&'s str> = Vec::new();
     let mut i = 0;
     while let Some(off) = s[i..].find("{{") {
         let open = i + off;
         let inner_start = open + 2;
         let close = s[inner_start..].find("}}").map(|c| inner_start + c);
-        let nested = s[inner_start..].find("{{").map(|c| inner_start + c);
         let Some(close) = close else {
-            errs.push(TemplateError {
+            on_err(TemplateError {
                 offset: open,
                 text: s[open..].chars().take(60).collect(),
                 detail: "unterminated '{{'".into(),
             });
             break;
         };
-        if let Some(n) = nested
-            && n < close
-        {
-            errs.push(TemplateError {
+        if s[inner_start..close].contains("{{") {
+            on_err(TemplateError {
                 offset: open,
                 text: s[open..close + 2].to_string(),
                 detail: "'{{' inside a placeholder".into(),
@@ -109,20 +148,14 @@ pub fn scan_template(s: &str) -> (Vec<Segment>, Vec<TemplateError>) {
             Some(p) => (true, p),
             None => (false, inner),
         };
-        match parse_path(path_text) {
-            Ok(path) => {
-                if open > rest_start {
-                    out.push(Segment::Text(s[rest_start..open].to_string()));
-                }
-                out.push(Segment::Placeholder(Placeholder {
-                    raw,
-                    path,
-                    start: open,
-                    end: close + 2,
-                }));
-                rest_start = close + 2;
-            }
-            Err(detail) => errs.push(TemplateError {
+        match check_path(path_text, &mut segs) {
+            Ok(()) => on_ph(&PlaceholderRef {
+                raw,
+                path: &segs,
+                start: open,
+                end: close + 2,
+            }),
+            Err(detail) => on_err(TemplateError {
                 offset: open,
                 text: s[open..close + 2].to_string(),
                 detail,
@@ -130,10 +163,6 @@ pub fn scan_template(s: &str) -> (Vec<Segment>, Vec<TemplateError>) {
         }
         i = close + 2;
     }
-    if rest_start < s.len() {
-        out.push(Segment::Text(s[rest_start..].to_string()));
-    }
-    (out, errs)
 }
 
 fn is_ident(seg: &str) -> bool {
@@ -141,11 +170,13 @@ fn is_ident(seg: &str) -> bool {
     matches!(c.next(), Some(f) if f == '_' || f.is_alphabetic()) && c.all(|x| x == '_' || x.is_alphanumeric())
 }
 
-fn parse_path(p: &str) -> Result<Vec<String>, String> {
+/// Splits and checks a placeholder path into `segs` (cleared first).
+fn check_path<'s>(p: &'s str, segs: &mut Vec<&'s str>) -> Result<(), String> {
+    segs.clear();
     if p.is_empty() {
         return Err("empty placeholder".into());
     }
-    let segs: Vec<&str> = p.split('.').collect();
+    segs.extend(p.split('.'));
     for (i, seg) in segs.iter().enumerate() {
         let ok = if i == 0 {
             is_ident(seg)
@@ -190,7 +221,7 @@ fn parse_path(p: &str) -> Result<Vec<String>, String> {
         }
         _ => {}
     }
-    Ok(segs.into_iter().map(str::to_string).collect())
+    Ok(())
 }
 
 /// The placeholders of a template (empty on error).
