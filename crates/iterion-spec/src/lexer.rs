@@ -206,15 +206,28 @@ pub fn is_keyword(word: &str) -> bool {
     word == "string[]" || KEYWORDS.contains(&word)
 }
 
-/// One token.
+/// One token: 16 bytes. Its position is read back with [`Lexed::span`] and its text with [`Lexed::text`].
+///
+/// A token on one line whose text is its source slice stores its byte range and line; the columns are
+/// computed from the line start on demand. The rare others (multi-line strings, block scalars, prompt
+/// bodies, decoded strings) keep their full span and value in a side table of [`Lexed`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Token {
     /// What kind of token.
     pub kind: TokenKind,
-    /// Where it is. For strings the span includes the quotes.
-    pub span: Span,
-    /// The decoded value when it differs from the source slice (strict escapes, block scalars, prompt bodies).
-    pub value: Option<Box<str>>,
+    /// Whether `line` indexes the side table instead.
+    extra: bool,
+    start: u32,
+    end: u32,
+    /// 1-based line, or the side-table index when `extra`.
+    line: u32,
+}
+
+/// A side-table entry: the full span and the decoded value of a token that needs them.
+#[derive(Debug, Clone, PartialEq)]
+struct Extra {
+    span: Span,
+    value: Option<Box<str>>,
 }
 
 /// The result of lexing: the normalised source, the tokens and the lexical diagnostics.
@@ -228,21 +241,63 @@ pub struct Lexed {
     pub diagnostics: Vec<Diagnostic>,
     /// Whether the strict-escape directive is on (01 §1.3).
     pub strict_escape: bool,
+    /// Byte offset of the start of each line (index 0 is line 1).
+    line_starts: Vec<u32>,
+    /// Spans and values of the tokens that do not fit in [`Token`].
+    extras: Vec<Extra>,
 }
 
 impl Lexed {
     /// The text of a token: the string value for strings and prompt bodies, the source slice otherwise.
     pub fn text<'a>(&'a self, tok: &'a Token) -> &'a str {
-        if let Some(v) = &tok.value {
-            return v;
-        }
+        let (start, end) = if tok.extra {
+            let x = &self.extras[tok.line as usize];
+            if let Some(v) = &x.value {
+                return v;
+            }
+            (x.span.start, x.span.end)
+        } else {
+            (tok.start as usize, tok.end as usize)
+        };
         match tok.kind {
             TokenKind::Str => {
-                let (s, e) = (tok.span.start + 1, tok.span.end.saturating_sub(1));
+                let (s, e) = (start + 1, end.saturating_sub(1));
                 self.source.get(s..e.max(s)).unwrap_or("")
             }
-            _ => self.source.get(tok.span.start..tok.span.end).unwrap_or(""),
+            _ => self.source.get(start..end).unwrap_or(""),
         }
+    }
+
+    /// Where a token is. For strings the span includes the quotes.
+    pub fn span(&self, tok: &Token) -> Span {
+        if tok.extra {
+            return self.extras[tok.line as usize].span;
+        }
+        let (start, end) = (tok.start as usize, tok.end as usize);
+        let ls = self
+            .line_starts
+            .get(tok.line as usize - 1)
+            .map_or(0, |&l| l as usize);
+        let b = self.source.as_bytes();
+        let col = cols(&b[ls..start]) + 1;
+        let end_col = col + cols(&b[start..end]);
+        Span {
+            start,
+            end,
+            line: tok.line,
+            col,
+            end_line: tok.line,
+            end_col,
+        }
+    }
+}
+
+/// The number of characters in a slice of UTF-8 text.
+fn cols(b: &[u8]) -> u32 {
+    if b.is_ascii() {
+        b.len() as u32
+    } else {
+        b.iter().filter(|&&c| (c & 0xC0) != 0x80).count() as u32
     }
 }
 
@@ -257,17 +312,15 @@ pub fn lex_bytes(bytes: &[u8], file: &str) -> Lexed {
         source: String::new(),
         tokens: vec![Token {
             kind: TokenKind::Eof,
-            span: Span {
-                line: 1,
-                col: 1,
-                end_line: 1,
-                end_col: 1,
-                ..Span::default()
-            },
-            value: None,
+            extra: false,
+            start: 0,
+            end: 0,
+            line: 1,
         }],
         diagnostics: vec![d],
         strict_escape: false,
+        line_starts: vec![0],
+        extras: Vec::new(),
     };
     if bytes.len() > MAX_SOURCE_BYTES {
         return empty(Diagnostic::error(
@@ -310,6 +363,8 @@ pub fn lex_bytes(bytes: &[u8], file: &str) -> Lexed {
         line_start: 0,
         col_cache: (0, 1),
         tokens: Vec::with_capacity(source.len() / 5 + 16),
+        line_starts: Vec::with_capacity(source.len() / 16 + 1),
+        extras: Vec::new(),
         diags: Vec::new(),
         strict,
         stack: vec![0],
@@ -319,14 +374,23 @@ pub fn lex_bytes(bytes: &[u8], file: &str) -> Lexed {
         at_line_start: true,
     };
     lx.run();
-    let Lexer { tokens, diags, .. } = lx;
+    let Lexer {
+        tokens,
+        diags,
+        mut line_starts,
+        extras,
+        ..
+    } = lx;
     let mut diagnostics = diags;
     crate::diag::sort(&mut diagnostics);
+    line_starts.insert(0, 0);
     Lexed {
         tokens,
         diagnostics,
         strict_escape: strict,
         source,
+        line_starts,
+        extras,
     }
 }
 
@@ -365,6 +429,9 @@ struct Lexer<'s> {
     line_start: usize,
     col_cache: (usize, u32),
     tokens: Vec<Token>,
+    /// starts of lines 2, 3, …
+    line_starts: Vec<u32>,
+    extras: Vec<Extra>,
     diags: Vec<Diagnostic>,
     strict: bool,
     stack: Vec<usize>,
@@ -390,6 +457,7 @@ impl<'s> Lexer<'s> {
 
     fn newline(&mut self, next_line_start: usize) {
         self.line += 1;
+        self.line_starts.push(next_line_start as u32);
         self.line_start = next_line_start;
         self.col_cache = (next_line_start, 1);
     }
@@ -409,15 +477,29 @@ impl<'s> Lexer<'s> {
     }
 
     fn push(&mut self, kind: TokenKind, start: usize, end: usize) {
-        let span = self.span(start, end);
+        // start and end are on the current line: the columns are computed when asked for
         self.tokens.push(Token {
             kind,
-            span,
-            value: None,
+            extra: false,
+            start: start as u32,
+            end: end as u32,
+            line: self.line,
         });
         if !matches!(kind, TokenKind::Indent | TokenKind::Dedent | TokenKind::Nl) {
             self.line_has_tokens = true;
         }
+    }
+
+    /// Pushes a token with an explicit span and an optional decoded value (side table).
+    fn push_full(&mut self, kind: TokenKind, span: Span, value: Option<Box<str>>) {
+        self.tokens.push(Token {
+            kind,
+            extra: true,
+            start: span.start as u32,
+            end: span.end as u32,
+            line: self.extras.len() as u32,
+        });
+        self.extras.push(Extra { span, value });
     }
 
     fn error_at(&mut self, code: &'static str, pos: usize, msg: impl Into<String>) -> usize {
@@ -683,6 +765,8 @@ impl<'s> Lexer<'s> {
         self.push(TokenKind::Ident, p, p + "prompt".len());
         self.push(TokenKind::Ident, name_start, name_start + name_len);
         self.push(TokenKind::Colon, colon, colon + 1);
+        // the header's end, where the body's span starts when it is empty
+        let (hdr_line, hdr_col) = (self.line, self.col_at(colon + 1));
         // body
         let header_indent = self.cur_indent;
         let body_start_pos = eol;
@@ -773,14 +857,12 @@ impl<'s> Lexer<'s> {
                 .count() as u32;
             n + 1
         };
-        let hdr_line = self.tokens.last().map_or(1, |t| t.span.line);
-        let hdr_col = self.tokens.last().map_or(1, |t| t.span.end_col);
         // the body's span starts at its first character (line and column of the first captured line), so
         // positions inside the body can be mapped back to the source
         let (b_start, b_line, b_col) = first.unwrap_or((body_start_pos, hdr_line, hdr_col));
-        self.tokens.push(Token {
-            kind: TokenKind::PromptBody,
-            span: Span {
+        self.push_full(
+            TokenKind::PromptBody,
+            Span {
                 start: b_start,
                 end: end_pos.max(b_start),
                 line: b_line,
@@ -788,8 +870,8 @@ impl<'s> Lexer<'s> {
                 end_line,
                 end_col,
             },
-            value: Some(body.into_boxed_str()),
-        });
+            Some(body.into_boxed_str()),
+        );
         let nl_span = Span {
             start: body_start_pos,
             end: body_start_pos,
@@ -798,11 +880,7 @@ impl<'s> Lexer<'s> {
             end_line: hdr_line,
             end_col: hdr_col,
         };
-        self.tokens.push(Token {
-            kind: TokenKind::Nl,
-            span: nl_span,
-            value: None,
-        });
+        self.push_full(TokenKind::Nl, nl_span, None);
         self.line_has_tokens = false;
         self.pos = pos;
         // the main loop continues at a line start
@@ -920,11 +998,7 @@ impl<'s> Lexer<'s> {
                 tok_value = Some(self.src[start + 1..end].to_string());
             }
             let span = self.span(start, end);
-            self.tokens.push(Token {
-                kind: TokenKind::Str,
-                span,
-                value: tok_value.map(String::into_boxed_str),
-            });
+            self.push_full(TokenKind::Str, span, tok_value.map(String::into_boxed_str));
             self.line_has_tokens = true;
             self.pos = end;
             return;
@@ -932,12 +1006,13 @@ impl<'s> Lexer<'s> {
         if let Some(d) = decoded.as_mut() {
             d.push_str(&self.src[seg..p]);
         }
-        let span = self.span(start, p + 1);
-        self.tokens.push(Token {
-            kind: TokenKind::Str,
-            span,
-            value: decoded.map(String::into_boxed_str),
-        });
+        match decoded {
+            Some(d) => {
+                let span = self.span(start, p + 1);
+                self.push_full(TokenKind::Str, span, Some(d.into_boxed_str()));
+            }
+            None => self.push(TokenKind::Str, start, p + 1),
+        }
         self.line_has_tokens = true;
         self.pos = p + 1;
     }
@@ -957,9 +1032,9 @@ impl<'s> Lexer<'s> {
                     self.newline(p);
                 }
                 let end_col = self.col_at(end);
-                self.tokens.push(Token {
-                    kind: TokenKind::Str,
-                    span: Span {
+                self.push_full(
+                    TokenKind::Str,
+                    Span {
                         start,
                         end,
                         line: start_line,
@@ -967,8 +1042,8 @@ impl<'s> Lexer<'s> {
                         end_line: self.line,
                         end_col,
                     },
-                    value: Some(self.src[start + 1..end].into()),
-                });
+                    Some(self.src[start + 1..end].into()),
+                );
                 self.line_has_tokens = true;
                 self.pos = end;
             }
@@ -980,9 +1055,9 @@ impl<'s> Lexer<'s> {
                     self.newline(p);
                 }
                 let end_col = self.col_at(close + 1);
-                self.tokens.push(Token {
-                    kind: TokenKind::Str,
-                    span: Span {
+                self.push_full(
+                    TokenKind::Str,
+                    Span {
                         start,
                         end: close + 1,
                         line: start_line,
@@ -990,8 +1065,8 @@ impl<'s> Lexer<'s> {
                         end_line: self.line,
                         end_col,
                     },
-                    value: None,
-                });
+                    None,
+                );
                 self.line_has_tokens = true;
                 self.pos = close + 1;
             }
@@ -1101,9 +1176,9 @@ impl<'s> Lexer<'s> {
         // a non-empty value's span starts at its first character (first content line, column W + 1), so
         // positions inside the value can be mapped back to the source; an empty value points at '|'
         let (v_start, v_line, v_col) = first.unwrap_or((bar, start_line, start_col));
-        self.tokens.push(Token {
-            kind: TokenKind::Str,
-            span: Span {
+        self.push_full(
+            TokenKind::Str,
+            Span {
                 start: v_start,
                 end: end.max(v_start + 1),
                 line: v_line,
@@ -1111,8 +1186,8 @@ impl<'s> Lexer<'s> {
                 end_line,
                 end_col,
             },
-            value: Some(value.into_boxed_str()),
-        });
+            Some(value.into_boxed_str()),
+        );
         let nl = Span {
             start: end,
             end,
@@ -1121,11 +1196,7 @@ impl<'s> Lexer<'s> {
             end_line,
             end_col,
         };
-        self.tokens.push(Token {
-            kind: TokenKind::Nl,
-            span: nl,
-            value: None,
-        });
+        self.push_full(TokenKind::Nl, nl, None);
         self.line_has_tokens = false;
         self.pos = pos;
         self.at_line_start = true;

@@ -154,6 +154,10 @@ impl<'a> Parser<'a> {
         self.lx.text(t)
     }
 
+    fn sp(&self, t: &Token) -> Span {
+        self.lx.span(t)
+    }
+
     fn at_word(&self, w: &str) -> bool {
         let t = self.peek();
         t.kind == TokenKind::Ident && self.text(t) == w
@@ -195,7 +199,7 @@ impl<'a> Parser<'a> {
         let t = self.peek();
         let msg = format!("expected {what}, found {}", self.describe(t));
         let code = if t.kind == TokenKind::Dot { "E001" } else { "E002" };
-        let idx = self.diag_at(code, t.span, msg);
+        let idx = self.diag_at(code, self.sp(t), msg);
         if t.kind == TokenKind::Dot {
             self.hint(idx, "quote values that contain dots or hyphens");
         }
@@ -261,7 +265,7 @@ impl<'a> Parser<'a> {
                 self.bump();
                 if self.kind() == TokenKind::Indent {
                     let t = self.peek();
-                    self.diag_at("E002", t.span, "unexpected indentation");
+                    self.diag_at("E002", self.sp(t), "unexpected indentation");
                     self.skip_block();
                 }
             }
@@ -277,7 +281,7 @@ impl<'a> Parser<'a> {
         let t = self.peek();
         if t.kind == TokenKind::Ident {
             self.bump();
-            Some(Spanned::new(self.text(t).to_string(), t.span))
+            Some(Spanned::new(self.text(t).to_string(), self.sp(t)))
         } else {
             self.expected(what);
             None
@@ -306,12 +310,12 @@ impl<'a> Parser<'a> {
         if self.kind() != TokenKind::Indent {
             let t = self.peek();
             // a block whose lines were all rejected by the lexer (tabs, bad indentation) was already reported
-            let after_lex_error = self.toks[..self.i]
-                .last()
-                .is_some_and(|prev| (prev.span.line..t.span.line).any(|l| self.err_lines.contains(&l)));
+            let after_lex_error = self.toks[..self.i].last().is_some_and(|prev| {
+                (self.sp(prev).line..self.sp(t).line).any(|l| self.err_lines.contains(&l))
+            });
             if !after_lex_error {
                 let msg = format!("expected {what}, found {}", self.describe(t));
-                self.diag_at("E002", t.span, msg);
+                self.diag_at("E002", self.sp(t), msg);
             }
             return false;
         }
@@ -328,7 +332,7 @@ impl<'a> Parser<'a> {
                 }
                 TokenKind::Indent => {
                     let t = self.peek();
-                    self.diag_at("E002", t.span, "unexpected indentation");
+                    self.diag_at("E002", self.sp(t), "unexpected indentation");
                     self.skip_block();
                 }
                 _ => {
@@ -352,7 +356,7 @@ impl<'a> Parser<'a> {
                 self.bump();
                 Key {
                     value: self.text(t),
-                    span: t.span,
+                    span: self.sp(t),
                 }
             }
             _ => {
@@ -385,18 +389,18 @@ impl<'a> Parser<'a> {
     fn val(&mut self) -> Option<Val> {
         let t = self.peek();
         let v = match t.kind {
-            TokenKind::Str => Val::Str(Spanned::new(self.text(t).to_string(), t.span)),
-            TokenKind::Ident => Val::Name(Spanned::new(self.text(t).to_string(), t.span)),
-            TokenKind::Int => Val::Int(Spanned::new(self.text(t).parse().unwrap_or(i64::MAX), t.span)),
-            TokenKind::Float => Val::Float(Spanned::new(self.text(t).parse().unwrap_or(0.0), t.span)),
-            TokenKind::True => Val::Bool(Spanned::new(true, t.span)),
-            TokenKind::False => Val::Bool(Spanned::new(false, t.span)),
+            TokenKind::Str => Val::Str(Spanned::new(self.text(t).to_string(), self.sp(t))),
+            TokenKind::Ident => Val::Name(Spanned::new(self.text(t).to_string(), self.sp(t))),
+            TokenKind::Int => Val::Int(Spanned::new(self.text(t).parse().unwrap_or(i64::MAX), self.sp(t))),
+            TokenKind::Float => Val::Float(Spanned::new(self.text(t).parse().unwrap_or(0.0), self.sp(t))),
+            TokenKind::True => Val::Bool(Spanned::new(true, self.sp(t))),
+            TokenKind::False => Val::Bool(Spanned::new(false, self.sp(t))),
             _ => return None,
         };
         self.bump();
         if self.kind() == TokenKind::Dot && matches!(v, Val::Name(_) | Val::Int(_)) {
             let d = self.peek();
-            let idx = self.diag_at("E001", d.span, "unexpected punctuation '.'");
+            let idx = self.diag_at("E001", self.sp(d), "unexpected punctuation '.'");
             self.hint(idx, "quote values that contain dots or hyphens");
             // swallow the dotted tail
             while matches!(
@@ -435,9 +439,9 @@ impl<'a> Parser<'a> {
                     "invalid value for '{prop}': expected {}, found end of line",
                     accept.describe()
                 );
-                self.diag_at("E020", start.span, msg);
+                self.diag_at("E020", self.sp(start), msg);
             } else {
-                self.bad_value(prop, accept.describe(), start.span);
+                self.bad_value(prop, accept.describe(), self.sp(start));
             }
             self.skip_line();
             return None;
@@ -503,7 +507,7 @@ impl<'a> Parser<'a> {
     fn list_inner(&mut self, prop: &str) -> Option<Vec<Spanned<String>>> {
         let open = self.peek();
         if open.kind != TokenKind::LBracket {
-            self.bad_value(prop, "a list", open.span);
+            self.bad_value(prop, "a list", self.sp(open));
             return None;
         }
         self.bump();
@@ -518,7 +522,7 @@ impl<'a> Parser<'a> {
                     self.bump();
                 }
                 TokenKind::Nl | TokenKind::Eof | TokenKind::Dedent | TokenKind::Indent => {
-                    self.diag_at("E002", open.span, "unclosed '['");
+                    self.diag_at("E002", self.sp(open), "unclosed '['");
                     return Some(items);
                 }
                 _ => match self.val() {
@@ -549,7 +553,7 @@ impl<'a> Parser<'a> {
     fn tool_list_prop(&mut self, prop: &str) -> Option<Vec<Spanned<String>>> {
         let open = self.peek();
         if open.kind != TokenKind::LBracket {
-            self.bad_value(prop, "a tool list", open.span);
+            self.bad_value(prop, "a tool list", self.sp(open));
             self.skip_line();
             return None;
         }
@@ -567,7 +571,7 @@ impl<'a> Parser<'a> {
                 TokenKind::Ident => {
                     let first = self.bump();
                     let mut text = self.text(first).to_string();
-                    let mut span = first.span;
+                    let mut span = self.sp(first);
                     while self.kind() == TokenKind::Dot {
                         let nt = self.peek_at(1);
                         match nt.kind {
@@ -576,7 +580,7 @@ impl<'a> Parser<'a> {
                                 self.bump();
                                 text.push('.');
                                 text.push_str(self.text(nt));
-                                span = span.to(nt.span);
+                                span = span.to(self.sp(nt));
                                 if nt.kind == TokenKind::Star {
                                     break;
                                 }
@@ -591,12 +595,12 @@ impl<'a> Parser<'a> {
                     items.push(Spanned::new(text, span));
                 }
                 TokenKind::Nl | TokenKind::Eof | TokenKind::Dedent | TokenKind::Indent => {
-                    self.diag_at("E002", open.span, "unclosed '['");
+                    self.diag_at("E002", self.sp(open), "unclosed '['");
                     return Some(items);
                 }
                 _ => {
                     let t = self.peek();
-                    self.bad_value(prop, "a tool name", t.span);
+                    self.bad_value(prop, "a tool name", self.sp(t));
                     self.bump();
                 }
             }
@@ -619,12 +623,12 @@ impl<'a> Parser<'a> {
                     self.bump();
                 }
                 TokenKind::Nl | TokenKind::Eof | TokenKind::Dedent | TokenKind::Indent => {
-                    self.diag_at("E002", open.span, "unclosed '{'");
+                    self.diag_at("E002", self.sp(open), "unclosed '{'");
                     break;
                 }
                 TokenKind::Ident | TokenKind::Str if string_keys || self.kind() == TokenKind::Ident => {
                     let kt = self.bump();
-                    let key = Spanned::new(self.text(kt).to_string(), kt.span);
+                    let key = Spanned::new(self.text(kt).to_string(), self.sp(kt));
                     if !self.expect(TokenKind::Colon, "':'") {
                         continue;
                     }
@@ -700,7 +704,7 @@ impl<'a> Parser<'a> {
             let t = self.peek();
             self.diag_at(
                 "E020",
-                t.span,
+                self.sp(t),
                 format!("invalid value: literal nested too deeply (max {MAX_LITERAL_DEPTH})"),
             );
             None
@@ -724,7 +728,7 @@ impl<'a> Parser<'a> {
                             let c = self.bump();
                             return Some((
                                 serde_json::Value::Array(items),
-                                t.span.to(c.span),
+                                self.sp(t).to(self.sp(c)),
                                 LitKind::List { all_str },
                             ));
                         }
@@ -732,7 +736,7 @@ impl<'a> Parser<'a> {
                             self.bump();
                         }
                         TokenKind::Nl | TokenKind::Eof | TokenKind::Dedent | TokenKind::Indent => {
-                            self.diag_at("E002", t.span, "unclosed '['");
+                            self.diag_at("E002", self.sp(t), "unclosed '['");
                             return None;
                         }
                         _ => {
@@ -750,7 +754,11 @@ impl<'a> Parser<'a> {
                     match self.kind() {
                         TokenKind::RBrace => {
                             let c = self.bump();
-                            return Some((serde_json::Value::Object(map), t.span.to(c.span), LitKind::Map));
+                            return Some((
+                                serde_json::Value::Object(map),
+                                self.sp(t).to(self.sp(c)),
+                                LitKind::Map,
+                            ));
                         }
                         TokenKind::Comma => {
                             self.bump();
@@ -765,7 +773,7 @@ impl<'a> Parser<'a> {
                             if map.contains_key(&key) {
                                 self.diag_at(
                                     "E010",
-                                    kt.span,
+                                    self.sp(kt),
                                     format!("duplicate entry '{key}' in map literal"),
                                 );
                             } else {
@@ -783,25 +791,25 @@ impl<'a> Parser<'a> {
                 self.bump();
                 Some((
                     serde_json::Value::String(self.text(t).to_string()),
-                    t.span,
+                    self.sp(t),
                     LitKind::Str,
                 ))
             }
             TokenKind::Int => {
                 self.bump();
                 let v: i64 = self.text(t).parse().unwrap_or(i64::MAX);
-                Some((serde_json::Value::from(v), t.span, LitKind::Int))
+                Some((serde_json::Value::from(v), self.sp(t), LitKind::Int))
             }
             TokenKind::Float => {
                 self.bump();
                 let v: f64 = self.text(t).parse().unwrap_or(0.0);
-                Some((serde_json::Value::from(v), t.span, LitKind::Float))
+                Some((serde_json::Value::from(v), self.sp(t), LitKind::Float))
             }
             TokenKind::True | TokenKind::False => {
                 self.bump();
                 Some((
                     serde_json::Value::Bool(t.kind == TokenKind::True),
-                    t.span,
+                    self.sp(t),
                     LitKind::Bool,
                 ))
             }
@@ -827,7 +835,7 @@ impl<'a> Parser<'a> {
                     None => {
                         self.diag_at(
                             "E021",
-                            t.span,
+                            self.sp(t),
                             format!("unknown type '{w}' (want string, bool, int, float, json, string[])"),
                         );
                         None
@@ -855,7 +863,7 @@ impl<'a> Parser<'a> {
                     self.bump();
                 }
                 TokenKind::Indent => {
-                    self.diag_at("E001", t.span, "unexpected indentation");
+                    self.diag_at("E001", self.sp(t), "unexpected indentation");
                     self.skip_block();
                 }
                 TokenKind::Ident if DECL_KEYWORDS.contains(&self.text(t)) => {
@@ -870,7 +878,7 @@ impl<'a> Parser<'a> {
                 }
                 _ => {
                     let msg = format!("unexpected {}", self.describe(t));
-                    self.diag_at("E001", t.span, msg);
+                    self.diag_at("E001", self.sp(t), msg);
                     self.bump();
                     self.skip_to_decl();
                 }
@@ -889,7 +897,7 @@ impl<'a> Parser<'a> {
             let prev_is_break =
                 self.i == 0 || matches!(self.toks[self.i - 1].kind, TokenKind::Nl | TokenKind::Dedent);
             if t.kind == TokenKind::Ident
-                && t.span.col == 1
+                && self.sp(t).col == 1
                 && prev_is_break
                 && DECL_KEYWORDS.contains(&self.text(t))
             {
@@ -945,14 +953,14 @@ impl<'a> Parser<'a> {
                 if seen {
                     self.diag_at(
                         "E014",
-                        kw_tok.span,
+                        self.sp(kw_tok),
                         format!("duplicate top-level '{kw}' block (the first one is used)"),
                     );
                 }
                 let d = match kw {
-                    "vars" => Decl::Vars(self.vars_block(kw_tok.span)),
-                    "presets" => Decl::Presets(self.presets_block(kw_tok.span)),
-                    _ => Decl::Attachments(self.attachments_block(kw_tok.span)),
+                    "vars" => Decl::Vars(self.vars_block(self.sp(kw_tok))),
+                    "presets" => Decl::Presets(self.presets_block(self.sp(kw_tok))),
+                    _ => Decl::Attachments(self.attachments_block(self.sp(kw_tok))),
                 };
                 if seen { None } else { Some(d) }
             }
@@ -960,7 +968,7 @@ impl<'a> Parser<'a> {
                 let name = self.decl_name("prompt")?;
                 let reserved = self.reserved(&name);
                 let t = self.peek();
-                let body_span = t.span;
+                let body_span = self.sp(t);
                 let body = if t.kind == TokenKind::PromptBody {
                     self.bump();
                     self.text(t).to_string()
@@ -1105,7 +1113,7 @@ impl<'a> Parser<'a> {
                 (TokenKind::Ident, "file") => AttachmentKind::File,
                 (TokenKind::Ident, "image") => AttachmentKind::Image,
                 _ => {
-                    p.bad_value(name.value, "file or image", kt.span);
+                    p.bad_value(name.value, "file or image", p.sp(kt));
                     p.skip_line();
                     return;
                 }
@@ -1244,7 +1252,7 @@ impl<'a> Parser<'a> {
                 if ty != VarType::String {
                     p.diag_at(
                         "E020",
-                        open.span,
+                        p.sp(open),
                         format!(
                             "invalid value for '{}': enum is only allowed on string fields",
                             fname.value
@@ -1253,7 +1261,7 @@ impl<'a> Parser<'a> {
                 } else if vals.is_empty() {
                     p.diag_at(
                         "E020",
-                        open.span,
+                        p.sp(open),
                         format!(
                             "invalid value for '{}': enum needs at least one string",
                             fname.value
@@ -1314,7 +1322,7 @@ impl<'a> Parser<'a> {
                             return;
                         }
                         p.bump();
-                        let k = Spanned::new(p.text(kt).to_string(), kt.span);
+                        let k = Spanned::new(p.text(kt).to_string(), p.sp(kt));
                         if !p.expect(TokenKind::Colon, "':'") {
                             p.skip_line();
                             return;
@@ -1495,7 +1503,7 @@ impl<'a> Parser<'a> {
             TokenKind::Ident => {
                 self.bump();
                 d.short = true;
-                d.mode = Some(Spanned::new(self.text(t).to_string(), t.span));
+                d.mode = Some(Spanned::new(self.text(t).to_string(), self.sp(t)));
                 self.end_line();
                 d.kind = d.derive_kind();
                 return Some(d);
@@ -1677,7 +1685,7 @@ impl<'a> Parser<'a> {
 
     fn edge(&mut self) -> Option<Edge> {
         let ft = self.bump();
-        let from = Spanned::new(self.text(ft).to_string(), ft.span);
+        let from = Spanned::new(self.text(ft).to_string(), self.sp(ft));
         let arrow = self.bump();
         let to = match self.name("a target node name") {
             Some(t) => t,
@@ -1687,7 +1695,7 @@ impl<'a> Parser<'a> {
             }
         };
         let mut e = Edge {
-            span: arrow.span,
+            span: self.sp(arrow),
             from,
             to,
             condition: None,
@@ -1703,7 +1711,7 @@ impl<'a> Parser<'a> {
                     self.bump();
                     let cond = self.when_clause()?;
                     if e.condition.is_some() {
-                        self.dup_clause("when", &e, t.span);
+                        self.dup_clause("when", &e, self.sp(t));
                     } else {
                         e.condition = Some(cond);
                     }
@@ -1712,7 +1720,7 @@ impl<'a> Parser<'a> {
                     self.bump();
                     let l = self.loop_clause()?;
                     if e.loop_spec.is_some() {
-                        self.dup_clause("as", &e, t.span);
+                        self.dup_clause("as", &e, self.sp(t));
                     } else {
                         e.loop_spec = Some(l);
                     }
@@ -1727,7 +1735,7 @@ impl<'a> Parser<'a> {
                     let block = format!("with map of edge {} -> {}", e.from.value, e.to.value);
                     let entries = self.inline_map(&block, false);
                     if seen_with {
-                        self.dup_clause("with", &e, t.span);
+                        self.dup_clause("with", &e, self.sp(t));
                     } else {
                         seen_with = true;
                         e.with = TextMap {
@@ -1772,22 +1780,22 @@ impl<'a> Parser<'a> {
                 if text.trim().is_empty() {
                     self.diag_at(
                         "E020",
-                        t.span,
+                        self.sp(t),
                         "invalid value for 'when': the expression is empty",
                     );
                 }
                 Some(Condition::Expr {
-                    text: Spanned::new(text, t.span),
+                    text: Spanned::new(text, self.sp(t)),
                 })
             }
             TokenKind::Ident => {
                 self.bump();
                 let mut negated = false;
-                let mut field = Spanned::new(self.text(t).to_string(), t.span);
+                let mut field = Spanned::new(self.text(t).to_string(), self.sp(t));
                 if field.value == "not" && self.kind() == TokenKind::Ident {
                     let f = self.bump();
                     negated = true;
-                    field = Spanned::new(self.text(f).to_string(), f.span);
+                    field = Spanned::new(self.text(f).to_string(), self.sp(f));
                 }
                 Some(Condition::Field { field, negated })
             }
@@ -1828,7 +1836,7 @@ impl<'a> Parser<'a> {
         }
         Some(LoopSpec {
             name,
-            cap: Spanned::new(cap, t.span),
+            cap: Spanned::new(cap, self.sp(t)),
         })
     }
 }
