@@ -666,7 +666,12 @@ fn watch_signals(cancel: Cancel) {
                 c.cancel(format!("signal {name}"));
             }
             if s.recv().await.is_some() {
-                eprintln!("error: second {name}: exiting without waiting for cleanup");
+                eprintln!(
+                    "error: second {name}: skipping the graceful cleanup, force-removing the containers"
+                );
+                c.force();
+                // Backstop: the force removal is bounded to 5 s; never hang past it.
+                tokio::time::sleep(Duration::from_secs(7)).await;
                 std::process::exit(1);
             }
         });

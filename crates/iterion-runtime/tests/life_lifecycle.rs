@@ -611,3 +611,42 @@ fn lc16_a_node_container_starts_once_and_is_reused() {
     assert_eq!(first(&ev, "sandbox_stopped").data["containers"], json!(2));
     assert_eq!(fx.doc(&o).sandbox.containers.len(), 2);
 }
+
+#[test]
+fn cl3_second_signal_during_a_hanging_cleanup_force_removes() {
+    let fx = Fixture::new(&inline(""));
+    let fake = FakeDriver::new(Faults {
+        hang_cleanup: true,
+        ..Faults::default()
+    });
+    let cancel = Cancel::new();
+    let rtm = fx.runtime_with(container(&fake), &[], true, cancel.clone());
+    let calls = fake.calls.clone();
+    let o = rt()
+        .block_on(async {
+            tokio::spawn(async move {
+                while !calls.lock().unwrap().iter().any(|c| c == "cleanup") {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                cancel.force();
+            });
+            rtm.launch(fx.launch()).await
+        })
+        .unwrap();
+    // The run had finished before cleanup: its status is unchanged by the second signal.
+    assert_eq!(o.status, RunStatus::Finished);
+    assert!(
+        fake.calls().contains(&"force_cleanup".to_string()),
+        "{:?}",
+        fake.calls()
+    );
+    let ev = fx.events(&o);
+    let stopped = first(&ev, "sandbox_stopped");
+    assert!(
+        stopped.data["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("second signal"),
+        "{stopped:?}"
+    );
+}

@@ -654,7 +654,7 @@ async fn drive(
         },
     };
     let outcome = finish(&em, end, started, stub);
-    let report = resources.cleanup(&em).await;
+    let report = resources.cleanup(&em, cfg.cancel.force_token()).await;
     em.emit(report);
     let doc = em.run().document().clone();
     Outcome {
@@ -678,6 +678,7 @@ fn cancel_reason(cfg: &Config) -> String {
 #[derive(Debug, Clone, Default)]
 pub struct Cancel {
     token: CancellationToken,
+    force: CancellationToken,
     reason: Arc<std::sync::Mutex<Option<String>>>,
 }
 
@@ -695,6 +696,17 @@ impl Cancel {
         }
         drop(r);
         self.token.cancel();
+    }
+
+    /// A second cancellation (05 §8.2): cleanup skips its graceful steps and force-removes the containers.
+    pub fn force(&self) {
+        self.cancel("cancelled by the caller");
+        self.force.cancel();
+    }
+
+    /// The token cleanup watches for [`Cancel::force`].
+    pub fn force_token(&self) -> CancellationToken {
+        self.force.clone()
     }
 
     /// Whether [`Cancel::cancel`] was called.

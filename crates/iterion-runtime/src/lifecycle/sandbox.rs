@@ -18,6 +18,7 @@ use iterion_spec::resolved::{
     HostState, NetworkMode, NetworkPolicySpec, Origin, Placement as SpecPlacement, ResolvedMode,
     ResolvedSandbox, SandboxPlan,
 };
+use tokio_util::sync::CancellationToken;
 
 use super::netblock::Dedup;
 use super::sink::Emitter;
@@ -117,7 +118,7 @@ impl Guard {
     }
 
     /// Cleanup in the order of 05 §8.1, bounded to 30 s in total; returns the `sandbox_stopped` data.
-    pub(crate) async fn cleanup(&mut self, em: &Emitter) -> SandboxStopped {
+    pub(crate) async fn cleanup(&mut self, em: &Emitter, force: CancellationToken) -> SandboxStopped {
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         let (driver, containers, host_runs, proxy, lease, images, keep) = {
@@ -134,8 +135,24 @@ impl Guard {
         };
         let mut errors = Vec::new();
         let mut removed = 0u64;
+        let mut forced = false;
         for run in &containers {
-            match tokio::time::timeout_at(deadline, run.cleanup()).await {
+            if forced {
+                force_remove(run.clone()).await;
+                continue;
+            }
+            let graceful = tokio::select! {
+                r = tokio::time::timeout_at(deadline, run.cleanup()) => Some(r),
+                _ = force.cancelled() => None,
+            };
+            let Some(graceful) = graceful else {
+                // Second signal (05 §8.2): skip the graceful steps, still issue the force removal.
+                forced = true;
+                errors.push("cleanup interrupted by a second signal; containers force-removed".to_owned());
+                force_remove(run.clone()).await;
+                continue;
+            };
+            match graceful {
                 Ok(rep) => {
                     if rep.container_removed {
                         removed += 1;
@@ -155,6 +172,7 @@ impl Guard {
             let _ = tokio::time::timeout_at(deadline, run.cleanup()).await;
         }
         let proxy_stopped = match proxy {
+            Some(_) if forced => true,
             Some(p) => {
                 let grace = deadline
                     .saturating_duration_since(tokio::time::Instant::now())
@@ -174,7 +192,10 @@ impl Guard {
             None => false,
         };
         let mut images_removed = 0u64;
-        if !keep && let Some(d) = &driver {
+        if !keep
+            && !forced
+            && let Some(d) = &driver
+        {
             for img in images {
                 match tokio::time::timeout_at(deadline, d.remove_image(&img)).await {
                     Ok(Ok(())) => images_removed += 1,
@@ -197,6 +218,15 @@ impl Guard {
             errors,
         }
     }
+}
+
+/// The synchronous force removal (5 s bound inside the driver), off the async threads.
+async fn force_remove(run: Arc<dyn Run>) {
+    let _ = tokio::time::timeout(
+        Duration::from_secs(6),
+        tokio::task::spawn_blocking(move || run.force_cleanup_blocking()),
+    )
+    .await;
 }
 
 impl Drop for Guard {

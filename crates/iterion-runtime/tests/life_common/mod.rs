@@ -34,6 +34,8 @@ pub struct Faults {
     pub start: Option<Error>,
     /// `Run::cleanup` of the container reports this error.
     pub cleanup_error: Option<String>,
+    /// `Run::cleanup` of the container never returns (a hanging stop).
+    pub hang_cleanup: bool,
 }
 
 /// The fake driver.
@@ -156,6 +158,7 @@ impl Driver for FakeDriver {
         let run = FakeRun {
             inner: started.run,
             cleanup_error: self.faults.cleanup_error.clone(),
+            hang_cleanup: self.faults.hang_cleanup,
             calls: self.calls.clone(),
         };
         Ok(Started {
@@ -182,6 +185,7 @@ impl Driver for FakeDriver {
 pub struct FakeRun {
     inner: Box<dyn iterion_driver::Run>,
     cleanup_error: Option<String>,
+    hang_cleanup: bool,
     calls: Arc<Mutex<Vec<String>>>,
 }
 
@@ -213,6 +217,9 @@ impl iterion_driver::Run for FakeRun {
     }
     async fn cleanup(&self) -> iterion_driver::CleanupReport {
         self.calls.lock().unwrap().push("cleanup".into());
+        if self.hang_cleanup {
+            std::future::pending::<()>().await;
+        }
         let mut r = self.inner.cleanup().await;
         r.container_removed = self.cleanup_error.is_none();
         if let Some(e) = &self.cleanup_error {
