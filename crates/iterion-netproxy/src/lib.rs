@@ -35,6 +35,10 @@
 //! # }
 //! ```
 //!
+//! Runnable examples: `examples/standalone_proxy.rs` (the snippet above) and `examples/check_policy.rs` (the
+//! two-stage [`decide`] without a socket, as `iterion netproxy check` uses it). The [`head`] module (the strict
+//! HTTP/1.1 head parser) is public so it can be fuzzed (`fuzz/netproxy`).
+//!
 //! Not built in this version: TLS inspection and secret substitution (spec §14); requesting it with
 //! [`ProxyConfigBuilder::tls_inspection`] fails with [`Error::TlsInspectionNotBuilt`].
 #![deny(missing_docs)]
