@@ -227,19 +227,37 @@ fn log_level(flag: Option<&str>, env: &BTreeMap<String, String>) -> Result<u8, E
     }
 }
 
-fn preflight(env: &BTreeMap<String, String>) -> Result<(), Early> {
-    match env
-        .get("ITERION_SANDBOX_PREFLIGHT")
-        .map(|v| v.trim().to_ascii_lowercase())
-        .as_deref()
-    {
-        None | Some("" | "0" | "false" | "no" | "off") => Ok(()),
-        Some("1" | "true" | "yes" | "on" | "probe") => Err(usage(
-            "ITERION_SANDBOX_PREFLIGHT is set but the pre-flight battery is not wired into iterion run in this build; run `iterion sandbox doctor --strict` separately and unset it",
-        )),
-        Some(other) => Err(usage(format!(
-            "invalid ITERION_SANDBOX_PREFLIGHT '{other}' (want 1, probe or 0)"
-        ))),
+/// The pre-flight of 06 §9 (`ITERION_SANDBOX_PREFLIGHT`): the strict doctor battery against the spec this run
+/// would use, before any run record exists. `Ok(Some(code))` = stop with that exit code.
+async fn preflight(
+    env: &BTreeMap<String, String>,
+    work_dir: &Path,
+    file: &Path,
+    flags: &SandboxFlags,
+    json: bool,
+) -> Result<Option<ExitCode>, Early> {
+    let Some(probe) = crate::doctor::preflight_mode(env).map_err(usage)? else {
+        return Ok(None);
+    };
+    let mut inputs = crate::doctor::Inputs::new(env.clone(), work_dir.to_path_buf());
+    inputs.workflow = Some(file.to_path_buf());
+    inputs.probe = probe;
+    inputs.sandbox = flags.mode;
+    inputs.default_image = flags.default_image.clone();
+    inputs.host_state = flags.host_state;
+    inputs.driver = flags.driver.clone();
+    inputs.sandbox_env = flags
+        .operator_env
+        .iter()
+        .map(|e| (e.name().to_owned(), e.value().to_owned()))
+        .collect();
+    match crate::doctor::preflight(inputs).await {
+        Ok(_) => Ok(None),
+        Err(crate::doctor::PreflightError::Usage(m)) => Err(usage(m)),
+        Err(crate::doctor::PreflightError::Failed(report)) => {
+            crate::doctor::print_preflight_failure(&report, json);
+            Ok(Some(ExitCode::from(2)))
+        }
     }
 }
 
@@ -568,7 +586,7 @@ fn prepare_common(
             })?,
         );
     }
-    preflight(&env)?;
+    crate::doctor::preflight_mode(&env).map_err(usage)?;
     Ok(Prepared {
         env,
         cwd,
@@ -749,6 +767,9 @@ fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, 
     let printer = printer(args.json, &p, args.timeout.clone());
     let cancel = Cancel::new();
     let outcome = rt.block_on(async {
+        if let Some(code) = preflight(&p.env, &work_dir, &file, &flags, args.json).await? {
+            return Ok(Err(code));
+        }
         watch_signals(cancel.clone());
         let choice = choose(&p.env, args.sandbox.sandbox_driver.clone(), &host.data_dir).await?;
         let runtime = runtime(&p, choice, printer.clone(), cancel.clone(), &store_dir)?;
@@ -772,8 +793,12 @@ fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, 
             let mut v = printer.view.lock().unwrap_or_else(|e| e.into_inner());
             v.store = store_dir.to_string_lossy().into_owned();
         }
-        runtime.launch(launch).await.map_err(runtime_early)
+        runtime.launch(launch).await.map(Ok).map_err(runtime_early)
     })?;
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(code) => return Ok(code),
+    };
     print_outcome(&printer, &outcome);
     Ok(exit_of(&outcome))
 }
@@ -840,7 +865,16 @@ fn resume_inner(args: ResumeArgs, env: &BTreeMap<String, String>) -> Result<Exit
         v.resumed_from = Some(previous.status.as_str().to_owned());
     }
     let cancel = Cancel::new();
+    let recorded_file = args
+        .file
+        .as_ref()
+        .map(|f| store::absolutize(f, &p.cwd))
+        .unwrap_or_else(|| PathBuf::from(&previous.file_path));
+    let work_dir = PathBuf::from(&previous.work_dir);
     let outcome = rt.block_on(async {
+        if let Some(code) = preflight(&p.env, &work_dir, &recorded_file, &flags, args.json).await? {
+            return Ok(Err(code));
+        }
         watch_signals(cancel.clone());
         let choice = choose(&p.env, forced, &host.data_dir).await?;
         let runtime = runtime(&p, choice, printer.clone(), cancel.clone(), &store_dir)?;
@@ -849,8 +883,12 @@ fn resume_inner(args: ResumeArgs, env: &BTreeMap<String, String>) -> Result<Exit
         r.file = args.file.as_ref().map(|f| store::absolutize(f, &p.cwd));
         r.force = args.force;
         r.sandbox = flags;
-        runtime.resume(r).await.map_err(runtime_early)
+        runtime.resume(r).await.map(Ok).map_err(runtime_early)
     })?;
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(code) => return Ok(code),
+    };
     print_outcome(&printer, &outcome);
     Ok(exit_of(&outcome))
 }
@@ -888,18 +926,5 @@ mod tests {
         assert!(log_level(Some("loud"), &env).is_err());
         assert_eq!(line_level("09:31:07 WARN  x"), 1);
         assert_eq!(line_level("09:31:07 INFO  x"), 2);
-    }
-
-    #[test]
-    fn preflight_values() {
-        let e = |v: &str| BTreeMap::from([("ITERION_SANDBOX_PREFLIGHT".to_string(), v.to_string())]);
-        assert!(preflight(&e("0")).is_ok());
-        assert!(preflight(&BTreeMap::new()).is_ok());
-        let bad = preflight(&e("maybe")).err().unwrap();
-        assert_eq!(bad.code, 2);
-        assert_eq!(
-            bad.message,
-            "invalid ITERION_SANDBOX_PREFLIGHT 'maybe' (want 1, probe or 0)"
-        );
     }
 }

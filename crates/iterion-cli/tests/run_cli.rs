@@ -394,3 +394,31 @@ fn lc2_forced_noop_runs_on_the_host_and_exits_0() {
     assert!(stdout.contains("\n  node hi: finished ("), "{stdout}");
     assert!(stdout.ends_with("\n\n  Status: FINISHED\n"), "{stdout}");
 }
+
+#[test]
+fn cli5_preflight_failure_exits_2_before_any_run_directory() {
+    let ws = Ws::with_workflow(
+        "tool hi:\n  command: \"echo hi\"\n\nworkflow demo:\n  entry: hi\n  sandbox:\n    image: \"alpine:3\"\n  hi -> done\n",
+    );
+    let nowhere = format!("unix://{}", ws.path().join("absent.sock").display());
+    let out = ws.run(
+        &["run", "demo.bot"],
+        &[
+            ("ITERION_SANDBOX_PREFLIGHT", "1"),
+            ("DOCKER_HOST", &nowhere),
+            ("CONTAINER_HOST", &nowhere),
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("sandbox preflight"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(ws.run_ids().is_empty());
+}
