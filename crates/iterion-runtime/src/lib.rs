@@ -2,8 +2,9 @@
 //!
 //! Layer L3: never names a container library; drivers are chosen by the composition root.
 //!
-//! Built so far: the run store ([`store`]), run statuses ([`status`]), failure codes ([`failure`]) and the
-//! event catalogue ([`events`]).
+//! Built so far: the run store ([`store`]), run statuses ([`status`]), failure codes ([`failure`]), the
+//! event catalogue ([`events`]), workflow execution ([`exec`]), the run lifecycle with resume, cleanup and the
+//! reaper ([`lifecycle`]) and the embedding API ([`api`], example `examples/embed.rs`).
 #![deny(missing_docs)]
 
 pub mod api;
