@@ -1237,7 +1237,7 @@ impl<'a> Compiler<'a> {
                     }
                 }
             }
-            "vars" if w.var(&p.path[1]).is_none() => {
+            "vars" if w.var(p.path[1]).is_none() => {
                 self.err("C033", span(), format!("undeclared var '{}'", p.path[1]));
             }
             "input" => {
@@ -1748,7 +1748,8 @@ impl std::ops::Deref for Ix<'_> {
 
 impl<'w> Ix<'w> {
     fn new(w: &'w Workflow) -> Ix<'w> {
-        let mut out: FxMap<&str, Vec<&Edge>> = FxMap::default();
+        let mut out: FxMap<&str, Vec<&Edge>> =
+            FxMap::with_capacity_and_hasher(w.nodes.len(), BuildHasherDefault::default());
         for e in &w.edges {
             out.entry(e.from.value.as_str()).or_default().push(e);
         }

@@ -1023,7 +1023,7 @@ impl<'a> Parser<'a> {
                 let name = self.decl_name(kw)?;
                 let reserved = self.reserved(&name);
                 let n = self.node_body(name, kind);
-                (!reserved).then(|| Decl::Node(Box::new(n)))
+                (!reserved).then_some(Decl::Node(n))
             }
         }
     }
@@ -1346,8 +1346,9 @@ impl<'a> Parser<'a> {
     // nodes
     // ----------------------------------------------------------------------------------------------------
 
-    fn node_body(&mut self, name: Spanned<String>, kind: NodeKind) -> Node {
-        let mut n = Node::new(name, kind);
+    fn node_body(&mut self, name: Spanned<String>, kind: NodeKind) -> Box<Node> {
+        // boxed from the start: a node is large, moving it by value costs more than the parse
+        let mut n = Box::new(Node::new(name, kind));
         self.block("node properties", |p| {
             let Some(key) = p.key() else { return };
             if !node_prop_allowed(kind, key.value) {
