@@ -12,6 +12,7 @@ use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod demo;
 mod images;
 mod layers;
 
@@ -36,6 +37,7 @@ commands:
   test           run every test of the workspace
   images         build the local test images (no registry needed), e.g. iterion-test/busybox:latest
   bench NAME     run a benchmark: spec | proxy | docker | doctor
+  demo           prepare the local test image and run the sandboxed demo workflow
   fuzz [DIR TARGET [SECONDS]]
                  list fuzz targets, or run fuzz/DIR's TARGET for SECONDS (default 300) with cargo-fuzz";
 
@@ -54,6 +56,7 @@ fn run(args: &[String]) -> Result<()> {
         "images" => images::run(&root()?, rest),
         "bench" => bench(rest),
         "fuzz" => fuzz(rest),
+        "demo" => demo::run(&root()?, rest),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(())
