@@ -151,3 +151,19 @@ fn x003_memory_and_inherited_capabilities() {
         ]
     );
 }
+
+#[test]
+fn worktree_auto_is_refused_not_ignored() {
+    check(
+        "tool t:\n  command: `true`\n\nworkflow w:\n  entry: t\n  worktree: auto\n  t -> done\n",
+        &[],
+        &[
+            "test.bot:4:10: error[X004]: 'worktree: auto' is not supported in this version; remove it to run in the checkout itself",
+        ],
+    );
+    check(
+        "tool t:\n  command: `true`\n\nworkflow w:\n  entry: t\n  worktree: none\n  t -> done\n",
+        &[],
+        &[],
+    );
+}
