@@ -115,9 +115,10 @@ enum Val {
 }
 
 impl Val {
-    fn as_text(&self) -> Spanned<String> {
+    /// The value as text (strings and names are moved, numbers and booleans printed).
+    fn into_text(self) -> Spanned<String> {
         match self {
-            Val::Str(s) | Val::Name(s) => s.clone(),
+            Val::Str(s) | Val::Name(s) => s,
             Val::Int(s) => Spanned::new(s.value.to_string(), s.span),
             Val::Float(s) => Spanned::new(s.value.to_string(), s.span),
             Val::Bool(s) => Spanned::new(s.value.to_string(), s.span),
@@ -451,15 +452,15 @@ impl<'a> Parser<'a> {
     }
 
     fn str_prop(&mut self, prop: &str) -> Option<Spanned<String>> {
-        self.simple(prop, Accept::STR).map(|v| v.as_text())
+        self.simple(prop, Accept::STR).map(Val::into_text)
     }
 
     fn name_prop(&mut self, prop: &str) -> Option<Spanned<String>> {
-        self.simple(prop, Accept::NAME).map(|v| v.as_text())
+        self.simple(prop, Accept::NAME).map(Val::into_text)
     }
 
     fn str_or_name_prop(&mut self, prop: &str) -> Option<Spanned<String>> {
-        self.simple(prop, Accept::STR_NAME).map(|v| v.as_text())
+        self.simple(prop, Accept::STR_NAME).map(Val::into_text)
     }
 
     fn int_prop(&mut self, prop: &str) -> Option<i64> {
@@ -529,7 +530,7 @@ impl<'a> Parser<'a> {
                     Some(Val::Bool(b)) => {
                         self.bad_value(prop, "a string, name or number", b.span);
                     }
-                    Some(v) => items.push(v.as_text()),
+                    Some(v) => items.push(v.into_text()),
                     None => {
                         self.expected("a list item or ']'");
                         self.bump();
@@ -691,7 +692,7 @@ impl<'a> Parser<'a> {
                 .into_iter()
                 .map(|(k, v)| MapEntry {
                     key: k,
-                    value: v.as_text(),
+                    value: v.into_text(),
                 })
                 .collect(),
         })
@@ -1487,7 +1488,7 @@ impl<'a> Parser<'a> {
                 return;
             };
             let mut vals = std::mem::take(&mut c.values);
-            p.push_unique(&mut vals, key.owned(), v.as_text(), "cursors");
+            p.push_unique(&mut vals, key.owned(), v.into_text(), "cursors");
             c.values = vals;
         });
         c
@@ -1744,7 +1745,7 @@ impl<'a> Parser<'a> {
                                 .into_iter()
                                 .map(|(k, v)| MapEntry {
                                     key: k,
-                                    value: v.as_text(),
+                                    value: v.into_text(),
                                 })
                                 .collect(),
                         };
