@@ -59,6 +59,12 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         .arg("demo.bot")
         .arg("--store-dir")
         .arg(dir.join(".iterion"))
+        // the image was just built locally: do not let the engine try to refresh its `latest` tag from a
+        // registry (an operator's own setting wins)
+        .env(
+            "ITERION_SANDBOX_PULL_POLICY",
+            std::env::var("ITERION_SANDBOX_PULL_POLICY").unwrap_or_else(|_| "missing".into()),
+        )
         .args(pass)
         .current_dir(&dir)
         .status()

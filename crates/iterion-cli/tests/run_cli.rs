@@ -48,6 +48,9 @@ impl Ws {
             .arg(self.store())
             .current_dir(self.path())
             .env("HOME", self.dir.path().join("home"))
+            // never ask a registry: the tests use the locally built image (03 §15), and a refresh of a
+            // `latest` tag would make the engine reach out
+            .env("ITERION_SANDBOX_PULL_POLICY", "never")
             .env_remove("ITERION_SANDBOX_DEFAULT")
             .env_remove("ITERION_SANDBOX_FLOOR")
             .env_remove("ITERION_HOME");
