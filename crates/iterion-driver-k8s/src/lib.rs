@@ -1,8 +1,33 @@
-//! `iterion-driver-k8s`: the Kubernetes sibling-pod driver.
+//! `iterion-driver-k8s`: Kubernetes for iterion.
 //!
-//! Layer L2: the only crate of the workspace allowed to name `kube` / `k8s-openapi`. Not built yet: the
-//! composition root reports the kubernetes driver as unavailable with that reason.
+//! Layer L2: the only crate of the workspace allowed to name `kube` / `k8s-openapi`; no type of theirs
+//! appears in this API.
+//!
+//! **Built:** cluster access and its checks ([`cluster`]): in-cluster versus off-cluster discovery from an
+//! injected environment (07 §2), the reachability and version check behind the doctor's `k8s_context`
+//! (06 §4.11) and the `SelfSubjectAccessReview` permission check behind `k8s_rbac` (06 §4.12, 07 §7.3).
+//!
+//! **Not built:** the sibling-pod driver itself ([`NOT_BUILT`]): the composition root reports the kubernetes
+//! driver as unavailable with that reason.
+//!
+//! ```no_run
+//! use std::collections::BTreeMap;
+//! use std::time::Duration;
+//! use iterion_driver_k8s::cluster::{ClusterAccess, DiscoveryInputs, check_context, check_rbac};
+//!
+//! # async fn doctor(env: BTreeMap<String, String>) {
+//! let access = ClusterAccess::discover(&DiscoveryInputs::new(env));
+//! let context = check_context(&access, Duration::from_secs(5)).await;
+//! println!("k8s_context {:?}: {}", context.status(), context.message());
+//! if context.passed() {
+//!     let rbac = check_rbac(&access, None, Duration::from_secs(5)).await;
+//!     println!("k8s_rbac {:?}: {}", rbac.status(), rbac.message());
+//! }
+//! # }
+//! ```
 #![deny(missing_docs)]
+
+pub mod cluster;
 
 /// Why the kubernetes driver cannot be selected in this build.
 pub const NOT_BUILT: &str = "the kubernetes driver is not built in this version of iterion";
