@@ -1,0 +1,3 @@
+//! Test support for the cluster-access tests.
+
+pub mod fake_api;
