@@ -18,13 +18,15 @@ use crate::values;
 /// Compiles a parsed file. Returns the compiled workflow (only the first `workflow` of a file is compiled,
 /// `C007`; none gives `C006`) and every compile diagnostic, sorted by position.
 ///
+/// The tree is consumed: its declarations move into the model instead of being copied (call
+/// [`crate::parse`] again, or clone the tree first, to keep it).
+///
 /// The model is returned even when diagnostics contain errors (best effort, for tooling); a caller that runs
 /// the workflow must first check `diag::has_errors`.
-pub fn compile(ast: &Ast, file: &str) -> (Vec<Workflow>, Vec<Diagnostic>) {
+pub fn compile(ast: Ast, file: &str) -> (Vec<Workflow>, Vec<Diagnostic>) {
     let mut c = Compiler {
         file,
         diags: Vec::new(),
-        seen: HashMap::new(),
     };
     let wf = c.run(ast);
     let mut diags = c.diags;
@@ -59,11 +61,10 @@ impl Hasher for FxHasher {
 
 type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 
-/// Everything [`check`] found: the syntax tree, the compiled workflows and every diagnostic.
+/// Everything [`check`] found: the compiled workflows and every diagnostic. The syntax tree is consumed by
+/// [`compile`]; [`crate::parse`] returns it.
 #[derive(Debug, Clone)]
 pub struct Checked {
-    /// The syntax tree.
-    pub ast: Ast,
     /// The compiled workflows (at most one; see [`compile`]). Empty when the file has no workflow.
     pub workflows: Vec<Workflow>,
     /// Lexical, syntactic and compile diagnostics, sorted by position.
@@ -88,13 +89,12 @@ pub fn check_bytes(bytes: &[u8], file: &str) -> Checked {
     let (ast, mut diagnostics) = crate::parser::parse_bytes(bytes, file);
     let mut workflows = Vec::new();
     if !crate::diag::has_errors(&diagnostics) {
-        let (w, d) = compile(&ast, file);
+        let (w, d) = compile(ast, file);
         workflows = w;
         diagnostics.extend(d);
         crate::diag::sort(&mut diagnostics);
     }
     Checked {
-        ast,
         workflows,
         diagnostics,
     }
@@ -103,22 +103,29 @@ pub fn check_bytes(bytes: &[u8], file: &str) -> Checked {
 struct Compiler<'a> {
     file: &'a str,
     diags: Vec<Diagnostic>,
-    /// Names already declared, per declaration family (for duplicate checks).
-    seen: HashMap<&'static str, FxMap<&'a str, Span>>,
 }
 
-/// The top-level declarations of a file, deduplicated.
+/// The top-level declarations of a file, deduplicated (the first declaration of a name is kept), moved out
+/// of the tree.
 #[derive(Default)]
-struct Decls<'a> {
+struct Decls {
     vars: Vec<Var>,
-    presets: Vec<&'a Preset>,
+    presets: Vec<Preset>,
     attachments: Vec<Attachment>,
-    mcp: Vec<&'a McpServer>,
-    prompts: Vec<&'a Prompt>,
-    schemas: Vec<&'a Schema>,
-    cursors: Vec<&'a CursorDecl>,
-    nodes: Vec<&'a Node>,
-    workflows: Vec<&'a WorkflowDecl>,
+    mcp: Vec<McpServer>,
+    prompts: Vec<Prompt>,
+    schemas: Vec<Schema>,
+    cursors: Vec<CursorDecl>,
+    nodes: Vec<Node>,
+}
+
+/// Which declarations of a file survive the duplicate checks: one flag per top-level declaration and one
+/// per preset (presets are deduplicated across `presets:` blocks).
+struct Keep {
+    decls: Vec<bool>,
+    presets: Vec<bool>,
+    /// how many nodes are kept
+    nodes: usize,
 }
 
 const BACKENDS: &[&str] = &["claw", "claude_code", "codex"];
@@ -199,116 +206,103 @@ impl<'a> Compiler<'a> {
         self.diags[i].hint = Some(h.to_string());
     }
 
-    fn dup<T>(
+    /// Reports a duplicate name among the names `seen` so far in one declaration family (`code`, with
+    /// `msg(name, first span)`); returns whether the declaration is the first of its name.
+    fn first_of<'t>(
         &mut self,
-        family: &'static str,
-        list: &mut Vec<&'a T>,
-        item: &'a T,
-        name: impl Fn(&T) -> &Spanned<String>,
+        seen: &mut FxMap<&'t str, Span>,
+        name: &'t Spanned<String>,
         code: &'static str,
         msg: impl Fn(&str, Span) -> String,
-    ) {
-        let n = name(item);
-        let seen = self.seen.entry(family).or_default();
-        match seen.get(n.value.as_str()) {
+    ) -> bool {
+        match seen.get(name.value.as_str()) {
             Some(prev) => {
-                let m = msg(&n.value, *prev);
-                self.err(code, n.span, m);
+                let m = msg(&name.value, *prev);
+                self.err(code, name.span, m);
+                false
             }
             None => {
-                seen.insert(n.value.as_str(), n.span);
-                list.push(item);
+                seen.insert(name.value.as_str(), name.span);
+                true
             }
         }
     }
 
-    fn run(&mut self, ast: &'a Ast) -> Option<Workflow> {
-        let mut d = Decls::default();
-        let mut seen_vars = false;
-        let mut seen_att = false;
-        for decl in &ast.decls {
-            match decl {
-                Decl::Vars(v) if !seen_vars => {
-                    seen_vars = true;
-                    d.vars = v.vars.clone();
-                }
-                Decl::Vars(_) => {}
+    /// The duplicate checks over the whole file (`C024`, `C041`, `C072`, `C086`; workflows: `C006`,
+    /// `C007`). Returns the flags of the declarations to keep and the index of the compiled workflow.
+    fn keep(&mut self, ast: &Ast) -> (Keep, Option<usize>) {
+        let node_count = ast.decls.iter().filter(|d| matches!(d, Decl::Node(_))).count();
+        let mut nodes: FxMap<&str, Span> =
+            FxMap::with_capacity_and_hasher(node_count, BuildHasherDefault::default());
+        let [mut presets, mut mcp, mut prompts, mut schemas, mut cursors] =
+            std::array::from_fn(|_| FxMap::<&str, Span>::default());
+        let mut keep = Keep {
+            decls: Vec::with_capacity(ast.decls.len()),
+            presets: Vec::new(),
+            nodes: 0,
+        };
+        let mut first_wf: Option<(usize, &WorkflowDecl)> = None;
+        for (i, decl) in ast.decls.iter().enumerate() {
+            let k = match decl {
+                Decl::Vars(_) | Decl::Attachments(_) => true,
                 Decl::Presets(p) => {
                     for preset in &p.presets {
-                        self.dup(
-                            "preset",
-                            &mut d.presets,
-                            preset,
-                            |x| &x.name,
-                            "C072",
-                            |n, _| format!("duplicate preset '{n}'"),
-                        );
+                        let k = self.first_of(&mut presets, &preset.name, "C072", |n, _| {
+                            format!("duplicate preset '{n}'")
+                        });
+                        keep.presets.push(k);
                     }
+                    true
                 }
-                Decl::Attachments(a) if !seen_att => {
-                    seen_att = true;
-                    d.attachments = a.attachments.clone();
-                }
-                Decl::Attachments(_) => {}
-                Decl::McpServer(m) => self.dup(
-                    "mcp_server",
-                    &mut d.mcp,
-                    m,
-                    |x| &x.name,
-                    "C024",
-                    |n, _| format!("duplicate mcp_server '{n}'"),
-                ),
-                Decl::Prompt(p) => self.dup(
-                    "prompt",
-                    &mut d.prompts,
-                    p,
-                    |x| &x.name,
-                    "C041",
-                    |n, s| {
-                        format!(
-                            "duplicate prompt '{n}' (the declaration at {}:{} is used)",
-                            s.line, s.col
-                        )
-                    },
-                ),
-                Decl::Schema(s) => self.dup(
-                    "schema",
-                    &mut d.schemas,
-                    s,
-                    |x| &x.name,
-                    "C041",
-                    |n, s| {
-                        format!(
-                            "duplicate schema '{n}' (the declaration at {}:{} is used)",
-                            s.line, s.col
-                        )
-                    },
-                ),
-                Decl::Cursor(c) => self.dup(
-                    "cursor",
-                    &mut d.cursors,
-                    c,
-                    |x| &x.name,
-                    "C086",
-                    |n, _| format!("duplicate cursor '{n}'"),
-                ),
-                Decl::Node(n) => self.dup(
-                    "node",
-                    &mut d.nodes,
-                    n,
-                    |x| &x.name,
-                    "C041",
-                    |name, s| {
+                Decl::McpServer(m) => self.first_of(&mut mcp, &m.name, "C024", |n, _| {
+                    format!("duplicate mcp_server '{n}'")
+                }),
+                Decl::Prompt(p) => self.first_of(&mut prompts, &p.name, "C041", |n, s| {
+                    format!(
+                        "duplicate prompt '{n}' (the declaration at {}:{} is used)",
+                        s.line, s.col
+                    )
+                }),
+                Decl::Schema(x) => self.first_of(&mut schemas, &x.name, "C041", |n, s| {
+                    format!(
+                        "duplicate schema '{n}' (the declaration at {}:{} is used)",
+                        s.line, s.col
+                    )
+                }),
+                Decl::Cursor(c) => self.first_of(&mut cursors, &c.name, "C086", |n, _| {
+                    format!("duplicate cursor '{n}'")
+                }),
+                Decl::Node(n) => {
+                    let k = self.first_of(&mut nodes, &n.name, "C041", |name, s| {
                         format!(
                             "duplicate node '{name}' (the declaration at {}:{} is used)",
                             s.line, s.col
                         )
-                    },
-                ),
-                Decl::Workflow(w) => d.workflows.push(w),
-            }
+                    });
+                    keep.nodes += usize::from(k);
+                    k
+                }
+                Decl::Workflow(w) => match first_wf {
+                    None => {
+                        first_wf = Some((i, w));
+                        true
+                    }
+                    Some((_, first)) => {
+                        self.err(
+                            "C007",
+                            w.name.span,
+                            format!(
+                                "more than one workflow ('{}', '{}'); only the first is used",
+                                first.name.value, w.name.value
+                            ),
+                        );
+                        false
+                    }
+                },
+            };
+            keep.decls.push(k);
         }
-        let Some(&wd) = d.workflows.first() else {
+        if first_wf.is_none() {
             self.err(
                 "C006",
                 Span {
@@ -320,41 +314,100 @@ impl<'a> Compiler<'a> {
                 },
                 "no workflow declared",
             );
-            return None;
-        };
-        for other in d.workflows.iter().skip(1) {
-            self.err(
-                "C007",
-                other.name.span,
-                format!(
-                    "more than one workflow ('{}', '{}'); only the first is used",
-                    wd.name.value, other.name.value
-                ),
-            );
         }
-        Some(self.workflow(&d, wd))
+        (keep, first_wf.map(|(i, _)| i))
+    }
+
+    fn run(&mut self, ast: Ast) -> Option<Workflow> {
+        let (keep, wf_index) = self.keep(&ast);
+        let wf_index = wf_index?;
+        let mut d = Decls {
+            nodes: Vec::with_capacity(keep.nodes),
+            ..Decls::default()
+        };
+        let mut wd = None;
+        let mut seen_vars = false;
+        let mut seen_att = false;
+        let mut presets_keep = keep.presets.into_iter();
+        for (i, (decl, k)) in ast.decls.into_iter().zip(keep.decls).enumerate() {
+            if !k {
+                continue;
+            }
+            match decl {
+                Decl::Vars(v) if !seen_vars => {
+                    seen_vars = true;
+                    d.vars = v.vars;
+                }
+                Decl::Vars(_) => {}
+                Decl::Presets(p) => {
+                    for preset in p.presets {
+                        if presets_keep.next().unwrap_or(false) {
+                            d.presets.push(preset);
+                        }
+                    }
+                }
+                Decl::Attachments(a) if !seen_att => {
+                    seen_att = true;
+                    d.attachments = a.attachments;
+                }
+                Decl::Attachments(_) => {}
+                Decl::McpServer(m) => d.mcp.push(*m),
+                Decl::Prompt(p) => d.prompts.push(p),
+                Decl::Schema(s) => d.schemas.push(s),
+                Decl::Cursor(c) => d.cursors.push(c),
+                Decl::Node(n) => d.nodes.push(*n),
+                Decl::Workflow(w) if i == wf_index => wd = Some(*w),
+                Decl::Workflow(_) => {}
+            }
+        }
+        wd.map(|wd| self.workflow(d, wd))
     }
 
     // ----------------------------------------------------------------------------------------------------
 
-    fn workflow(&mut self, d: &Decls<'a>, wd: &'a WorkflowDecl) -> Workflow {
+    fn workflow(&mut self, d: Decls, wd: WorkflowDecl) -> Workflow {
+        let Decls {
+            vars: top_vars,
+            presets: top_presets,
+            attachments: top_attachments,
+            mcp,
+            prompts,
+            schemas,
+            cursors,
+            nodes,
+        } = d;
+        let WorkflowDecl {
+            name,
+            entry,
+            vars: wf_vars,
+            attachments: wf_attachments,
+            default_backend,
+            tool_policy,
+            capabilities,
+            interaction,
+            mcp: wf_mcp,
+            compaction,
+            budget,
+            worktree,
+            sandbox,
+            edges,
+        } = wd;
         // vars: top-level, replaced by workflow-level of the same name
-        let mut vars = d.vars.clone();
-        if let Some(wv) = &wd.vars {
-            for v in &wv.vars {
+        let mut vars = top_vars;
+        if let Some(wv) = wf_vars {
+            for v in wv.vars {
                 if let Some(slot) = vars.iter_mut().find(|x| x.name.value == v.name.value) {
-                    *slot = v.clone();
+                    *slot = v;
                 } else {
-                    vars.push(v.clone());
+                    vars.push(v);
                 }
             }
         }
         // attachments
         let mut attachments: Vec<Attachment> = Vec::new();
-        let all_att = d
-            .attachments
-            .iter()
-            .chain(wd.attachments.iter().flat_map(|a| a.attachments.iter()));
+        let all_att = top_attachments
+            .into_iter()
+            .chain(wf_attachments.into_iter().flat_map(|a| a.attachments));
         for a in all_att {
             if attachments.iter().any(|x| x.name.value == a.name.value) {
                 self.err(
@@ -376,11 +429,10 @@ impl<'a> Compiler<'a> {
                     self.err("C053", a.name.span, format!("invalid accept_mime '{m}'"));
                 }
             }
-            attachments.push(a.clone());
+            attachments.push(a);
         }
         // presets
-        let mut presets = Vec::new();
-        for p in &d.presets {
+        for p in &top_presets {
             for (var, val) in &p.values {
                 match vars.iter().find(|v| v.name.value == var.value) {
                     None => {
@@ -405,41 +457,16 @@ impl<'a> Compiler<'a> {
                     Some(_) => {}
                 }
             }
-            presets.push((*p).clone());
         }
         // mcp servers
-        for m in &d.mcp {
+        for m in &mcp {
             self.mcp_server(m);
         }
         // cursors
-        let cursors: Vec<Cursor> = d.cursors.iter().map(|c| self.cursor(c)).collect();
+        let cursors: Vec<Cursor> = cursors.into_iter().map(|c| self.cursor(c)).collect();
 
-        let mut w = Workflow {
-            file: self.file.to_string(),
-            name: wd.name.clone(),
-            entry: wd.entry.clone(),
-            vars,
-            presets,
-            attachments,
-            mcp_servers: d.mcp.iter().map(|m| (*m).clone()).collect(),
-            prompts: d.prompts.iter().map(|p| (*p).clone()).collect(),
-            schemas: d.schemas.iter().map(|s| (*s).clone()).collect(),
-            cursors,
-            nodes: d.nodes.iter().map(|n| (*n).clone()).collect(),
-            edges: wd.edges.clone(),
-            default_backend: wd.default_backend.clone(),
-            tool_policy: wd.tool_policy.clone(),
-            capabilities: wd.capabilities.clone(),
-            interaction: wd.interaction.clone(),
-            mcp: wd.mcp.clone(),
-            compaction: wd.compaction.as_ref().map(|c| c.value.clone()),
-            budget: wd.budget.as_ref().map(|b| b.value.clone()),
-            worktree: Worktree::None,
-            sandbox: wd.sandbox.clone(),
-        };
-
-        // workflow properties
-        if let Some(b) = &wd.default_backend
+        // workflow properties written with spans the model does not keep
+        if let Some(b) = &default_backend
             && is_literal(&b.value)
             && !BACKENDS.contains(&b.value.as_str())
         {
@@ -449,38 +476,64 @@ impl<'a> Compiler<'a> {
                 format!("unknown backend '{}' (want claw, claude_code or codex)", b.value),
             );
         }
-        if let Some(wt) = &wd.worktree {
-            match wt.value.as_str() {
-                "auto" => w.worktree = Worktree::Auto,
+        let mut wt = Worktree::None;
+        if let Some(w) = &worktree {
+            match w.value.as_str() {
+                "auto" => wt = Worktree::Auto,
                 "none" => {}
                 other => {
                     self.warn(
                         "C090",
-                        wt.span,
+                        w.span,
                         format!("unknown worktree value '{other}'; running in place"),
                     );
                 }
             }
         }
-        if let Some(c) = &wd.compaction {
+        let compaction = compaction.map(|c| {
             self.compaction(&c.value, c.span);
-        }
-        if let (Some(b), Some(budget)) = (&wd.budget, w.budget.as_mut()) {
-            self.budget(budget, b.span);
-        }
+            c.value
+        });
+        let budget = budget.map(|b| {
+            let mut value = b.value;
+            self.budget(&mut value, b.span);
+            value
+        });
+        let name_span = name.span;
+
+        let mut w = Workflow {
+            file: self.file.to_string(),
+            name,
+            entry,
+            vars,
+            presets: top_presets,
+            attachments,
+            mcp_servers: mcp,
+            prompts,
+            schemas,
+            cursors,
+            nodes,
+            edges,
+            default_backend,
+            tool_policy,
+            capabilities,
+            interaction,
+            mcp: wf_mcp,
+            compaction,
+            budget,
+            worktree: wt,
+            sandbox,
+        };
+
         let ix = Ix::new(&w);
-        if let Some(m) = &wd.mcp {
+        if let Some(m) = &w.mcp {
             self.mcp_refs(m, &ix);
         }
 
         // entry
-        match &wd.entry {
+        match &w.entry {
             None => {
-                self.err(
-                    "C008",
-                    wd.name.span,
-                    "workflow entry is missing or not a node: ''",
-                );
+                self.err("C008", name_span, "workflow entry is missing or not a node: ''");
             }
             Some(e) if e.value == "done" || e.value == "fail" => {
                 self.err(
@@ -500,8 +553,8 @@ impl<'a> Compiler<'a> {
         }
 
         let g = Graph::new(&ix);
-        for n in &w.nodes {
-            self.node(n, &ix, &g);
+        for (i, n) in w.nodes.iter().enumerate() {
+            self.node(i, n, &ix, &g);
         }
         self.edges(&ix, &g);
         self.templates(&ix, &g);
@@ -554,26 +607,32 @@ impl<'a> Compiler<'a> {
         }
     }
 
-    fn cursor(&mut self, c: &CursorDecl) -> Cursor {
-        let name = &c.name.value;
-        let levels = match (&c.values, &c.bands) {
+    fn cursor(&mut self, c: CursorDecl) -> Cursor {
+        let CursorDecl {
+            name,
+            description,
+            values,
+            bands,
+        } = c;
+        let levels = match (values, bands) {
             (Some(v), None) => Some(CursorLevels::Values(
-                v.iter()
-                    .map(|(k, d)| (k.value.clone(), d.value.clone()))
-                    .collect(),
+                v.into_iter().map(|(k, d)| (k.value, d.value)).collect(),
             )),
             (None, Some(b)) => {
                 let mut out = Vec::new();
                 let mut ok = true;
                 for (k, d) in b {
                     match parse_band(&k.value) {
-                        Some((lo, hi)) => out.push((lo, hi, d.value.clone())),
+                        Some((lo, hi)) => out.push((lo, hi, d.value)),
                         None => {
                             ok = false;
                             self.err(
                                 "C085",
                                 k.span,
-                                format!("cursor '{name}': malformed band '{}' (want \"LO..HI\")", k.value),
+                                format!(
+                                    "cursor '{}': malformed band '{}' (want \"LO..HI\")",
+                                    name.value, k.value
+                                ),
                             );
                         }
                     }
@@ -583,15 +642,18 @@ impl<'a> Compiler<'a> {
             _ => {
                 self.err(
                     "C085",
-                    c.name.span,
-                    format!("cursor '{name}': exactly one of values or bands is required"),
+                    name.span,
+                    format!(
+                        "cursor '{}': exactly one of values or bands is required",
+                        name.value
+                    ),
                 );
                 None
             }
         };
         Cursor {
-            name: c.name.clone(),
-            description: c.description.clone(),
+            name,
+            description,
             levels,
         }
     }
@@ -661,7 +723,7 @@ impl<'a> Compiler<'a> {
         }
     }
 
-    fn node(&mut self, n: &Node, w: &Ix<'_>, g: &Graph<'_>) {
+    fn node(&mut self, i: usize, n: &Node, w: &Ix<'_>, g: &Graph<'_>) {
         let name = n.name.value.as_str();
         self.schema_ref(w, &n.input);
         self.schema_ref(w, &n.output);
@@ -742,7 +804,7 @@ impl<'a> Compiler<'a> {
                 }
                 if let Some(s) = &n.session
                     && matches!(s.value.as_str(), "inherit" | "fork")
-                    && g.converging(w, name)
+                    && g.converging(i)
                 {
                     self.err(
                         "C009",
@@ -772,7 +834,7 @@ impl<'a> Compiler<'a> {
                         }
                     }
                 }
-                let out: Vec<&Edge> = w.edges_from(name).collect();
+                let out: Vec<&Edge> = w.edges_from(i).collect();
                 match mode {
                     "round_robin" if out.len() < 2 => {
                         self.err(
@@ -887,8 +949,8 @@ impl<'a> Compiler<'a> {
     // ----------------------------------------------------------------------------------------------------
 
     fn edges(&mut self, w: &Ix<'_>, g: &Graph<'_>) {
-        for e in &w.edges {
-            for (end, role) in [(&e.from, "source"), (&e.to, "target")] {
+        for (e, &(from, to)) in w.edges.iter().zip(&w.ends) {
+            for (end, role, ix) in [(&e.from, "source", from), (&e.to, "target", to)] {
                 let terminal = end.value == "done" || end.value == "fail";
                 if terminal && role == "source" {
                     self.err(
@@ -896,7 +958,7 @@ impl<'a> Compiler<'a> {
                         end.span,
                         format!("'{}' is a terminal node and cannot be an edge source", end.value),
                     );
-                } else if !terminal && w.node(&end.value).is_none() {
+                } else if !terminal && ix == NO_NODE {
                     self.err(
                         "C001",
                         end.span,
@@ -906,7 +968,7 @@ impl<'a> Compiler<'a> {
             }
             match &e.condition {
                 Some(Condition::Field { field, .. }) => {
-                    if let Some(src) = w.node(&e.from.value) {
+                    if let Some(src) = w.node_at(from) {
                         match src.output.as_ref().and_then(|o| w.schema(&o.value)) {
                             None => {
                                 if src.output.is_none() {
@@ -1000,14 +1062,14 @@ impl<'a> Compiler<'a> {
                 }
             }
         }
-        for n in &w.nodes {
+        for (i, n) in w.nodes.iter().enumerate() {
             if n.kind == NodeKind::Router {
                 continue;
             }
             let name = n.name.value.as_str();
-            let out: Vec<&Edge> = w.edges_from(name).collect();
+            let out = || w.edges_from(i);
             let mut uncond = 0;
-            for e in &out {
+            for e in out() {
                 if e.is_unconditional() {
                     uncond += 1;
                     if uncond == 2 {
@@ -1020,7 +1082,7 @@ impl<'a> Compiler<'a> {
                 }
             }
             let mut seen: Vec<&Condition> = Vec::new();
-            for e in &out {
+            for e in out() {
                 if let Some(c) = &e.condition {
                     if seen.iter().any(|s| same_condition(s, c)) {
                         self.err(
@@ -1036,11 +1098,10 @@ impl<'a> Compiler<'a> {
                     }
                 }
             }
-            let has_cond = out.iter().any(|e| e.condition.is_some());
-            let has_fallback = out.iter().any(|e| e.is_unconditional());
+            let has_cond = out().any(|e| e.condition.is_some());
+            let has_fallback = out().any(|e| e.is_unconditional());
             if has_cond && !has_fallback && !exhaustive_pair(&seen) {
-                let span = out
-                    .iter()
+                let span = out()
                     .find(|e| e.condition.is_some())
                     .map_or(n.name.span, |e| e.span);
                 self.err(
@@ -1083,9 +1144,9 @@ impl<'a> Compiler<'a> {
         }
         // reachability
         if let Some(entry) = &w.entry
-            && w.node(&entry.value).is_some()
+            && let Some(e) = w.node_index(&entry.value)
         {
-            let reach = g.reachable(w, &entry.value);
+            let reach = g.reachable(e);
             for (i, n) in w.nodes.iter().enumerate() {
                 if !reach[i] {
                     self.err(
@@ -1112,37 +1173,42 @@ impl<'a> Compiler<'a> {
             .filter_map(|n| n.publish.as_ref().map(|p| p.value.as_str()))
             .collect();
         let ctx = TplCtx { w, g, publishes };
-        // prompt bodies: consumers are the nodes that use them
-        let mut users: FxMap<&str, Vec<&Node>> = FxMap::default();
-        for n in &w.nodes {
-            for r in [&n.system, &n.user, &n.instructions, &n.interaction_prompt]
-                .into_iter()
-                .flatten()
-            {
-                let list = users.entry(r.value.as_str()).or_default();
-                if !list.iter().any(|u| std::ptr::eq(*u, n)) {
-                    list.push(n);
-                }
-            }
-        }
-        for p in &w.prompts {
-            let v = (p.body.as_str(), p.body_span);
-            match users.get(p.name.value.as_str()) {
-                None => self.template(&ctx, v, None, false),
-                Some(us) => {
-                    for u in us {
-                        self.template(&ctx, v, Some(u), false);
+        // prompt bodies: consumers are the nodes that use them, each once, in node order
+        let uses = || {
+            w.nodes.iter().enumerate().flat_map(|(i, n)| {
+                let mut refs = [NO_NODE; 4];
+                let props = [&n.system, &n.user, &n.instructions, &n.interaction_prompt];
+                for (k, r) in props.into_iter().enumerate() {
+                    if let Some(p) = r.as_ref().and_then(|r| w.prompt_index(&r.value)) {
+                        let p = p as u32;
+                        if !refs[..k].contains(&p) {
+                            refs[k] = p;
+                        }
                     }
                 }
+                refs.into_iter()
+                    .filter(|&p| p != NO_NODE)
+                    .map(move |p| (p, i as u32))
+            })
+        };
+        let users = Csr::build(w.prompts.len(), uses);
+        for (pi, p) in w.prompts.iter().enumerate() {
+            let v = (p.body.as_str(), p.body_span);
+            let us = users.of(pi);
+            if us.is_empty() {
+                self.template(&ctx, v, None, false);
+            }
+            for &u in us {
+                self.template(&ctx, v, Some(u as usize), false);
             }
         }
-        for n in &w.nodes {
+        for (i, n) in w.nodes.iter().enumerate() {
             for v in [&n.command, &n.script].into_iter().flatten() {
-                self.template(&ctx, (&v.value, v.span), Some(n), false);
+                self.template(&ctx, (&v.value, v.span), Some(i), false);
             }
         }
-        for e in &w.edges {
-            let src = w.node(&e.from.value);
+        for (e, &(from, _)) in w.edges.iter().zip(&w.ends) {
+            let src = (from != NO_NODE).then_some(from as usize);
             for entry in &e.with.entries {
                 let v = &entry.value;
                 self.template(&ctx, (&v.value, v.span), src, true);
@@ -1150,10 +1216,10 @@ impl<'a> Compiler<'a> {
         }
     }
 
-    /// Checks one template-bearing string (its text and span). `consumer` is the node on whose behalf it is
-    /// rendered; `inclusive` lets the consumer read its own output (edge mappings run after the source
-    /// finished). Diagnostics keep the order of the template errors first, then the placeholders.
-    fn template(&mut self, ctx: &TplCtx<'_>, v: (&str, Span), consumer: Option<&Node>, inclusive: bool) {
+    /// Checks one template-bearing string (its text and span). `consumer` is the index of the node on whose
+    /// behalf it is rendered; `inclusive` lets the consumer read its own output (edge mappings run after the
+    /// source finished). Diagnostics keep the order of the template errors first, then the placeholders.
+    fn template(&mut self, ctx: &TplCtx<'_>, v: (&str, Span), consumer: Option<usize>, inclusive: bool) {
         let mark = self.diags.len();
         let mut errs = Vec::new();
         crate::template::walk(
@@ -1181,7 +1247,7 @@ impl<'a> Compiler<'a> {
         ctx: &TplCtx<'_>,
         v: (&str, Span),
         p: &PlaceholderRef<'_>,
-        consumer: Option<&Node>,
+        consumer: Option<usize>,
         inclusive: bool,
     ) {
         // spans and texts are only computed for a diagnostic
@@ -1190,7 +1256,7 @@ impl<'a> Compiler<'a> {
         match p.path[0] {
             "outputs" => {
                 let target = p.path[1];
-                let Some(tn) = w.node(target) else {
+                let Some(ti) = w.node_index(target) else {
                     self.err(
                         "C029",
                         span(),
@@ -1198,10 +1264,11 @@ impl<'a> Compiler<'a> {
                     );
                     return;
                 };
+                let tn = &w.nodes[ti];
                 let is_history = p.path.get(2).is_some_and(|s| *s == "history");
-                if let Some(c) = consumer {
-                    let cname = c.name.value.as_str();
-                    let ok = (inclusive && cname == target) || ctx.g.reaches(w, target, cname);
+                if let Some(ci) = consumer {
+                    let cname = w.nodes[ci].name.value.as_str();
+                    let ok = (inclusive && ci == ti) || ctx.g.reaches(ti, ci);
                     if !ok {
                         self.err(
                             "C036",
@@ -1209,7 +1276,7 @@ impl<'a> Compiler<'a> {
                             format!("'{cname}' may run before '{target}' has produced output"),
                         );
                     }
-                    if is_history && !ctx.g.reaches(w, cname, cname) {
+                    if is_history && !ctx.g.reaches(ci, ci) {
                         self.err("C017", span(), "'.history' used outside a loop body");
                     }
                 }
@@ -1241,7 +1308,7 @@ impl<'a> Compiler<'a> {
                 self.err("C033", span(), format!("undeclared var '{}'", p.path[1]));
             }
             "input" => {
-                if let (Some(c), Some(f)) = (consumer, p.path.get(1))
+                if let (Some(c), Some(f)) = (consumer.map(|i| &w.nodes[i]), p.path.get(1))
                     && !inclusive
                     && let Some(s) = c.input.as_ref().and_then(|i| w.schema(&i.value))
                     && s.field(f).is_none()
@@ -1728,15 +1795,53 @@ pub fn parse_duration(s: &str) -> Option<u128> {
 // graph helpers
 // ---------------------------------------------------------------------------------------------------------
 
-/// Name lookups over a workflow, built once (the model's own lookups are linear scans). Derefs to the
-/// workflow; its inherent methods shadow the model's linear ones.
+/// No node: the end of an edge that is a terminal or an unknown name.
+const NO_NODE: u32 = u32::MAX;
+
+/// Adjacency lists in compressed form: the items of list `i` are `items[start[i]..start[i + 1]]`, in the
+/// order they were added (edge order). One allocation per table instead of one per node.
+struct Csr<T> {
+    start: Vec<u32>,
+    items: Vec<T>,
+}
+
+impl<T: Copy + Default> Csr<T> {
+    /// Builds the lists from `(list, item)` pairs given twice by `pairs` (a count pass, then a fill pass).
+    fn build<I: Iterator<Item = (u32, T)>>(lists: usize, pairs: impl Fn() -> I) -> Csr<T> {
+        let mut start = vec![0u32; lists + 1];
+        for (l, _) in pairs() {
+            start[l as usize + 1] += 1;
+        }
+        for i in 0..lists {
+            start[i + 1] += start[i];
+        }
+        let mut fill: Vec<u32> = start[..lists].to_vec();
+        let mut items = vec![T::default(); start[lists] as usize];
+        for (l, t) in pairs() {
+            let f = &mut fill[l as usize];
+            items[*f as usize] = t;
+            *f += 1;
+        }
+        Csr { start, items }
+    }
+
+    fn of(&self, i: usize) -> &[T] {
+        &self.items[self.start[i] as usize..self.start[i + 1] as usize]
+    }
+}
+
+/// Name lookups over a workflow, built once (the model's own lookups are linear scans), and the node
+/// indices of every edge's ends. Derefs to the workflow; its inherent methods shadow the model's linear ones.
 struct Ix<'w> {
     w: &'w Workflow,
-    node_ix: FxMap<&'w str, (usize, &'w Node)>,
+    node_ix: FxMap<&'w str, u32>,
     schema_ix: FxMap<&'w str, &'w Schema>,
-    prompt_ix: FxMap<&'w str, &'w Prompt>,
+    prompt_ix: FxMap<&'w str, u32>,
     var_ix: FxMap<&'w str, &'w Var>,
-    out_ix: FxMap<&'w str, Vec<&'w Edge>>,
+    /// `(from, to)` node indices per edge ([`NO_NODE`] for a terminal or unknown name)
+    ends: Vec<(u32, u32)>,
+    /// edge indices by source node, in edge order
+    out: Csr<u32>,
 }
 
 impl std::ops::Deref for Ix<'_> {
@@ -1746,34 +1851,51 @@ impl std::ops::Deref for Ix<'_> {
     }
 }
 
+fn name_map<'w, T>(items: &'w [T], name: impl Fn(&'w T) -> &'w str) -> FxMap<&'w str, u32> {
+    let mut m = FxMap::with_capacity_and_hasher(items.len(), BuildHasherDefault::default());
+    for (i, x) in items.iter().enumerate() {
+        m.insert(name(x), i as u32);
+    }
+    m
+}
+
 impl<'w> Ix<'w> {
     fn new(w: &'w Workflow) -> Ix<'w> {
-        let mut out: FxMap<&str, Vec<&Edge>> =
-            FxMap::with_capacity_and_hasher(w.nodes.len(), BuildHasherDefault::default());
-        for e in &w.edges {
-            out.entry(e.from.value.as_str()).or_default().push(e);
-        }
+        let node_ix = name_map(&w.nodes, |n| n.name.value.as_str());
+        let ix = |s: &str| node_ix.get(s).copied().unwrap_or(NO_NODE);
+        let ends: Vec<(u32, u32)> = w
+            .edges
+            .iter()
+            .map(|e| (ix(&e.from.value), ix(&e.to.value)))
+            .collect();
+        let out = Csr::build(w.nodes.len(), || {
+            ends.iter()
+                .enumerate()
+                .filter(|(_, (a, _))| *a != NO_NODE)
+                .map(|(i, (a, _))| (*a, i as u32))
+        });
         Ix {
             w,
-            node_ix: w
-                .nodes
-                .iter()
-                .enumerate()
-                .map(|(i, n)| (n.name.value.as_str(), (i, n)))
-                .collect(),
             schema_ix: w.schemas.iter().map(|s| (s.name.value.as_str(), s)).collect(),
-            prompt_ix: w.prompts.iter().map(|p| (p.name.value.as_str(), p)).collect(),
+            prompt_ix: name_map(&w.prompts, |p| p.name.value.as_str()),
             var_ix: w.vars.iter().map(|v| (v.name.value.as_str(), v)).collect(),
-            out_ix: out,
+            node_ix,
+            ends,
+            out,
         }
     }
 
     fn node(&self, name: &str) -> Option<&'w Node> {
-        self.node_ix.get(name).map(|(_, n)| *n)
+        self.node_index(name).map(|i| &self.w.nodes[i])
     }
 
     fn node_index(&self, name: &str) -> Option<usize> {
-        self.node_ix.get(name).map(|(i, _)| *i)
+        self.node_ix.get(name).map(|i| *i as usize)
+    }
+
+    /// The node at `i`, unless `i` is [`NO_NODE`].
+    fn node_at(&self, i: u32) -> Option<&'w Node> {
+        (i != NO_NODE).then(|| &self.w.nodes[i as usize])
     }
 
     fn schema(&self, name: &str) -> Option<&'w Schema> {
@@ -1781,105 +1903,118 @@ impl<'w> Ix<'w> {
     }
 
     fn prompt(&self, name: &str) -> Option<&'w Prompt> {
-        self.prompt_ix.get(name).copied()
+        self.prompt_index(name).map(|i| &self.w.prompts[i])
+    }
+
+    fn prompt_index(&self, name: &str) -> Option<usize> {
+        self.prompt_ix.get(name).map(|i| *i as usize)
     }
 
     fn var(&self, name: &str) -> Option<&'w Var> {
         self.var_ix.get(name).copied()
     }
 
-    fn edges_from(&self, name: &str) -> impl Iterator<Item = &'w Edge> + '_ {
-        self.out_ix
-            .get(name)
-            .map_or(&[][..], Vec::as_slice)
-            .iter()
-            .copied()
+    /// The out-edges of node `i`, in edge order.
+    fn edges_from(&self, i: usize) -> impl Iterator<Item = &'w Edge> + '_ {
+        let edges = &self.w.edges;
+        self.out.of(i).iter().map(move |&e| &edges[e as usize])
     }
 }
 
 /// The node graph by index (terminals excluded), with reachability queries that stop early and reuse one
-/// visit-stamp array, so checking many template references stays near-linear on typical graphs.
+/// visit-stamp array and one stack, so checking many template references stays near-linear on typical
+/// graphs.
 struct Graph<'w> {
     /// successors through any edge
-    succ: Vec<Vec<usize>>,
-    /// successors through non-loop edges, with the edge arrow
-    succ_no_loop: Vec<Vec<(usize, Span)>>,
-    /// distinct sources of non-loop incoming edges
-    preds: Vec<Vec<usize>>,
-    names: Vec<&'w str>,
-    stamp: std::cell::RefCell<(u32, Vec<u32>)>,
+    succ: Csr<u32>,
+    /// successors through non-loop edges, with the edge index
+    succ_no_loop: Csr<(u32, u32)>,
+    /// whether non-loop edges from more than one distinct source enter the node
+    converging: Vec<bool>,
+    nodes: &'w [Node],
+    edges: &'w [Edge],
+    stamp: std::cell::RefCell<(u32, Vec<u32>, Vec<u32>)>,
 }
 
 impl<'w> Graph<'w> {
     fn new(w: &Ix<'w>) -> Graph<'w> {
         let n = w.nodes.len();
-        let mut succ = vec![Vec::new(); n];
-        let mut succ_no_loop = vec![Vec::new(); n];
-        let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n];
-        for e in &w.edges {
-            let (Some(a), Some(b)) = (w.node_index(&e.from.value), w.node_index(&e.to.value)) else {
-                continue;
-            };
-            succ[a].push(b);
-            if e.loop_spec.is_none() {
-                succ_no_loop[a].push((b, e.span));
-                if !preds[b].contains(&a) {
-                    preds[b].push(a);
-                }
+        let both = || {
+            w.ends
+                .iter()
+                .enumerate()
+                .filter(|(_, (a, b))| *a != NO_NODE && *b != NO_NODE)
+        };
+        let succ = Csr::build(n, || both().map(|(_, &(a, b))| (a, b)));
+        let non_loop = || both().filter(|(i, _)| w.edges[*i].loop_spec.is_none());
+        let succ_no_loop = Csr::build(n, || non_loop().map(|(i, &(a, b))| (a, (b, i as u32))));
+        let mut first_pred = vec![NO_NODE; n];
+        let mut converging = vec![false; n];
+        for (_, &(a, b)) in non_loop() {
+            let f = &mut first_pred[b as usize];
+            if *f == NO_NODE {
+                *f = a;
+            } else if *f != a {
+                converging[b as usize] = true;
             }
         }
         Graph {
             succ,
             succ_no_loop,
-            preds,
-            names: w.w.nodes.iter().map(|n| n.name.value.as_str()).collect(),
-            stamp: std::cell::RefCell::new((0, vec![0; n])),
+            converging,
+            nodes: &w.w.nodes,
+            edges: &w.w.edges,
+            stamp: std::cell::RefCell::new((0, vec![0; n], Vec::new())),
         }
     }
 
     /// Whether `to` is reachable from `from` through at least one edge (`stop` = `None` marks everything
     /// reachable and returns false).
     fn search(&self, from: usize, stop: Option<usize>, mark: &mut dyn FnMut(usize)) -> bool {
-        let mut st = self.stamp.borrow_mut();
-        st.0 = st.0.wrapping_add(1);
-        if st.0 == 0 {
-            st.1.iter_mut().for_each(|x| *x = 0);
-            st.0 = 1;
+        let mut guard = self.stamp.borrow_mut();
+        let (stamp, seen, stack) = &mut *guard;
+        *stamp = stamp.wrapping_add(1);
+        if *stamp == 0 {
+            seen.iter_mut().for_each(|x| *x = 0);
+            *stamp = 1;
         }
-        let cur = st.0;
-        let mut stack: Vec<usize> = self.succ[from].clone();
+        let cur = *stamp;
+        stack.clear();
+        stack.extend_from_slice(self.succ.of(from));
         while let Some(n) = stack.pop() {
-            if st.1[n] == cur {
+            let n = n as usize;
+            if seen[n] == cur {
                 continue;
             }
-            st.1[n] = cur;
+            seen[n] = cur;
             mark(n);
             if Some(n) == stop {
                 return true;
             }
-            stack.extend(self.succ[n].iter().copied().filter(|&m| st.1[m] != cur));
+            stack.extend(
+                self.succ
+                    .of(n)
+                    .iter()
+                    .copied()
+                    .filter(|&m| seen[m as usize] != cur),
+            );
         }
         false
     }
 
-    fn reaches(&self, w: &Ix<'_>, a: &str, b: &str) -> bool {
-        match (w.node_index(a), w.node_index(b)) {
-            (Some(a), Some(b)) => self.search(a, Some(b), &mut |_| {}),
-            _ => false,
-        }
+    fn reaches(&self, a: usize, b: usize) -> bool {
+        self.search(a, Some(b), &mut |_| {})
     }
 
-    fn reachable(&self, w: &Ix<'_>, entry: &str) -> Vec<bool> {
-        let mut seen = vec![false; self.names.len()];
-        if let Some(e) = w.node_index(entry) {
-            seen[e] = true;
-            self.search(e, None, &mut |n| seen[n] = true);
-        }
+    fn reachable(&self, entry: usize) -> Vec<bool> {
+        let mut seen = vec![false; self.nodes.len()];
+        seen[entry] = true;
+        self.search(entry, None, &mut |n| seen[n] = true);
         seen
     }
 
-    fn converging(&self, w: &Ix<'_>, n: &str) -> bool {
-        w.node_index(n).is_some_and(|i| self.preds[i].len() > 1)
+    fn converging(&self, i: usize) -> bool {
+        self.converging[i]
     }
 
     /// Cycles made only of non-loop edges: `(node names with the first repeated at the end, closing edge)`.
@@ -1890,36 +2025,39 @@ impl<'w> Graph<'w> {
             Grey,
             Black,
         }
-        let n = self.names.len();
+        let n = self.nodes.len();
         let mut color = vec![C::White; n];
         let mut out = Vec::new();
+        let mut stack: Vec<(usize, usize)> = Vec::new();
         for start in 0..n {
             if color[start] != C::White {
                 continue;
             }
-            let mut stack: Vec<(usize, usize)> = vec![(start, 0)];
+            stack.clear();
+            stack.push((start, 0));
             color[start] = C::Grey;
             while let Some(top) = stack.last_mut() {
                 let (node, idx) = (top.0, top.1);
                 top.1 += 1;
-                match self.succ_no_loop[node].get(idx) {
+                match self.succ_no_loop.of(node).get(idx) {
                     None => {
                         color[node] = C::Black;
                         stack.pop();
                     }
-                    Some(&(to, span)) => match color[to] {
+                    Some(&(to, edge)) => match color[to as usize] {
                         C::White => {
-                            color[to] = C::Grey;
-                            stack.push((to, 0));
+                            color[to as usize] = C::Grey;
+                            stack.push((to as usize, 0));
                         }
                         C::Grey => {
+                            let to = to as usize;
                             let pos = stack.iter().position(|(m, _)| *m == to).unwrap_or(0);
                             let mut cyc: Vec<String> = stack[pos..]
                                 .iter()
-                                .map(|(m, _)| self.names[*m].to_string())
+                                .map(|(m, _)| self.nodes[*m].name.value.clone())
                                 .collect();
-                            cyc.push(self.names[to].to_string());
-                            out.push((cyc, span));
+                            cyc.push(self.nodes[to].name.value.clone());
+                            out.push((cyc, self.edges[edge as usize].span));
                         }
                         C::Black => {}
                     },

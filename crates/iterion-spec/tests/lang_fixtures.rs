@@ -28,7 +28,8 @@ fn report(name: &str, bytes: &[u8]) -> String {
         out.push('\n');
     }
     out.push_str("== ast ==\n");
-    out.push_str(&serde_json::to_string_pretty(&c.ast).expect("ast json"));
+    let (ast, _) = iterion_spec::parser::parse_bytes(bytes, name);
+    out.push_str(&serde_json::to_string_pretty(&ast).expect("ast json"));
     out.push('\n');
     out
 }

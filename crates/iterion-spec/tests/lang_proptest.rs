@@ -19,7 +19,8 @@ fn fixtures() -> Vec<Vec<u8>> {
 /// Runs every phase, including compile on the tree even when parsing reported errors.
 fn run_all(bytes: &[u8]) {
     let c = iterion_spec::check_bytes(bytes, "p.bot");
-    let (_, d) = iterion_spec::compile(&c.ast, "p.bot");
+    let (ast, _) = iterion_spec::parser::parse_bytes(bytes, "p.bot");
+    let (_, d) = iterion_spec::compile(ast, "p.bot");
     for diag in c.diagnostics.iter().chain(d.iter()) {
         assert!(diag.line >= 1 && diag.col >= 1, "{diag:?}");
     }

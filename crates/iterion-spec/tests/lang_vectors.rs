@@ -526,8 +526,9 @@ fn wf_sandbox(block: &str) -> (Option<SandboxDecl>, String) {
     let c = check(&src, "t.bot");
     let s = c.workflows.first().and_then(|w| w.sandbox.clone()).or_else(|| {
         // compile is skipped after parse errors: read the declaration from the tree
-        c.ast.decls.iter().find_map(|d| match d {
-            Decl::Workflow(w) => w.sandbox.clone(),
+        let (ast, _) = iterion_spec::parse(&src, "t.bot");
+        ast.decls.into_iter().find_map(|d| match d {
+            Decl::Workflow(w) => w.sandbox,
             _ => None,
         })
     });
