@@ -5,6 +5,7 @@
 //! derives sandbox kinds.
 
 use serde::Serialize;
+use serde::ser::{SerializeStruct, Serializer};
 
 use crate::model::{
     Attachment, Budget, Compaction, Edge, McpBlock, McpServer, Node, Preset, Prompt, SandboxDecl, Schema,
@@ -12,7 +13,9 @@ use crate::model::{
 };
 
 /// A parsed file.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+///
+/// Serialises as `{"file", "strict_escape", "decls": [...]}` with every node written in place of its index.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Ast {
     /// The file label.
     pub file: String,
@@ -20,11 +23,67 @@ pub struct Ast {
     pub strict_escape: bool,
     /// Top-level declarations in file order.
     pub decls: Vec<Decl>,
+    /// The node declarations in file order; [`Decl::Node`] holds an index into this table. Nodes are large,
+    /// so they live in one table that `compile` moves into the model as a whole.
+    pub nodes: Vec<Node>,
+}
+
+impl Ast {
+    /// The node a [`Decl::Node`] refers to.
+    pub fn node(&self, index: usize) -> Option<&Node> {
+        self.nodes.get(index)
+    }
+}
+
+/// A declaration as serialised: [`Decl`] with the node looked up.
+#[derive(Serialize)]
+#[serde(rename_all = "snake_case", tag = "decl")]
+enum DeclView<'a> {
+    Vars(&'a VarsBlock),
+    Presets(&'a PresetsBlock),
+    Attachments(&'a AttachmentsBlock),
+    McpServer(&'a McpServer),
+    Prompt(&'a Prompt),
+    Schema(&'a Schema),
+    Cursor(&'a CursorDecl),
+    Node(&'a Node),
+    Workflow(&'a WorkflowDecl),
+}
+
+/// The declarations of a tree as serialised.
+struct DeclsView<'a>(&'a Ast);
+
+impl Serialize for DeclsView<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let ast = self.0;
+        serializer.collect_seq(ast.decls.iter().filter_map(|d| {
+            Some(match d {
+                Decl::Vars(x) => DeclView::Vars(x),
+                Decl::Presets(x) => DeclView::Presets(x),
+                Decl::Attachments(x) => DeclView::Attachments(x),
+                Decl::McpServer(x) => DeclView::McpServer(x),
+                Decl::Prompt(x) => DeclView::Prompt(x),
+                Decl::Schema(x) => DeclView::Schema(x),
+                Decl::Cursor(x) => DeclView::Cursor(x),
+                Decl::Node(i) => DeclView::Node(ast.node(*i)?),
+                Decl::Workflow(x) => DeclView::Workflow(x),
+            })
+        }))
+    }
+}
+
+impl Serialize for Ast {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut st = serializer.serialize_struct("Ast", 3)?;
+        st.serialize_field("file", &self.file)?;
+        st.serialize_field("strict_escape", &self.strict_escape)?;
+        st.serialize_field("decls", &DeclsView(self))?;
+        st.end()
+    }
 }
 
 /// A top-level declaration.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "decl")]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Decl {
     /// `vars:`.
     Vars(VarsBlock),
@@ -40,8 +99,8 @@ pub enum Decl {
     Schema(Schema),
     /// `cursor NAME:`.
     Cursor(CursorDecl),
-    /// `agent|judge|router|human|tool|compute NAME:`.
-    Node(Box<Node>),
+    /// `agent|judge|router|human|tool|compute NAME:`: the index of the node in [`Ast::nodes`].
+    Node(usize),
     /// `workflow NAME:`.
     Workflow(Box<WorkflowDecl>),
 }

@@ -124,8 +124,8 @@ struct Decls {
 struct Keep {
     decls: Vec<bool>,
     presets: Vec<bool>,
-    /// how many nodes are kept
-    nodes: usize,
+    /// one flag per entry of `Ast::nodes`
+    nodes: Vec<bool>,
 }
 
 const BACKENDS: &[&str] = &["claw", "claude_code", "codex"];
@@ -231,15 +231,14 @@ impl<'a> Compiler<'a> {
     /// The duplicate checks over the whole file (`C024`, `C041`, `C072`, `C086`; workflows: `C006`,
     /// `C007`). Returns the flags of the declarations to keep and the index of the compiled workflow.
     fn keep(&mut self, ast: &Ast) -> (Keep, Option<usize>) {
-        let node_count = ast.decls.iter().filter(|d| matches!(d, Decl::Node(_))).count();
         let mut nodes: FxMap<&str, Span> =
-            FxMap::with_capacity_and_hasher(node_count, BuildHasherDefault::default());
+            FxMap::with_capacity_and_hasher(ast.nodes.len(), BuildHasherDefault::default());
         let [mut presets, mut mcp, mut prompts, mut schemas, mut cursors] =
             std::array::from_fn(|_| FxMap::<&str, Span>::default());
         let mut keep = Keep {
             decls: Vec::with_capacity(ast.decls.len()),
             presets: Vec::new(),
-            nodes: 0,
+            nodes: vec![false; ast.nodes.len()],
         };
         let mut first_wf: Option<(usize, &WorkflowDecl)> = None;
         for (i, decl) in ast.decls.iter().enumerate() {
@@ -272,16 +271,19 @@ impl<'a> Compiler<'a> {
                 Decl::Cursor(c) => self.first_of(&mut cursors, &c.name, "C086", |n, _| {
                     format!("duplicate cursor '{n}'")
                 }),
-                Decl::Node(n) => {
-                    let k = self.first_of(&mut nodes, &n.name, "C041", |name, s| {
-                        format!(
-                            "duplicate node '{name}' (the declaration at {}:{} is used)",
-                            s.line, s.col
-                        )
-                    });
-                    keep.nodes += usize::from(k);
-                    k
-                }
+                Decl::Node(i) => match ast.node(*i) {
+                    Some(n) => {
+                        let k = self.first_of(&mut nodes, &n.name, "C041", |name, s| {
+                            format!(
+                                "duplicate node '{name}' (the declaration at {}:{} is used)",
+                                s.line, s.col
+                            )
+                        });
+                        keep.nodes[*i] = k;
+                        k
+                    }
+                    None => false,
+                },
                 Decl::Workflow(w) => match first_wf {
                     None => {
                         first_wf = Some((i, w));
@@ -321,8 +323,12 @@ impl<'a> Compiler<'a> {
     fn run(&mut self, ast: Ast) -> Option<Workflow> {
         let (keep, wf_index) = self.keep(&ast);
         let wf_index = wf_index?;
+        // the node table moves as a whole; duplicates are removed in place
+        let mut nodes = ast.nodes;
+        let mut node_keep = keep.nodes.into_iter();
+        nodes.retain(|_| node_keep.next().unwrap_or(false));
         let mut d = Decls {
-            nodes: Vec::with_capacity(keep.nodes),
+            nodes,
             ..Decls::default()
         };
         let mut wd = None;
@@ -355,7 +361,7 @@ impl<'a> Compiler<'a> {
                 Decl::Prompt(p) => d.prompts.push(p),
                 Decl::Schema(s) => d.schemas.push(s),
                 Decl::Cursor(c) => d.cursors.push(c),
-                Decl::Node(n) => d.nodes.push(*n),
+                Decl::Node(_) => {}
                 Decl::Workflow(w) if i == wf_index => wd = Some(*w),
                 Decl::Workflow(_) => {}
             }

@@ -45,6 +45,7 @@ pub fn parse_lexed(lexed: &Lexed, file: &str) -> (Ast, Vec<Diagnostic>) {
         seen_presets: false,
         seen_attachments: false,
         lit_depth: 0,
+        nodes: Vec::new(),
     };
     let decls = p.file();
     let mut diags = p.diags;
@@ -54,6 +55,7 @@ pub fn parse_lexed(lexed: &Lexed, file: &str) -> (Ast, Vec<Diagnostic>) {
             file: file.to_string(),
             strict_escape: lexed.strict_escape,
             decls,
+            nodes: p.nodes,
         },
         diags,
     )
@@ -90,6 +92,8 @@ struct Parser<'a> {
     seen_presets: bool,
     seen_attachments: bool,
     lit_depth: usize,
+    /// Every node declaration, in file order (`Decl::Node` holds an index into it).
+    nodes: Vec<Node>,
 }
 
 /// A property key as written, borrowed from the source.
@@ -1024,7 +1028,11 @@ impl<'a> Parser<'a> {
                 let name = self.decl_name(kw)?;
                 let reserved = self.reserved(&name);
                 let n = self.node_body(name, kind);
-                (!reserved).then_some(Decl::Node(n))
+                if reserved {
+                    self.nodes.truncate(n);
+                    return None;
+                }
+                Some(Decl::Node(n))
             }
         }
     }
@@ -1347,78 +1355,93 @@ impl<'a> Parser<'a> {
     // nodes
     // ----------------------------------------------------------------------------------------------------
 
-    fn node_body(&mut self, name: Spanned<String>, kind: NodeKind) -> Box<Node> {
-        // boxed from the start: a node is large, moving it by value costs more than the parse
-        let mut n = Box::new(Node::new(name, kind));
+    /// Parses a node's properties into a new node at the end of `self.nodes` and returns its index. A node is
+    /// large (2.3 KB): it is built in place in the node table, never moved; `compile` takes the whole table.
+    fn node_body(&mut self, name: Spanned<String>, kind: NodeKind) -> usize {
+        let idx = self.nodes.len();
+        self.nodes.push(Node::new(name, kind));
         self.block("node properties", |p| {
+            // the value is parsed first (it needs the parser), then stored in the node
+            macro_rules! set {
+                ($field:ident, $value:expr) => {{
+                    let v = $value;
+                    p.nodes[idx].$field = v;
+                }};
+            }
             let Some(key) = p.key() else { return };
             if !node_prop_allowed(kind, key.value) {
-                let ctx = format!("{} '{}'", kind.as_str(), n.name.value);
+                let ctx = format!("{} '{}'", kind.as_str(), p.nodes[idx].name.value);
                 p.unknown_prop(&key, &ctx);
                 return;
             }
             let k = key.value;
             match k {
-                "model" => n.model = p.str_prop(k),
-                "backend" => n.backend = p.str_or_name_prop(k),
-                "provider" => n.provider = p.str_prop(k),
-                "input" => n.input = p.name_prop(k),
-                "output" => n.output = p.name_prop(k),
-                "publish" => n.publish = p.name_prop(k),
-                "system" => n.system = p.name_prop(k),
-                "user" => n.user = p.name_prop(k),
-                "instructions" => n.instructions = p.name_prop(k),
+                "model" => set!(model, p.str_prop(k)),
+                "backend" => set!(backend, p.str_or_name_prop(k)),
+                "provider" => set!(provider, p.str_prop(k)),
+                "input" => set!(input, p.name_prop(k)),
+                "output" => set!(output, p.name_prop(k)),
+                "publish" => set!(publish, p.name_prop(k)),
+                "system" => set!(system, p.name_prop(k)),
+                "user" => set!(user, p.name_prop(k)),
+                "instructions" => set!(instructions, p.name_prop(k)),
                 "session" => {
-                    n.session = p.enum_prop(
-                        k,
-                        &[
-                            "fresh",
-                            "inherit",
-                            "inherit_if_available",
-                            "artifacts_only",
-                            "fork",
-                        ],
+                    set!(
+                        session,
+                        p.enum_prop(
+                            k,
+                            &[
+                                "fresh",
+                                "inherit",
+                                "inherit_if_available",
+                                "artifacts_only",
+                                "fork",
+                            ],
+                        )
                     )
                 }
-                "tools" => n.tools = p.tool_list_prop(k),
-                "tool_policy" => n.tool_policy = p.tool_list_prop(k),
-                "capabilities" => n.capabilities = p.tool_list_prop(k),
-                "tool_max_steps" => n.tool_max_steps = p.int_prop(k),
-                "max_tokens" => n.max_tokens = p.int_prop(k),
-                "reasoning_effort" => n.reasoning_effort = p.str_or_name_prop(k),
-                "readonly" => n.readonly = p.bool_prop(k),
-                "interaction" => n.interaction = p.name_prop(k),
-                "interaction_prompt" => n.interaction_prompt = p.name_prop(k),
-                "interaction_model" => n.interaction_model = p.str_prop(k),
-                "await" => n.await_mode = p.name_prop(k),
-                "mode" => n.router_mode = p.enum_prop(k, &["fan_out_all", "condition", "round_robin", "llm"]),
-                "multi" => n.multi = p.bool_prop(k),
-                "min_answers" => n.min_answers = p.int_prop(k),
-                "command" => n.command = p.str_prop(k),
-                "script" => n.script = p.str_prop(k),
-                "language" => n.language = p.name_prop(k),
-                "mcp" => n.mcp = Some(p.mcp_block()),
-                "compaction" => n.compaction = Some(p.compaction_block()),
-                "memory" => n.memory = Some(p.memory_block()),
-                "cursors" => n.cursors = Some(p.cursors_block()),
+                "tools" => set!(tools, p.tool_list_prop(k)),
+                "tool_policy" => set!(tool_policy, p.tool_list_prop(k)),
+                "capabilities" => set!(capabilities, p.tool_list_prop(k)),
+                "tool_max_steps" => set!(tool_max_steps, p.int_prop(k)),
+                "max_tokens" => set!(max_tokens, p.int_prop(k)),
+                "reasoning_effort" => set!(reasoning_effort, p.str_or_name_prop(k)),
+                "readonly" => set!(readonly, p.bool_prop(k)),
+                "interaction" => set!(interaction, p.name_prop(k)),
+                "interaction_prompt" => set!(interaction_prompt, p.name_prop(k)),
+                "interaction_model" => set!(interaction_model, p.str_prop(k)),
+                "await" => set!(await_mode, p.name_prop(k)),
+                "mode" => set!(
+                    router_mode,
+                    p.enum_prop(k, &["fan_out_all", "condition", "round_robin", "llm"])
+                ),
+                "multi" => set!(multi, p.bool_prop(k)),
+                "min_answers" => set!(min_answers, p.int_prop(k)),
+                "command" => set!(command, p.str_prop(k)),
+                "script" => set!(script, p.str_prop(k)),
+                "language" => set!(language, p.name_prop(k)),
+                "mcp" => set!(mcp, Some(p.mcp_block())),
+                "compaction" => set!(compaction, Some(p.compaction_block())),
+                "memory" => set!(memory, Some(p.memory_block())),
+                "cursors" => set!(cursors, Some(p.cursors_block())),
                 "expr" => {
                     let mut entries: Vec<(Spanned<String>, Spanned<String>)> = Vec::new();
-                    let block_name = format!("expr of '{}'", n.name.value);
+                    let block_name = format!("expr of '{}'", p.nodes[idx].name.value);
                     p.block("expr entries", |p| {
                         let Some(ek) = p.key() else { return };
                         let Some(v) = p.str_prop(ek.value) else { return };
                         p.push_unique(&mut entries, ek.owned(), v, &block_name);
                     });
-                    n.expr = entries;
+                    p.nodes[idx].expr = entries;
                 }
-                "sandbox" => n.sandbox = p.sandbox(key.span, SandboxScope::Node),
+                "sandbox" => set!(sandbox, p.sandbox(key.span, SandboxScope::Node)),
                 _ => {
-                    let ctx = format!("{} '{}'", kind.as_str(), n.name.value);
+                    let ctx = format!("{} '{}'", kind.as_str(), p.nodes[idx].name.value);
                     p.unknown_prop(&key, &ctx)
                 }
             }
         });
-        n
+        idx
     }
 
     fn mcp_block(&mut self) -> McpBlock {

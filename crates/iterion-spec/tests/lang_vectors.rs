@@ -63,9 +63,9 @@ fn lex_str(src: &str, expect: &str) {
 fn nodes(src: &str) -> Vec<Node> {
     let (ast, _) = parse(src, "t.bot");
     ast.decls
-        .into_iter()
+        .iter()
         .filter_map(|d| match d {
-            Decl::Node(n) => Some(*n),
+            Decl::Node(i) => ast.node(*i).cloned(),
             _ => None,
         })
         .collect()
