@@ -25,6 +25,9 @@ pub enum Command {
     Netproxy(crate::cmd_netproxy::NetproxyArgs),
     /// Sandbox tools: `iterion sandbox doctor`.
     Sandbox(crate::cmd_doctor::SandboxArgs),
+    /// The boundary probe program of `sandbox doctor --probe` (06 §6), run inside sandboxes.
+    #[command(name = "__sandbox-probe", hide = true)]
+    SandboxProbe(crate::probe::ProbeArgs),
 }
 
 /// Runs the parsed command. `env` is the process environment, read once by `main`.
@@ -36,5 +39,6 @@ pub fn dispatch(cli: Cli, env: &BTreeMap<String, String>) -> ExitCode {
         Command::Runs(args) => crate::cmd_runs::run(args, env),
         Command::Netproxy(args) => crate::cmd_netproxy::run(args),
         Command::Sandbox(args) => crate::cmd_doctor::run(args, env),
+        Command::SandboxProbe(args) => crate::probe::run(args, env),
     }
 }

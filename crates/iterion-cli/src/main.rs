@@ -10,6 +10,7 @@ mod cmd_runs;
 mod cmd_validate;
 mod doctor;
 mod drivers;
+mod probe;
 mod relay;
 mod render;
 
