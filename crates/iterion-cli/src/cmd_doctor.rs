@@ -1,4 +1,4 @@
-//! `iterion sandbox doctor` (06 §1): report mode, `--strict [WORKFLOW]`, `--json`.
+//! `iterion sandbox doctor` (06 §1): report mode, `--strict [WORKFLOW]`, `--probe`, `--json`.
 //!
 //! Exit codes (06 §8): 0 report mode or no failed check; 1 a failed check; 2 usage (bad flag or value,
 //! `WORKFLOW` / `--target` / `--probe` without `--strict`, unreadable file, lexical or parse errors, invalid
@@ -153,15 +153,26 @@ fn run_doctor(args: DoctorArgs, env: &BTreeMap<String, String>) -> ExitCode {
         Err(e) => return usage(format!("cannot start the async runtime: {e}")),
     };
     let result = rt.block_on(async {
-        let host = doctor::gather(&inputs).await.map_err(|e| e.to_string())?;
-        for w in &host.selection.warnings {
-            eprintln!("warning: {w}");
+        let work = async {
+            let host = doctor::gather(&inputs).await.map_err(|e| e.to_string())?;
+            for w in &host.selection.warnings {
+                eprintln!("warning: {w}");
+            }
+            doctor::run(&inputs, &host, loaded.as_ref()).await
+        };
+        // Ctrl-C drops the battery: the probes' drop guard removes the throwaway sandbox and its proxy.
+        tokio::select! {
+            r = work => Some(r),
+            _ = tokio::signal::ctrl_c() => None,
         }
-        doctor::run(&inputs, &host, loaded.as_ref()).await
     });
     let report = match result {
-        Ok(r) => r,
-        Err(m) => return usage(m),
+        Some(Ok(r)) => r,
+        Some(Err(m)) => return usage(m),
+        None => {
+            eprintln!("interrupted");
+            return ExitCode::from(130);
+        }
     };
     if args.json {
         println!("{}", report.to_json());

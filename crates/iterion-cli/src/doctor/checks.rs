@@ -484,19 +484,13 @@ pub async fn build_report(inputs: &Inputs, host: &Host, loaded: Option<&Loaded>)
     run!(egress_enforcement(&ctx));
     run!(driver_capabilities(&ctx));
     if inputs.probe {
-        let reason = probe_skip_reason(&ctx, &checks);
-        for id in [
-            "probe_sandbox_start",
-            "probe_direct_egress",
-            "probe_host_services",
-            "probe_dns",
-            "probe_metadata",
-            "probe_denied_host",
-            "probe_proxy_env",
-            "probe_secret_env",
-            "probe_hardening",
-        ] {
-            checks.push(skip(id, reason.clone()));
+        match probe_plan(&ctx, &checks).await {
+            Ok(plan) => checks.extend(super::probes::run(inputs, &plan).await),
+            Err(reason) => {
+                for id in super::probes::PROBE_IDS {
+                    checks.push(skip(id, reason.clone()));
+                }
+            }
         }
     }
     report.checks = Some(checks);
@@ -1789,32 +1783,79 @@ fn driver_capabilities(ctx: &Ctx<'_>) -> Check {
     )
 }
 
-fn probe_skip_reason(ctx: &Ctx<'_>, checks: &[Check]) -> String {
-    let failed = |id: &str| checks.iter().any(|c| c.id == id && c.status == Status::Fail);
+/// What the boundary probes need (06 §6), or why they are skipped: only with docker/podman on this host, a
+/// real driver, an active scope, an image present locally (never pulled, never built) and a probe program
+/// that can run on the engine.
+async fn probe_plan(ctx: &Ctx<'_>, checks: &[Check]) -> Result<super::probes::Plan, String> {
     if ctx.cloud {
-        "probes need docker or podman on this host (target cloud)".into()
-    } else if !ctx.active() {
-        "no active sandbox scope".into()
-    } else if !ctx.real_local_engine() {
-        "probes need a docker or podman engine on this host".into()
-    } else if failed("image_resolvable")
-        || checks
-            .iter()
-            .any(|c| c.id == "image_resolvable" && c.status != Status::Pass)
+        return Err("probes need docker or podman on this host (target cloud)".into());
+    }
+    if !ctx.active() {
+        return Err("no active sandbox scope".into());
+    }
+    let driver = match &ctx.host.selection.driver {
+        Some(d) if ctx.real_local_engine() => d.clone(),
+        _ => return Err("probes need a docker or podman engine on this host".into()),
+    };
+    let Some((_, spec)) = ctx.specs.first() else {
+        return Err("no active sandbox scope".into());
+    };
+    if spec.build.is_some() {
+        return Err(
+            "the spec builds its image; the doctor never builds (run once, then probe the built image)"
+                .into(),
+        );
+    }
+    if checks
+        .iter()
+        .any(|c| c.id == "image_resolvable" && c.status != Status::Pass)
     {
-        "every image must be present locally (the doctor never pulls)".into()
-    } else {
-        let exe_static = std::env::current_exe()
-            .ok()
-            .and_then(|p| std::fs::read(p).ok())
-            .and_then(|b| iterion_driver_docker::relay::elf_facts(&b))
-            .is_some_and(|f| f.is_static);
-        if exe_static {
-            "boundary probes are not built in this version (no __sandbox-probe program)".into()
-        } else {
-            "no iterion binary usable inside the image: this iterion is dynamically linked, and the in-image \
-             probe program (__sandbox-probe) is not built in this version"
-                .into()
+        return Err("every image must be present locally (the doctor never pulls)".into());
+    }
+    let usable = |why: String| format!("no iterion probe program usable inside the image: {why}");
+    if crate::probe::PROBE.is_empty() {
+        return Err(usable("this build embeds none (non-Linux target)".into()));
+    }
+    let ours = iterion_driver_docker::relay::machine_of(std::env::consts::ARCH);
+    if let Some(engine) = &ctx.host.selection.engine {
+        let theirs = iterion_driver_docker::relay::machine_of(&engine.arch);
+        if theirs.is_some() && theirs != ours {
+            return Err(usable(format!(
+                "the engine runs {} and this iterion was built for {}",
+                engine.arch,
+                std::env::consts::ARCH
+            )));
         }
     }
+    let env = &ctx.inputs.env;
+    let socket = ctx
+        .host
+        .selection
+        .engine
+        .as_ref()
+        .and_then(|e| e.endpoint.as_ref())
+        .and_then(|e| e.strip_prefix("unix://"))
+        .map(PathBuf::from);
+    Ok(super::probes::Plan {
+        driver,
+        spec: spec.clone(),
+        socket,
+        bridge_gateway: ctx.host.engine.bridge_gateway().await,
+        data_dir: super::data_dir(env),
+    })
+}
+
+/// A check with the given fields (the title comes from the id).
+pub(super) fn make_check(id: &'static str, status: Status, message: String, hint: Option<String>) -> Check {
+    mk(id, status, message, hint)
+}
+
+/// Whether a boolean variable is truthy (`1`, `true`, `yes`, `on`).
+pub(super) fn truthy(env: &BTreeMap<String, String>, k: &str) -> bool {
+    env.get(k).is_some_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "1" | "true" | "yes" | "on"
+        )
+    })
 }

@@ -72,6 +72,10 @@ pub trait EngineProbe: Send + Sync + std::fmt::Debug {
     async fn image_present(&self, reference: &str) -> Result<bool, String>;
     /// A manifest request for the reference.
     async fn registry(&self, reference: &str) -> RegistryAnswer;
+    /// The gateway of the engine's default bridge network (`probe_host_services`), when known.
+    async fn bridge_gateway(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The real engine at a Unix socket.
@@ -308,6 +312,18 @@ impl EngineProbe for UnixEngine {
             Ok(a) => classify_registry(a.status, &message_of(&a.body)),
             Err(e) => RegistryAnswer::Unreachable(describe(&e)),
         }
+    }
+
+    async fn bridge_gateway(&self) -> Option<String> {
+        let a = self.get("/networks/bridge").await.ok()?;
+        if a.status != 200 {
+            return None;
+        }
+        let v: serde_json::Value = serde_json::from_slice(&a.body).ok()?;
+        v["IPAM"]["Config"]
+            .as_array()?
+            .iter()
+            .find_map(|c| c["Gateway"].as_str().map(str::to_string))
     }
 }
 

@@ -31,6 +31,7 @@
 
 pub mod checks;
 pub mod engine;
+pub mod probes;
 pub mod report;
 
 #[cfg(test)]
@@ -165,6 +166,16 @@ pub struct Host {
 pub async fn gather(inputs: &Inputs) -> Result<Host, drivers::SelectError> {
     let mut opts = drivers::SelectOptions::new(inputs.driver.clone());
     opts.ping_timeout = inputs.timeout;
+    if inputs.strict && inputs.probe {
+        // The throwaway sandbox needs the egress relay, as a run does (03 §7.2); an error shows in
+        // probe_sandbox_start.
+        let relay_override = inputs
+            .env
+            .get("ITERION_RELAY_BIN")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
+        opts.relay_binary = crate::relay::relay_path(&data_dir(&inputs.env), relay_override).ok();
+    }
     let selection = drivers::select(&inputs.env, &opts).await?;
     let socket = selection
         .engine
@@ -180,6 +191,13 @@ pub async fn gather(inputs: &Inputs) -> Result<Host, drivers::SelectError> {
             timeout: inputs.timeout,
         }),
     })
+}
+
+/// iterion's data directory (05 §1.1): where the relay and the probe program are installed.
+pub fn data_dir(env: &BTreeMap<String, String>) -> PathBuf {
+    let home = env.get("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
+    let cwd = std::env::current_dir().unwrap_or_else(|_| std::env::temp_dir());
+    iterion_runtime::store::data_dir(env, home.as_deref(), &cwd, &std::env::temp_dir())
 }
 
 /// The first local socket of the Docker candidate list (03 §4.1) that exists, else the first one.

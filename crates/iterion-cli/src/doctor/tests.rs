@@ -724,35 +724,67 @@ fn pod_ip_checks_on_cloud() {
     expect(&r, "k8s_context", Status::Fail, "not built");
 }
 
-#[test]
-fn probes_are_reported_as_skip_with_the_reason() {
+fn probe_checks(scene: Scene, target: Target, src: &str) -> Vec<(&'static str, Status, String)> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut inputs = Inputs::new(BTreeMap::new(), std::fs::canonicalize(dir.path()).expect("c"));
+    let home = std::fs::canonicalize(dir.path()).expect("c");
+    let env = BTreeMap::from([("ITERION_HOME".to_string(), home.display().to_string())]);
+    let mut inputs = Inputs::new(env, home);
     inputs.strict = true;
     inputs.probe = true;
+    inputs.target = target;
     let loaded = Loaded {
         path: PathBuf::from("wf.bot"),
-        checked: iterion_spec::check(GOOD, "wf.bot"),
+        checked: iterion_spec::check(src, "wf.bot"),
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("rt");
     let r = rt
-        .block_on(build_report(&inputs, &host(Scene::Docker), Some(&loaded)))
+        .block_on(build_report(&inputs, &host(scene), Some(&loaded)))
         .expect("report");
-    let probes: Vec<_> = r
-        .checks
+    r.checks
         .iter()
         .flatten()
         .filter(|c| c.id.starts_with("probe_"))
-        .collect();
-    assert_eq!(probes.len(), 9);
-    assert!(
-        probes
-            .iter()
-            .all(|c| c.status == Status::Skip && c.message.contains("not built"))
-    );
+        .map(|c| (c.id, c.status, c.message.clone()))
+        .collect()
+}
+
+#[test]
+fn probes_are_skipped_with_the_reason() {
+    let absent = good_with("iterion-test/busybox:latest", "ghcr.io/acme/absent:1");
+    for (scene, target, src, reason) in [
+        (
+            Scene::NoEngine,
+            Target::Auto,
+            GOOD,
+            "need a docker or podman engine",
+        ),
+        (Scene::Docker, Target::Cloud, GOOD, "target cloud"),
+        (Scene::Docker, Target::Auto, absent.as_str(), "present locally"),
+    ] {
+        let probes = probe_checks(scene, target, src);
+        let ids: Vec<&str> = probes.iter().map(|p| p.0).collect();
+        assert_eq!(ids, crate::doctor::probes::PROBE_IDS, "{reason}");
+        for (id, status, m) in &probes {
+            assert_eq!(*status, Status::Skip, "{id}: {m}");
+            assert!(m.contains(reason), "{id}: '{m}' lacks '{reason}'");
+        }
+    }
+}
+
+#[test]
+fn a_sandbox_that_cannot_start_fails_probe_sandbox_start_and_skips_the_rest() {
+    // The fake driver refuses `prepare`, as an engine would refuse the real run.
+    let probes = probe_checks(Scene::Docker, Target::Auto, GOOD);
+    assert_eq!(probes[0].0, "probe_sandbox_start");
+    assert_eq!(probes[0].1, Status::Fail, "{}", probes[0].2);
+    assert!(probes[0].2.contains("fake driver"), "{}", probes[0].2);
+    for (id, status, m) in &probes[1..] {
+        assert_eq!(*status, Status::Skip, "{id}: {m}");
+        assert!(m.contains("probe_sandbox_start failed"), "{id}: {m}");
+    }
 }
 
 #[test]
