@@ -348,6 +348,50 @@ pub fn ensure_image(socket: &Path, archive: &ImageArchive) -> Result<Outcome, St
     Ok(Outcome::Imported)
 }
 
+/// Builds `reference` on the engine at `socket` from `dockerfile` (a context holding only the Dockerfile),
+/// through `POST /build` without pulling: the base must be present locally (for example [`TEST_IMAGE`]).
+/// Used to derive test images (an image with its own `ENV`, …) without a registry.
+pub fn build_image(socket: &Path, reference: &str, dockerfile: &str) -> Result<(), String> {
+    let mut context = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_size(dockerfile.len() as u64);
+    header.set_mode(0o644);
+    header.set_mtime(0);
+    header.set_cksum();
+    context
+        .append_data(&mut header, "Dockerfile", dockerfile.as_bytes())
+        .map_err(|e| format!("build context: {e}"))?;
+    let context = context.into_inner().map_err(|e| format!("build context: {e}"))?;
+    let q = format!(
+        "/build?t={}&pull=0&rm=1&forcerm=1&labels={}",
+        encode_component(reference),
+        encode_component(r#"{"iterion.io/component":"test"}"#)
+    );
+    let resp = docker_http::request(
+        socket,
+        "POST",
+        &q,
+        Some("application/x-tar"),
+        &context,
+        Duration::from_secs(120),
+    )?;
+    if resp.status != 200 {
+        return Err(format!(
+            "build of {reference} answered {}: {}",
+            resp.status,
+            resp.text()
+        ));
+    }
+    for line in resp.text().lines() {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(line)
+            && let Some(e) = v.get("error").and_then(|e| e.as_str())
+        {
+            return Err(format!("build of {reference} failed: {e}"));
+        }
+    }
+    Ok(())
+}
+
 static ENSURED: Mutex<Option<String>> = Mutex::new(None);
 
 /// Makes sure both test images exist on the local engine (idempotent, once per process) and returns the
