@@ -262,3 +262,82 @@ fn probe_run_output_snapshots() {
     insta::assert_json_snapshot!("probe_json", probes);
     assert_sandbox_gone(&doc);
 }
+
+#[test]
+fn sandbox_probe_is_a_hidden_command_of_the_cli() {
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_iterion"))
+            .args(args)
+            .output()
+            .expect("run iterion");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, out) = run(&["__sandbox-probe", "start", "--json"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(out.trim(), r#"{"probe":"start","ok":true}"#);
+    let (code, out) = run(&["__sandbox-probe", "secret-env", "--rule", "glob:X"]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains(r#""error":"#), "{out}");
+    let (_, help) = run(&["--help"]);
+    assert!(!help.contains("__sandbox-probe"), "{help}");
+}
+
+/// `ITERION_SANDBOX_PREFLIGHT=probe` runs the battery with the probes before the run: a probe warning is
+/// logged and the run proceeds; a probe failure stops it with exit 2 before any run record exists.
+#[test]
+fn preflight_probe_runs_the_boundary_probes() {
+    if !ready("preflight_probe_runs_the_boundary_probes") {
+        return;
+    }
+    let image = "iterion-test/busybox-aws-env:latest";
+    let socket = iterion_test_support::engine_socket().expect("a unix engine socket");
+    iterion_test_support::docker_image::build_image(
+        &socket,
+        image,
+        "FROM iterion-test/busybox:latest\nENV AWS_SECRET_ACCESS_KEY=x\n",
+    )
+    .expect("build the derived image");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wf = dir.path().join("aws.bot");
+    let src = std::fs::read_to_string(fixture("ok-good.bot")).expect("fixture");
+    std::fs::write(&wf, src.replace("iterion-test/busybox:latest", image)).expect("write workflow");
+    let run = |host_value: Option<&str>| {
+        let home = tempfile::tempdir().expect("tempdir");
+        let store = home.path().join("store");
+        let mut c = Command::new(env!("CARGO_BIN_EXE_iterion"));
+        c.arg("run")
+            .arg(&wf)
+            .arg("--store-dir")
+            .arg(&store)
+            .current_dir(dir.path())
+            .env("ITERION_HOME", home.path())
+            .env("ITERION_SANDBOX_PREFLIGHT", "probe")
+            .env("ITERION_SANDBOX_PULL_POLICY", "never");
+        match host_value {
+            Some(v) => c.env("AWS_SECRET_ACCESS_KEY", v),
+            None => c.env_remove("AWS_SECRET_ACCESS_KEY"),
+        };
+        let out = c.output().expect("run iterion");
+        let runs = std::fs::read_dir(&store).map(|d| d.count()).unwrap_or(0);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+            runs,
+        )
+    };
+    let (code, err, _) = run(None);
+    assert!(
+        err.contains(
+            "sandbox preflight: WARN probe_secret_env: deny-class names set by the image's own ENV: AWS_SECRET_ACCESS_KEY"
+        ),
+        "{err}"
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err, runs) = run(Some("x"));
+    assert!(err.contains("sandbox preflight: FAIL probe_secret_env:"), "{err}");
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(runs, 0, "no run record after a failed pre-flight");
+}

@@ -326,6 +326,9 @@ pub fn dns(a: &Answer) -> Check {
         .filter(|s| s["answered"] == true)
         .filter_map(|s| s["server"].as_str())
         .collect();
+    let resolved = servers
+        .iter()
+        .any(|s| s["answered"] == true && s["rcode"] == 0 && s["answers"].as_u64().is_some_and(|n| n > 0));
     if answered.is_empty() {
         check(
             ID,
@@ -340,10 +343,17 @@ pub fn dns(a: &Answer) -> Check {
         check(
             ID,
             Status::Warn,
-            format!(
-                "{name} resolves through {} (a DNS channel exists)",
-                answered.join(", ")
-            ),
+            if resolved {
+                format!(
+                    "{name} resolves through {} (a DNS channel exists)",
+                    answered.join(", ")
+                )
+            } else {
+                format!(
+                    "resolver {} answered a query for {name} (a DNS channel exists)",
+                    answered.join(", ")
+                )
+            },
             Some(
                 "DNS queries leave the sandbox without the proxy; use the relay placement (NetworkMode none)",
             ),
@@ -1461,8 +1471,12 @@ mod tests {
     fn dns_mapping() {
         let no = Ok(json!({"name": "example.com", "servers": [{"server": "10.0.0.2", "answered": false}]}));
         let yes = Ok(
-            json!({"name": "example.com", "servers": [{"server": "10.0.0.2", "answered": true, "rcode": 0}]}),
+            json!({"name": "example.com", "servers": [{"server": "10.0.0.2", "answered": true, "rcode": 0, "answers": 1}]}),
         );
+        let nx = Ok(
+            json!({"name": "example.com", "servers": [{"server": "10.0.0.2", "answered": true, "rcode": 3, "answers": 0}]}),
+        );
+        check(dns(&nx), Status::Warn, "resolver 10.0.0.2 answered");
         check(dns(&no), Status::Pass, "does not resolve");
         check(dns(&yes), Status::Warn, "resolves through 10.0.0.2");
         check(dns(&Err("timed out".into())), Status::Warn, "did not complete");
