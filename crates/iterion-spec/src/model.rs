@@ -790,9 +790,10 @@ pub struct Node {
     /// `cursors:` block.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cursors: Option<CursorSettings>,
-    /// `sandbox:` declaration (agent, judge, tool only).
+    /// `sandbox:` declaration (agent, judge, tool only). Boxed: most nodes have none, and a declaration is
+    /// large.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<SandboxDecl>,
+    pub sandbox: Option<Box<SandboxDecl>>,
 }
 
 impl Node {
@@ -1028,7 +1029,7 @@ impl Workflow {
         self.nodes
             .iter()
             .filter(|n| n.kind.allows_sandbox())
-            .map(|n| (n, n.sandbox.as_ref()))
+            .map(|n| (n, n.sandbox.as_deref()))
     }
 }
 
@@ -1080,7 +1081,7 @@ impl Workflow {
                 .map(|n| NodeSummary {
                     name: &n.name.value,
                     kind: n.kind,
-                    sandbox: n.sandbox.as_ref(),
+                    sandbox: n.sandbox.as_deref(),
                     sandbox_kind: n.sandbox.as_ref().map(|s| s.kind),
                 })
                 .collect(),

@@ -541,7 +541,7 @@ fn node_sandbox(block: &str) -> (Option<SandboxDecl>, String) {
     let s = c
         .workflows
         .first()
-        .and_then(|w| w.node("t").and_then(|n| n.sandbox.clone()));
+        .and_then(|w| w.node("t").and_then(|n| n.sandbox.as_deref().cloned()));
     (s, codes(&c.diagnostics))
 }
 

@@ -133,7 +133,7 @@ pub fn workflow(sandbox: Option<SandboxDecl>, nodes: Vec<(&str, NodeKind, Option
             .into_iter()
             .map(|(n, k, d)| {
                 let mut node = Node::new(s(n), k);
-                node.sandbox = d;
+                node.sandbox = d.map(Box::new);
                 node
             })
             .collect(),
