@@ -70,7 +70,7 @@ fn json_workflow(w: &Workflow) -> JsonWorkflow<'_> {
             .map(|n| JsonNode {
                 name: n.name.as_str(),
                 kind: n.kind.as_str(),
-                sandbox: n.sandbox.as_ref(),
+                sandbox: n.sandbox.as_deref(),
             })
             .collect(),
     }
