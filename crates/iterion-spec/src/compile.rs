@@ -135,6 +135,12 @@ const LANGUAGES: &[&str] = &["sh", "bash", "js", "node", "py", "python", "python
 /// The `localEnv` allowlist of 01 §7.4 (every `LC_*` name is allowed too); kept here for compatibility.
 pub use crate::devcontainer::LOCAL_ENV_ALLOWLIST;
 
+/// Whether a capability belongs to the board domain (`board`, `board.…`), which lives on the host.
+fn is_board_capability(c: &str) -> bool {
+    c.strip_prefix("board")
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+}
+
 fn is_literal(s: &str) -> bool {
     !s.contains("${")
 }
@@ -566,6 +572,7 @@ impl<'a> Compiler<'a> {
         self.templates(&ix, &g);
         drop(g);
         drop(ix);
+        self.board_capabilities(&w);
         if w.sandbox.is_some() {
             let label = format!("workflow '{}'", w.name.value);
             if let Some(s) = w.sandbox.as_mut() {
@@ -579,6 +586,37 @@ impl<'a> Compiler<'a> {
             }
         }
         w
+    }
+
+    /// `C082`: a board capability cannot reach the board from inside the sandbox. Applies when the workflow
+    /// block declares an active sandbox (mode auto or inline, 01 §6.4) to the workflow's `capabilities` and to
+    /// those of every node that does not opt out with its own `sandbox: none` (such a node runs on the host).
+    fn board_capabilities(&mut self, w: &Workflow) {
+        let active = |d: &SandboxDecl| matches!(d.derive_kind(), SandboxKind::Auto | SandboxKind::Inline);
+        if !w.sandbox.as_ref().is_some_and(active) {
+            return;
+        }
+        let nodes = w
+            .nodes
+            .iter()
+            .filter(|n| {
+                n.sandbox
+                    .as_ref()
+                    .is_none_or(|d| d.derive_kind() != SandboxKind::Off)
+            })
+            .filter_map(|n| n.capabilities.as_ref());
+        for c in w.capabilities.iter().chain(nodes).flatten() {
+            if is_board_capability(&c.value) {
+                self.warn(
+                    "C082",
+                    c.span,
+                    format!(
+                        "capability '{}' is not reachable from inside the sandbox",
+                        c.value
+                    ),
+                );
+            }
+        }
     }
 
     fn mcp_server(&mut self, m: &McpServer) {

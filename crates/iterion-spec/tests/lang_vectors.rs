@@ -452,6 +452,71 @@ fn compiler_diagnostics() {
 }
 
 #[test]
+fn c07_first_workflow_used_and_parse_errors_block_compile() {
+    // every further workflow is reported at its name against the first, which alone is compiled
+    check_diags(
+        &format!(
+            "{AB}workflow w:\n  entry: a\n  a -> zz\nworkflow v:\n  entry: b\nworkflow u:\n  b -> done\n"
+        ),
+        "C016@3:6 C016@5:6 C001@12:8 C007@13:10 C007@15:10",
+    );
+    let c = check(
+        &format!("{AB}workflow w:\n  entry: a\nworkflow v:\n  entry: a\n"),
+        "t.bot",
+    );
+    let c007: Vec<_> = c.diagnostics.iter().filter(|d| d.code == "C007").collect();
+    assert_eq!(c007.len(), 1);
+    assert_eq!(
+        c007[0].message,
+        "more than one workflow ('w', 'v'); only the first is used"
+    );
+    assert_eq!(c.workflows.len(), 1);
+    assert_eq!(c.workflows[0].name.value, "w");
+    // lexing or parsing errors block compilation: the unknown edge target is not reported, nothing compiles
+    let c = check(&format!("{AB}workflow w:\n  entry: a\n  a -> zz\n  @\n"), "t.bot");
+    assert_eq!(render(&c.diagnostics), "E001@13:3");
+    assert!(c.workflows.is_empty());
+}
+
+/// An agent `a` with `agent_extra` properties in a workflow with `wf_extra` properties (indented by two).
+fn caps(agent_extra: &str, wf_extra: &str) -> String {
+    format!("agent a:\n  model: \"m\"\n{agent_extra}workflow w:\n  entry: a\n{wf_extra}  a -> done\n")
+}
+
+#[test]
+fn c082_board_capabilities_in_a_sandbox() {
+    let board = "  capabilities: [board.read, boardroom.read, web.fetch, board]\n";
+    // an active workflow sandbox (auto, inline): every board capability of the workflow and of its nodes
+    check_diags(
+        &caps(board, "  capabilities: [board.*]\n  sandbox: auto\n"),
+        "C082@3:18 C082@3:57 C082@6:18",
+    );
+    check_diags(
+        &caps(board, "  sandbox:\n    image: \"alpine:3\"\n"),
+        "C082@3:18 C082@3:57",
+    );
+    // no declared sandbox, an explicit none, or a block that only overrides the network: not active
+    check_diags(&caps(board, "  capabilities: [board.close]\n"), "");
+    check_diags(&caps(board, "  sandbox: none\n"), "C128@6:3");
+    check_diags(&caps(board, "  sandbox:\n    network:\n      mode: open\n"), "");
+    // a node that opts out with its own sandbox: none runs on the host, where the board is reachable
+    check_diags(
+        &caps(
+            &format!("{board}  sandbox: none\n"),
+            "  capabilities: [board.move]\n  sandbox: auto\n",
+        ),
+        "C128@4:3 C082@7:18",
+    );
+    let c = check(&caps(board, "  sandbox: auto\n"), "t.bot");
+    assert!(!c.has_errors());
+    assert_eq!(
+        c.diagnostics[0].render_header(),
+        "t.bot:3:18: warning[C082]: capability 'board.read' is not reachable from inside the sandbox"
+    );
+    assert_eq!((c.diagnostics[0].end_line, c.diagnostics[0].end_col), (3, 28));
+}
+
+#[test]
 fn c09_templates() {
     let t = |cmd: &str, expect: &str| {
         let src = format!(
