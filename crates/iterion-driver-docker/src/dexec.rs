@@ -206,10 +206,16 @@ pub(crate) async fn exec(inner: Arc<RunInner>, req: ExecRequest) -> Result<Exec,
     let out = req.stdout == Output::Piped;
     let err = req.stderr == Output::Piped;
     let env: Vec<String> = req.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    // Both outputs are always attached, and the frames of a discarded stream are dropped here (a deviation
+    // from the literal 03 §8.9 "AttachStdout/AttachStderr = piped outputs", keeping its intent): with no
+    // stream attached, the engine (Docker 20.10) ends the hijacked connection as soon as the process has
+    // STARTED, so end-of-file would not mark the process's end, the end-of-exec inspect would find it
+    // running and poll, and an exec lasting beyond the 2 s polling bound would be reported as an engine
+    // failure. Attached, end-of-file comes when the process's outputs close, as for piped outputs.
     let cfg = ExecConfig {
         attach_stdin: Some(piped_in),
-        attach_stdout: Some(out),
-        attach_stderr: Some(err),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
         tty: Some(false),
         env: (!env.is_empty()).then_some(env),
         cmd: Some(shim_cmd(&pid_file, &req.argv)),

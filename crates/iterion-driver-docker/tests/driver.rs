@@ -615,6 +615,29 @@ async fn a_cancelled_exec_leaves_no_process() {
     );
 }
 
+/// An exec whose outputs are discarded and whose stdin is closed ends when its process ends, however long
+/// it runs: the end is not taken from a connection the engine may close as soon as the process started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_with_discarded_outputs_reports_its_exit_after_seconds() {
+    if !iterion_test_support::engine_required("an_exec_with_discarded_outputs_reports_its_exit_after_seconds")
+    {
+        return;
+    }
+    let f = fixture().await;
+    let (id, _g) = run_id();
+    let run = f.start(&id, |_| {}).await.expect("start").run;
+    let ex = run
+        .exec(
+            ExecRequest::shell("sleep 3; exit 7")
+                .outputs(iterion_driver::Output::Discard, iterion_driver::Output::Discard),
+        )
+        .await
+        .expect("exec");
+    let st = ex.wait().await.expect("wait");
+    assert_eq!((st.code, st.cancelled), (7, false), "{st:?}");
+    run.cleanup().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c20_mount_safety_through_start() {
     if !iterion_test_support::engine_required("c20_mount_safety_through_start") {
