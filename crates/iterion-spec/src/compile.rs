@@ -285,7 +285,7 @@ impl<'a> Compiler<'a> {
                                 s.line, s.col
                             )
                         });
-                        keep.nodes[*i] = k;
+                        keep.nodes[*i] |= k;
                         k
                     }
                     None => false,
@@ -573,16 +573,12 @@ impl<'a> Compiler<'a> {
         drop(g);
         drop(ix);
         self.board_capabilities(&w);
-        if w.sandbox.is_some() {
-            let label = format!("workflow '{}'", w.name.value);
-            if let Some(s) = w.sandbox.as_mut() {
-                self.sandbox(s, &label);
-            }
+        if let Some(s) = w.sandbox.as_mut() {
+            self.sandbox(s, ("workflow", &w.name.value));
         }
         for n in w.nodes.iter_mut() {
             if let Some(s) = n.sandbox.as_mut() {
-                let label = format!("node '{}'", n.name.value);
-                self.sandbox(s, &label);
+                self.sandbox(s, ("node", &n.name.value));
             }
         }
         w
@@ -1382,14 +1378,16 @@ impl<'a> Compiler<'a> {
     // sandbox (01 §6)
     // ----------------------------------------------------------------------------------------------------
 
-    fn sandbox(&mut self, d: &mut SandboxDecl, label: &str) {
+    /// Checks one declaration; `owner` is `(workflow|node, name)`, spelled in messages as `node 'x'`.
+    fn sandbox(&mut self, d: &mut SandboxDecl, owner: (&str, &str)) {
+        let (what, name) = owner;
         d.kind = d.derive_kind();
         let node = d.scope == SandboxScope::Node;
         let none_warning = |c: &mut Self, d: &SandboxDecl| {
             let i = c.warn(
                 "C128",
                 d.span,
-                format!("sandbox: none disables isolation for {label}; prefer sandbox: auto"),
+                format!("sandbox: none disables isolation for {what} '{name}'; prefer sandbox: auto"),
             );
             c.hint(
                 i,
