@@ -131,7 +131,7 @@ fn bench(args: &[String]) -> Result<()> {
     let Some((_, krate, target)) = BENCHES.iter().find(|b| b.0 == name) else {
         bail!("unknown benchmark '{name}' (known: {})", names.join(", "));
     };
-    if name == "docker" {
+    if name == "docker" || name == "doctor" {
         images::run(&root()?, &[])?;
     }
     let mut cargo_args = vec!["bench", "--package", krate, "--bench", target, "--"];
