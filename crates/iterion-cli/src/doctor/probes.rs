@@ -763,8 +763,17 @@ impl std::fmt::Debug for Throwaway {
 impl Throwaway {
     /// Removes the container, stops the proxy, releases the lease and removes the temporary directory.
     pub async fn close(&mut self) {
-        if let Some(run) = self.run.take() {
-            run.cleanup().await;
+        match self.run.take() {
+            Some(run) => {
+                run.cleanup().await;
+            }
+            // A start that timed out may have left a container without a handle: remove it by name.
+            None => {
+                if let Some(s) = self.socket.clone() {
+                    let name = self.name.clone();
+                    let _ = tokio::task::spawn_blocking(move || force_remove_by_name(&s, &name)).await;
+                }
+            }
         }
         if let Some(p) = self.proxy.take() {
             p.shutdown(Duration::from_millis(200)).await;
@@ -1835,5 +1844,92 @@ mod tests {
             .to_string();
         assert!(name.starts_with("iterion-doctor-"), "{name}");
         assert!(!container_exists(&name), "{name} was left behind");
+    }
+
+    /// Reports the name of every container it starts (the test interrupts the battery then).
+    #[derive(Debug)]
+    struct Announce(
+        Arc<dyn Driver>,
+        Mutex<Option<tokio::sync::oneshot::Sender<String>>>,
+    );
+
+    #[async_trait::async_trait]
+    impl Driver for Announce {
+        fn kind(&self) -> iterion_driver::DriverKind {
+            self.0.kind()
+        }
+        fn capabilities(&self) -> iterion_driver::Capabilities {
+            self.0.capabilities()
+        }
+        async fn engine_info(&self) -> iterion_driver::Result<iterion_driver::EngineInfo> {
+            self.0.engine_info().await
+        }
+        async fn prepare(&self, req: PrepareRequest) -> iterion_driver::Result<iterion_driver::Prepared> {
+            self.0.prepare(req).await
+        }
+        async fn build(
+            &self,
+            p: iterion_driver::Prepared,
+            r: iterion_driver::BuildRequest,
+        ) -> iterion_driver::Result<iterion_driver::Prepared> {
+            self.0.build(p, r).await
+        }
+        async fn network(&self, req: NetworkRequest) -> iterion_driver::Result<NetworkLease> {
+            self.0.network(req).await
+        }
+        async fn start(
+            &self,
+            prepared: iterion_driver::Prepared,
+            lease: Option<&NetworkLease>,
+            req: StartRequest,
+        ) -> iterion_driver::Result<iterion_driver::Started> {
+            let started = self.0.start(prepared, lease, req).await?;
+            if let Some(tx) = self.1.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                let _ = tx.send(started.report.name.clone());
+            }
+            Ok(started)
+        }
+        async fn list_managed(&self) -> iterion_driver::Result<Vec<iterion_driver::ManagedResource>> {
+            self.0.list_managed().await
+        }
+        async fn owner_liveness(&self, r: &iterion_driver::ManagedResource) -> iterion_driver::Liveness {
+            self.0.owner_liveness(r).await
+        }
+        async fn remove_managed(
+            &self,
+            r: &iterion_driver::ManagedResource,
+        ) -> iterion_driver::Result<iterion_driver::RemoveOutcome> {
+            self.0.remove_managed(r).await
+        }
+        async fn remove_image(&self, reference: &str) -> iterion_driver::Result<()> {
+            self.0.remove_image(reference).await
+        }
+    }
+
+    /// Ctrl-C drops the battery (`cmd_doctor` selects on the signal): the drop guard removes the container.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn an_interrupted_probe_run_removes_its_sandbox() {
+        if !iterion_test_support::engine_required("an_interrupted_probe_run_removes_its_sandbox") {
+            return;
+        }
+        iterion_test_support::docker_image::ensure_test_image().expect("the local test image");
+        let env: BTreeMap<String, String> = std::env::vars().collect();
+        let wf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/doctor/ok-good.bot");
+        let mut inputs = super::super::Inputs::new(env, std::env::temp_dir());
+        inputs.strict = true;
+        inputs.probe = true;
+        inputs.workflow = Some(wf.clone());
+        let loaded = super::super::checks::load(&wf).expect("load the workflow");
+        let mut host = super::super::gather(&inputs).await.expect("select the driver");
+        let inner = host.selection.driver.clone().expect("a real driver");
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        host.selection.driver = Some(Arc::new(Announce(inner, Mutex::new(Some(tx)))));
+        let battery = super::super::run(&inputs, &host, Some(&loaded));
+        let name = tokio::select! {
+            _ = battery => panic!("the battery finished before it was interrupted"),
+            name = rx => name.expect("a container was started"),
+        };
+        assert!(name.starts_with("iterion-doctor-"), "{name}");
+        assert!(!container_exists(&name), "{name} survived the interruption");
     }
 }
