@@ -2,6 +2,7 @@
 
 use crate::event::{EventCallback, ProxyEvent};
 use crate::net::{Connector, Resolver, SystemResolver, TcpConnector};
+use crate::tls::{Inspector, TlsInspection};
 use crate::{Credential, Error, Policy, Result};
 use iterion_netpolicy::SilentDeny;
 use std::fmt;
@@ -126,6 +127,7 @@ pub struct ProxyConfig {
     pub(crate) report_allowed: bool,
     pub(crate) silent_deny: SilentDeny,
     pub(crate) limits: Limits,
+    pub(crate) tls: Option<Arc<crate::tls::Inspector>>,
 }
 
 impl fmt::Debug for ProxyConfig {
@@ -141,6 +143,7 @@ impl fmt::Debug for ProxyConfig {
             .field("connector", &self.connector)
             .field("report_allowed", &self.report_allowed)
             .field("limits", &self.limits)
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }
@@ -170,7 +173,7 @@ pub struct ProxyConfigBuilder {
     report_allowed: bool,
     silent_deny: Option<Vec<String>>,
     limits: Limits,
-    tls_inspection: bool,
+    tls_inspection: Option<TlsInspection>,
 }
 
 impl fmt::Debug for ProxyConfigBuilder {
@@ -193,7 +196,7 @@ impl Default for ProxyConfigBuilder {
             report_allowed: false,
             silent_deny: None,
             limits: Limits::default(),
-            tls_inspection: false,
+            tls_inspection: None,
         }
     }
 }
@@ -259,19 +262,17 @@ impl ProxyConfigBuilder {
         self
     }
 
-    /// Request TLS inspection and secret substitution (spec §14). This build does not contain it:
-    /// [`ProxyConfigBuilder::build`] then fails with [`Error::TlsInspectionNotBuilt`].
-    pub fn tls_inspection(mut self, on: bool) -> Self {
-        self.tls_inspection = on;
+    /// TLS inspection and secret substitution (spec §14). Active only with at least one binding: then
+    /// [`ProxyConfigBuilder::build`] mints the CA (or loads the operator's) and every CONNECT tunnel is
+    /// inspected (unless bypassed); without a binding nothing changes and no CA exists.
+    pub fn tls_inspection(mut self, inspection: TlsInspection) -> Self {
+        self.tls_inspection = Some(inspection);
         self
     }
 
     /// Validate and build; every problem is reported at once.
     pub fn build(self) -> Result<ProxyConfig> {
         let mut problems = Vec::new();
-        if self.tls_inspection {
-            problems.push(Error::TlsInspectionNotBuilt.to_string());
-        }
         if self.credentials.is_empty() && self.anonymous.is_none() {
             problems.push("no credential registered and authentication not disabled".to_owned());
         }
@@ -332,9 +333,17 @@ impl ProxyConfigBuilder {
                 }
             },
         };
-        if problems.len() == 1 && self.tls_inspection {
-            return Err(Error::TlsInspectionNotBuilt);
-        }
+        // Validated last so a configuration with other problems never mints a CA.
+        let tls = match self.tls_inspection {
+            Some(t) if problems.is_empty() => match Inspector::build(t) {
+                Ok(i) => i.map(Arc::new),
+                Err(p) => {
+                    problems.extend(p);
+                    None
+                }
+            },
+            _ => None,
+        };
         if !problems.is_empty() {
             return Err(Error::Config { problems });
         }
@@ -348,6 +357,7 @@ impl ProxyConfigBuilder {
             report_allowed: self.report_allowed,
             silent_deny,
             limits: self.limits,
+            tls,
         })
     }
 }

@@ -24,9 +24,12 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
-    /// TLS inspection was requested but this build does not contain it.
-    #[error("tls inspection is not built")]
-    TlsInspectionNotBuilt,
+    /// The TLS inspection CA or TLS configuration could not be created.
+    #[error("cannot set up tls inspection: {reason}")]
+    TlsSetup {
+        /// What failed.
+        reason: String,
+    },
     /// The client sent something the proxy refuses (400, 407, 408, 429, 431, 501).
     #[error("{message}")]
     Client {

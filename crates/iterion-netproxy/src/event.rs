@@ -82,6 +82,9 @@ pub struct DecisionEvent {
     pub method: String,
     /// The policy mode (`allowlist`, `denylist`, `open`).
     pub mode: String,
+    /// For a `secret leak`: the secret's name (never its value).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
 }
 
 /// Something the proxy reports; delivered through the configured callback, never blocking traffic.
@@ -114,6 +117,25 @@ pub enum ProxyEvent {
         duration_ms: u64,
         /// `eof`, `idle`, `lifetime`, `shutdown` or `error`.
         close_reason: String,
+    },
+    /// A placeholder was replaced by a secret's value in a request to a bound host (spec §14.8).
+    SecretSubstituted {
+        /// The secret's name (never its value).
+        secret: String,
+        /// Canonical target host.
+        host: String,
+        /// Target port.
+        port: u16,
+        /// The request method.
+        method: String,
+        /// The request path without the query.
+        path: String,
+        /// The node the credential is attributed to.
+        node_id: Option<String>,
+        /// The decision that opened the tunnel.
+        decision_id: DecisionId,
+        /// Placeholders replaced in this request.
+        count: u64,
     },
     /// A request failed authentication (407).
     AuthFailed {

@@ -186,7 +186,7 @@ fn response_bytes(head: &ResponseHead, framing: Framing, close: bool) -> Vec<u8>
 }
 
 /// Whether the client asked to keep the connection open after this request.
-fn client_keep_alive(head: &RequestHead) -> bool {
+pub(crate) fn client_keep_alive(head: &RequestHead) -> bool {
     let h = head.headers.as_slice();
     match head.version {
         Version::Http11 => !h.has_token("connection", "close") && !h.has_token("proxy-connection", "close"),
@@ -196,7 +196,7 @@ fn client_keep_alive(head: &RequestHead) -> bool {
     }
 }
 
-fn upstream_keep_alive(head: &ResponseHead) -> bool {
+pub(crate) fn upstream_keep_alive(head: &ResponseHead) -> bool {
     let h = head.headers.as_slice();
     match head.version {
         Version::Http11 => !h.has_token("connection", "close"),
@@ -412,7 +412,12 @@ async fn copy_body<S: AsyncIo>(
 }
 
 /// Copy one message body of `framing` from `r` (with `rbuf` holding bytes already read) to `w`.
-async fn copy_body_from<R, W>(r: &mut R, rbuf: &mut Vec<u8>, w: &mut W, framing: Framing) -> io::Result<()>
+pub(crate) async fn copy_body_from<R, W>(
+    r: &mut R,
+    rbuf: &mut Vec<u8>,
+    w: &mut W,
+    framing: Framing,
+) -> io::Result<()>
 where
     R: AsyncRead + Unpin + ?Sized,
     W: AsyncWrite + Unpin + ?Sized,
@@ -453,7 +458,7 @@ where
 }
 
 /// Read one CRLF-terminated line (including the CRLF) from `rbuf`, reading more from `r` as needed.
-async fn read_line<R>(r: &mut R, rbuf: &mut Vec<u8>) -> io::Result<Vec<u8>>
+pub(crate) async fn read_line<R>(r: &mut R, rbuf: &mut Vec<u8>) -> io::Result<Vec<u8>>
 where
     R: AsyncRead + Unpin + ?Sized,
 {

@@ -39,8 +39,43 @@
 //! two-stage [`decide`] without a socket, as `iterion netproxy check` uses it). The [`head`] module (the strict
 //! HTTP/1.1 head parser) is public so it can be fuzzed (`fuzz/netproxy`).
 //!
-//! Not built in this version: TLS inspection and secret substitution (spec §14); requesting it with
-//! [`ProxyConfigBuilder::tls_inspection`] fails with [`Error::TlsInspectionNotBuilt`].
+//! # TLS inspection and secret substitution (spec §14)
+//!
+//! Opt-in with [`ProxyConfigBuilder::tls_inspection`] and at least one [`SecretBinding`]; without a binding no CA
+//! exists and every tunnel stays opaque. With one:
+//!
+//! - a per-run CA is minted at [`ProxyConfigBuilder::build`] (ECDSA P-256, path length 0, valid from now − 1 h
+//!   to now + 30 days; the key only in memory, zeroised on drop) or loaded with [`TlsInspection::operator_ca`];
+//!   [`RunningProxy::trust_bundle`] returns `ca.pem` and `ca-bundle.pem` ([`TrustBundle::write_to`]);
+//! - a CONNECT whose first bytes are a TLS ClientHello is intercepted unless its host matches a
+//!   [`TlsInspection::bypass`] pattern: the SNI must equal the CONNECT host (else the tunnel is closed with a
+//!   `Denied` event, rule `sni mismatch`), the client gets a leaf minted for that host (ALPN `http/1.1` only),
+//!   and the upstream is verified for that host against the Mozilla roots, the host's native roots and
+//!   [`TlsInspection::upstream_root_pem`] (an invalid certificate answers `502 upstream certificate invalid`);
+//! - HTTP/1.1 requests are relayed one by one: a binding's placeholder ([`SecretBinding::placeholder`],
+//!   `iterion-ph-` + 32 hex) is replaced by the value in the target, header values and bodies of at most 1 MiB
+//!   (identity encoding; JSON, form or text), only towards the binding's hosts, with a matching `Host` header;
+//!   each substitution is reported as [`ProxyEvent::SecretSubstituted`]. A placeholder anywhere else is
+//!   refused with `403 secret leak` (`secret <NAME> is not bound to <host>`, `… requires TLS` for plain
+//!   HTTP, `… could not be substituted safely` for bodies it cannot rewrite); tunnels that are not TLS are
+//!   scanned client-to-upstream and closed on a placeholder. Responses from bound hosts have the value
+//!   replaced by the placeholder (requests to them carry `Accept-Encoding: identity`).
+//!
+//! ```no_run
+//! use iterion_netproxy::{SecretBinding, TlsInspection};
+//! let github = SecretBinding::new("GH_TOKEN", "ghp_…", &["api.github.com"]);
+//! println!("GH_TOKEN={}", github.placeholder()); // what the sandbox sees
+//! let tls = TlsInspection::new().binding(github).bypass("**.pinned.example");
+//! # let _ = tls;
+//! ```
+//!
+//! Documented limits: WebSocket frames (after a `101`) are relayed without inspection; tunnels to bypassed
+//! hosts are opaque and cannot be scanned; values used to sign requests (AWS secret keys, HMAC secrets) cannot
+//! be substituted; request bodies above 1 MiB, chunked bodies above 1 MiB and compressed bodies are scanned
+//! but never rewritten (a placeholder there is refused); in plain forward requests only bodies of at most
+//! 1 MiB with a `Content-Length` are scanned; responses a bound host sends compressed despite
+//! `Accept-Encoding: identity` are relayed unscrubbed; `ca-bundle.pem` holds the host's native roots (the
+//! Mozilla set on Debian and Ubuntu) because `webpki-roots` ships trust anchors, not certificates.
 #![deny(missing_docs)]
 
 mod auth;
@@ -53,6 +88,7 @@ pub mod head;
 mod net;
 mod response;
 mod server;
+mod tls;
 mod tunnel;
 
 #[cfg(test)]
@@ -69,3 +105,4 @@ pub use net::{
 };
 pub use response::{AUTH_REALM, CONNECT_ESTABLISHED};
 pub use server::{Proxy, RunningProxy};
+pub use tls::{PLACEHOLDER_PREFIX, SecretBinding, TlsInspection, TrustBundle};

@@ -10,6 +10,8 @@ use crate::head::{
 };
 use crate::net::{AsyncIo, BoxIo, Connector, Resolver};
 use crate::response::{CONNECT_ESTABLISHED, ErrorContext, Refusal, error_response, forbidden_response};
+use crate::tls::intercept::{TunnelCtx, tunnel as inspected_tunnel};
+use crate::tls::{Inspector, TrustBundle};
 use crate::tunnel::{TunnelLimits, relay};
 use crate::{Credential, Error, Result, forward};
 use iterion_netpolicy::{Decision, SilentDeny, Target};
@@ -43,6 +45,8 @@ pub(crate) struct Shared {
     connections: Arc<Semaphore>,
     pub(crate) pool: forward::Pool,
     last_auth_log: AtomicU64,
+    /// TLS inspection, when at least one secret binding is configured.
+    pub(crate) tls: Option<Arc<Inspector>>,
 }
 
 impl Shared {
@@ -79,6 +83,7 @@ impl Shared {
             connections: Arc::new(Semaphore::new(config.limits.max_connections)),
             pool: forward::Pool::default(),
             last_auth_log: AtomicU64::new(0),
+            tls: config.tls,
         }))
     }
 
@@ -204,6 +209,8 @@ pub(crate) enum Next {
         upstream: BoxIo,
         decision_id: DecisionId,
         permit: tokio::sync::OwnedSemaphorePermit,
+        /// Set only when TLS inspection applies to this tunnel.
+        inspect: Option<Box<TunnelCtx>>,
     },
 }
 
@@ -227,9 +234,32 @@ pub(crate) async fn serve_connection<S: AsyncIo>(sh: Arc<Shared>, mut client: S)
             Next::KeepAlive => continue,
             Next::Close => break,
             Next::Tunnel {
+                upstream,
+                decision_id,
+                permit,
+                inspect: Some(ctx),
+            } => {
+                let early = std::mem::take(&mut buf);
+                let Some(insp) = sh.tls.clone() else { break };
+                let start = Instant::now();
+                let report = inspected_tunnel(&sh, &insp, &mut client, upstream, early, *ctx).await;
+                drop(permit);
+                Counters::add(&sh.counters.bytes_up, report.bytes_up);
+                Counters::add(&sh.counters.bytes_down, report.bytes_down);
+                sh.events.emit(ProxyEvent::TunnelClosed {
+                    decision_id,
+                    bytes_up: report.bytes_up,
+                    bytes_down: report.bytes_down,
+                    duration_ms: start.elapsed().as_millis() as u64,
+                    close_reason: report.reason.to_owned(),
+                });
+                break;
+            }
+            Next::Tunnel {
                 mut upstream,
                 decision_id,
                 permit,
+                inspect: None,
             } => {
                 let early = std::mem::take(&mut buf);
                 let limits = TunnelLimits {
@@ -456,6 +486,7 @@ async fn handle_request<S: AsyncIo>(
         username: cred.username.clone(),
         method: head.method.clone(),
         mode: decision.mode.as_str().to_owned(),
+        secret: None,
     };
     if !decision.allowed {
         let reason = decision.reason.map(|r| r.as_str()).unwrap_or("policy denial");
@@ -479,6 +510,33 @@ async fn handle_request<S: AsyncIo>(
             reason,
             rule: decision.rule.as_str(),
             address: address.as_deref(),
+        };
+        let _ = client.write_all(&forbidden_response(&refusal)).await;
+        return Next::Close;
+    }
+    // A placeholder in a plain forward request is never sent (spec §14.5 condition 1, §14.7).
+    if let (Some(insp), ProxyTarget::Http { .. }) = (&sh.tls, &form)
+        && let Some(idx) = plain_placeholder(sh, insp, &head, framing, client, buf).await
+    {
+        let b = &insp.bindings[idx];
+        let rule = if b.bound_to(&target) {
+            format!("secret {} requires TLS", b.name)
+        } else {
+            format!("secret {} is not bound to {host}", b.name)
+        };
+        Counters::bump(&sh.counters.denied, "secret leak");
+        let mut ev = event(Some("secret leak".to_owned()));
+        ev.rule = Some(rule.clone());
+        ev.address = None;
+        ev.secret = Some(b.name.clone());
+        sh.events.emit(ProxyEvent::Denied(ev));
+        let refusal = Refusal {
+            decision_id: &decision_id,
+            host: &host,
+            port: target.port,
+            reason: "secret leak",
+            rule: &rule,
+            address: None,
         };
         let _ = client.write_all(&forbidden_response(&refusal)).await;
         return Next::Close;
@@ -508,10 +566,22 @@ async fn handle_request<S: AsyncIo>(
                 return Next::Close;
             }
             Counters::add(&sh.counters.tunnels, 1);
+            let inspect = match &sh.tls {
+                Some(insp) if !insp.bypassed(&target) => Some(Box::new(TunnelCtx {
+                    target: target.clone(),
+                    host: host.clone(),
+                    decision_id: decision_id.clone(),
+                    node_id: cred.node_id.clone(),
+                    username: cred.username.clone(),
+                    mode: decision.mode.as_str().to_owned(),
+                })),
+                _ => None,
+            };
             Next::Tunnel {
                 upstream,
                 decision_id,
                 permit,
+                inspect,
             }
         }
         ProxyTarget::Http { authority: _, path } => {
@@ -525,6 +595,40 @@ async fn handle_request<S: AsyncIo>(
             forward::forward(sh, client, buf, req, &ctx).await
         }
     }
+}
+
+/// The binding of the first known placeholder in a plain forward request: its target, its header values, and
+/// its body when it has a `Content-Length` of at most 1 MiB and no `Expect: 100-continue` (the body is read into
+/// `buf`, from where forwarding sends it).
+async fn plain_placeholder<S: AsyncIo>(
+    sh: &Shared,
+    insp: &Inspector,
+    head: &RequestHead,
+    framing: Framing,
+    client: &mut S,
+    buf: &mut Vec<u8>,
+) -> Option<usize> {
+    use crate::tls::scan::find_placeholders;
+    let first = |bytes: &[u8]| find_placeholders(bytes, &insp.by_suffix).first().map(|(_, i)| *i);
+    if let Some(i) = first(head.target.as_bytes()) {
+        return Some(i);
+    }
+    if let Some(i) = head.headers.iter().find_map(|(_, v)| first(v.as_bytes())) {
+        return Some(i);
+    }
+    let Framing::Length(n) = framing else { return None };
+    if n > crate::tls::http::MAX_BODY || head.headers.as_slice().has_token("expect", "100-continue") {
+        return None;
+    }
+    let deadline = Instant::now() + sh.limits.head_timeout;
+    while (buf.len() as u64) < n {
+        buf.reserve(n as usize - buf.len());
+        match tokio::time::timeout_at(deadline, client.read_buf(buf)).await {
+            Ok(Ok(k)) if k > 0 => {}
+            _ => break,
+        }
+    }
+    first(&buf[..buf.len().min(n as usize)])
 }
 
 /// The addresses to dial: the checked addresses of the decision (an IP literal's own address).
@@ -638,6 +742,17 @@ impl RunningProxy {
             .read()
             .map(|s| s.anonymous.is_some() || !s.is_empty())
             .unwrap_or(false)
+    }
+
+    /// Whether TLS inspection is active (at least one secret binding; a CA exists).
+    pub fn tls_inspection_active(&self) -> bool {
+        self.shared.tls.is_some()
+    }
+
+    /// The trust files of the inspection CA (`ca.pem` and `ca-bundle.pem` contents); `None` when inspection is
+    /// not active. Write them with [`TrustBundle::write_to`].
+    pub fn trust_bundle(&self) -> Option<TrustBundle> {
+        self.shared.tls.as_ref().map(|i| i.trust_bundle())
     }
 
     /// A snapshot of the counters.

@@ -1284,17 +1284,20 @@ async fn report_allowed_emits_allowed_events() {
 }
 
 #[test]
-fn tls_inspection_is_a_clear_error() {
+fn tls_inspection_problems_are_config_errors() {
     let p = policy(Mode::Allowlist, &[]);
     let r = ProxyConfig::builder()
         .credential(Credential::new("run", RUN_TOKEN, None, p))
-        .tls_inspection(true)
+        .tls_inspection(
+            crate::TlsInspection::new()
+                .native_roots(false)
+                .binding(crate::SecretBinding::new("GH_TOKEN", "", &["api.github.com"])),
+        )
         .build();
-    assert!(matches!(r, Err(Error::TlsInspectionNotBuilt)), "{r:?}");
-    assert_eq!(
-        Error::TlsInspectionNotBuilt.to_string(),
-        "tls inspection is not built"
-    );
+    match r {
+        Err(Error::Config { problems }) => assert_eq!(problems, vec!["secret GH_TOKEN has an empty value"]),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

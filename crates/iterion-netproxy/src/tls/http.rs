@@ -1,0 +1,836 @@
+//! HTTP/1.1 inside an intercepted tunnel (spec §14.3 step 6, §14.5, §14.7): requests relayed one by one,
+//! placeholders substituted for bound hosts and refused elsewhere, responses from bound hosts scrubbed.
+
+use super::Inspector;
+use super::intercept::{Outcome, TunnelCtx};
+use super::scan::{Detector, Replacer, find_placeholders, replace_all};
+use crate::Error;
+use crate::event::{DecisionId, ProxyEvent};
+use crate::forward::{client_keep_alive, copy_body_from, read_line, upstream_keep_alive};
+use crate::head::{
+    Framing, HeadError, HeadLimits, Headers, RequestHead, ResponseHead, Version, find_head_end,
+    parse_request_head, parse_response_head, request_framing, response_framing,
+};
+use crate::response::{ErrorContext, Refusal, error_response, forbidden_response};
+use crate::server::Shared;
+use iterion_netpolicy::Target;
+use std::io;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::{Duration, Instant};
+
+/// The largest body buffered for substitution, scanning or scrubbing.
+pub(crate) const MAX_BODY: u64 = 1024 * 1024;
+
+/// Read one request head into `buf` within `timeout`. `Ok(None)`: the client closed or stayed silent.
+pub(crate) async fn read_head<C>(
+    sh: &Shared,
+    client: &mut C,
+    buf: &mut Vec<u8>,
+    timeout: Duration,
+) -> Result<Option<RequestHead>, Error>
+where
+    C: AsyncRead + Unpin + ?Sized,
+{
+    let limits = HeadLimits {
+        max_head_bytes: sh.limits.max_head_bytes,
+        max_headers: sh.limits.max_headers,
+    };
+    let mut deadline = Instant::now() + timeout;
+    let mut started = !buf.is_empty();
+    loop {
+        if let Some(end) = find_head_end(buf) {
+            let parsed = parse_request_head(&buf[..end], &limits);
+            buf.drain(..end);
+            return parsed.map(Some).map_err(head_error);
+        }
+        if buf.len() > limits.max_head_bytes {
+            return Err(head_error(HeadError::TooLarge));
+        }
+        buf.reserve(4096);
+        tokio::select! {
+            r = client.read_buf(buf) => match r {
+                Ok(0) | Err(_) => return Ok(None),
+                Ok(_) => {
+                    if !started {
+                        started = true;
+                        deadline = Instant::now() + sh.limits.head_timeout;
+                    }
+                }
+            },
+            () = tokio::time::sleep_until(deadline) => {
+                return if started {
+                    Err(Error::client(408, "request_timeout", "request head not received in time"))
+                } else {
+                    Ok(None)
+                };
+            }
+        }
+    }
+}
+
+fn head_error(e: HeadError) -> Error {
+    match e {
+        HeadError::TooLarge | HeadError::TooManyHeaders => {
+            Error::client(431, "head_too_large", "request head too large")
+        }
+        HeadError::Malformed(m) => Error::client(400, "bad_request", m),
+    }
+}
+
+/// Reads a chunked body piece by piece (chunk extensions and trailers are dropped).
+#[derive(Debug, Default)]
+struct Chunked {
+    done: bool,
+}
+
+impl Chunked {
+    /// The next piece of data; `None` after the last chunk and the trailers.
+    async fn next<R>(&mut self, r: &mut R, rbuf: &mut Vec<u8>) -> io::Result<Option<Vec<u8>>>
+    where
+        R: AsyncRead + Unpin + ?Sized,
+    {
+        let invalid = || io::Error::new(io::ErrorKind::InvalidData, "malformed chunked body");
+        if self.done {
+            return Ok(None);
+        }
+        let line = read_line(r, rbuf).await?;
+        let text = std::str::from_utf8(&line[..line.len() - 2]).map_err(|_| invalid())?;
+        let size_text = text.split(';').next().unwrap_or_default().trim();
+        if size_text.is_empty() || size_text.len() > 15 {
+            return Err(invalid());
+        }
+        let size = u64::from_str_radix(size_text, 16).map_err(|_| invalid())?;
+        if size == 0 {
+            loop {
+                if read_line(r, rbuf).await? == b"\r\n" {
+                    self.done = true;
+                    return Ok(None);
+                }
+            }
+        }
+        let data = read_exact(r, rbuf, size.min(MAX_BODY))
+            .await
+            .and_then(|d| if size > MAX_BODY { Err(invalid()) } else { Ok(d) })?;
+        if read_line(r, rbuf).await? != b"\r\n" {
+            return Err(invalid());
+        }
+        Ok(Some(data))
+    }
+}
+
+/// Exactly `n` bytes, buffered bytes first.
+async fn read_exact<R>(r: &mut R, rbuf: &mut Vec<u8>, n: u64) -> io::Result<Vec<u8>>
+where
+    R: AsyncRead + Unpin + ?Sized,
+{
+    let n = n as usize;
+    while rbuf.len() < n {
+        rbuf.reserve((n - rbuf.len()).min(64 * 1024));
+        if r.read_buf(rbuf).await? == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(rbuf.drain(..n).collect())
+}
+
+fn chunk(data: &[u8]) -> Vec<u8> {
+    if data.is_empty() {
+        return Vec::new();
+    }
+    let mut out = format!("{:x}\r\n", data.len()).into_bytes();
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// A request body as the relay holds it.
+enum Body {
+    None,
+    /// Complete and small enough to substitute in (at most [`MAX_BODY`]).
+    Full(Vec<u8>),
+    /// Too large: `pending` was read already (decoded), the rest is streamed through a detector.
+    Stream {
+        pending: Vec<u8>,
+        source: Source,
+    },
+}
+
+enum Source {
+    Length(u64),
+    Chunked(Chunked),
+}
+
+/// What to do after one request.
+enum Step {
+    Continue,
+    Close(&'static str),
+    Upgrade,
+}
+
+/// A refusal of a placeholder: the binding and the rule.
+struct Leak {
+    binding: usize,
+    rule: String,
+}
+
+/// Whether a body of these headers can have placeholders substituted (§14.5): identity encoding and a JSON,
+/// form or text type. (Size and framing are checked by the caller.)
+fn substitutable(headers: &[(String, String)]) -> bool {
+    let identity = headers
+        .values("content-encoding")
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .all(|c| c.is_empty() || c.eq_ignore_ascii_case("identity"));
+    let ty = headers
+        .header("content-type")
+        .and_then(|t| t.split(';').next())
+        .map(|t| t.trim().to_ascii_lowercase());
+    let text_type = matches!(
+        ty.as_deref(),
+        Some("application/json" | "application/x-www-form-urlencoded")
+    ) || ty.as_deref().is_some_and(|t| t.starts_with("text/"));
+    identity && text_type
+}
+
+/// Relay requests until one side closes, an error, a refusal, the idle timeout or shutdown.
+pub(crate) async fn relay<C, U>(
+    sh: &Shared,
+    insp: &Inspector,
+    client: &mut C,
+    up: &mut U,
+    ctx: &TunnelCtx,
+) -> Outcome
+where
+    C: AsyncRead + AsyncWrite + Unpin + Send + ?Sized,
+    U: AsyncRead + AsyncWrite + Unpin + Send + ?Sized,
+{
+    let mut out = Outcome::default();
+    let mut cbuf = Vec::new();
+    let mut ubuf = Vec::new();
+    let end_of_life = sh.limits.tunnel_max_lifetime.map(|l| Instant::now() + l);
+    loop {
+        let lifetime = async {
+            match end_of_life {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        let step = tokio::select! {
+            s = one_request(sh, insp, client, up, &mut cbuf, &mut ubuf, ctx, &mut out) => s,
+            () = lifetime => Step::Close("lifetime"),
+            () = sh.hard.cancelled() => Step::Close("shutdown"),
+        };
+        match step {
+            Step::Continue => continue,
+            Step::Close(reason) => return Outcome { reason, ..out },
+            Step::Upgrade => break,
+        }
+    }
+    // After a 101 the connection is another protocol (WebSocket): relayed as is, frames not inspected.
+    if !ubuf.is_empty() {
+        if client.write_all(&ubuf).await.is_err() {
+            return Outcome {
+                reason: "error",
+                ..out
+            };
+        }
+        out.bytes_down += ubuf.len() as u64;
+    }
+    if !cbuf.is_empty() {
+        if up.write_all(&cbuf).await.is_err() {
+            return Outcome {
+                reason: "error",
+                ..out
+            };
+        }
+        out.bytes_up += cbuf.len() as u64;
+    }
+    let copied = tokio::select! {
+        r = tokio::io::copy_bidirectional(client, up) => r,
+        () = sh.hard.cancelled() => return Outcome { reason: "shutdown", ..out },
+    };
+    match copied {
+        Ok((a, b)) => Outcome {
+            bytes_up: out.bytes_up + a,
+            bytes_down: out.bytes_down + b,
+            reason: "eof",
+        },
+        Err(_) => Outcome {
+            reason: "error",
+            ..out
+        },
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn one_request<C, U>(
+    sh: &Shared,
+    insp: &Inspector,
+    client: &mut C,
+    up: &mut U,
+    cbuf: &mut Vec<u8>,
+    ubuf: &mut Vec<u8>,
+    ctx: &TunnelCtx,
+    out: &mut Outcome,
+) -> Step
+where
+    C: AsyncRead + AsyncWrite + Unpin + Send + ?Sized,
+    U: AsyncRead + AsyncWrite + Unpin + Send + ?Sized,
+{
+    let ectx = ErrorContext {
+        host: Some(&ctx.host),
+        port: Some(ctx.target.port),
+        decision_id: Some(&ctx.decision_id),
+    };
+    let head = match read_head(sh, client, cbuf, sh.limits.tunnel_idle_timeout).await {
+        Ok(Some(h)) => h,
+        Ok(None) => return Step::Close("eof"),
+        Err(e) => {
+            let _ = client.write_all(&error_response(&e, &ectx)).await;
+            return Step::Close("error");
+        }
+    };
+    let framing = match request_framing(&head.headers) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = client.write_all(&error_response(&head_error(e), &ectx)).await;
+            return Step::Close("error");
+        }
+    };
+    let bound = insp.bound(&ctx.target);
+    // Placeholders in the target and the header values.
+    let mut found: Vec<usize> = find_placeholders(head.target.as_bytes(), &insp.by_suffix)
+        .into_iter()
+        .map(|(_, i)| i)
+        .collect();
+    for (_, v) in &head.headers {
+        found.extend(
+            find_placeholders(v.as_bytes(), &insp.by_suffix)
+                .into_iter()
+                .map(|(_, i)| i),
+        );
+    }
+    // The body.
+    let body = match framing {
+        Framing::Empty | Framing::UntilClose => Body::None,
+        Framing::Length(n) if n <= MAX_BODY => match read_exact(client, cbuf, n).await {
+            Ok(b) => Body::Full(b),
+            Err(_) => return Step::Close("error"),
+        },
+        Framing::Length(n) => Body::Stream {
+            pending: Vec::new(),
+            source: Source::Length(n),
+        },
+        Framing::Chunked => {
+            let mut dec = Chunked::default();
+            let mut acc = Vec::new();
+            loop {
+                match dec.next(client, cbuf).await {
+                    Ok(Some(piece)) => {
+                        acc.extend_from_slice(&piece);
+                        if acc.len() as u64 > MAX_BODY {
+                            break Body::Stream {
+                                pending: acc,
+                                source: Source::Chunked(dec),
+                            };
+                        }
+                    }
+                    Ok(None) => break Body::Full(acc),
+                    Err(_) => {
+                        let e = Error::client(400, "bad_request", "malformed chunked body");
+                        let _ = client.write_all(&error_response(&e, &ectx)).await;
+                        return Step::Close("error");
+                    }
+                }
+            }
+        }
+    };
+    // Placeholders in the body, and whether a body placeholder can be substituted there.
+    let (body_found, body_safe): (Vec<usize>, bool) = match &body {
+        Body::None => (Vec::new(), true),
+        Body::Full(b) => (
+            find_placeholders(b, &insp.by_suffix)
+                .into_iter()
+                .map(|(_, i)| i)
+                .collect(),
+            substitutable(&head.headers),
+        ),
+        Body::Stream { pending, .. } => (
+            find_placeholders(pending, &insp.by_suffix)
+                .into_iter()
+                .map(|(_, i)| i)
+                .collect(),
+            false,
+        ),
+    };
+    let authority = head.headers.header("host").map(|h| Target::parse(h, Some(443)));
+    let authority_ok =
+        matches!(&authority, Some(Ok(t)) if t.host == ctx.target.host && t.port == ctx.target.port);
+    let verdict = |idx: usize, unsafe_place: bool| -> Option<Leak> {
+        let b = &insp.bindings[idx];
+        let rule = if !b.bound_to(&ctx.target) {
+            format!("secret {} is not bound to {}", b.name, ctx.host)
+        } else if !authority_ok {
+            match &authority {
+                Some(Ok(t)) if !b.bound_to(t) => format!("secret {} is not bound to {}", b.name, t.host),
+                _ => format!("secret {} could not be substituted safely", b.name),
+            }
+        } else if unsafe_place {
+            format!("secret {} could not be substituted safely", b.name)
+        } else {
+            return None;
+        };
+        Some(Leak { binding: idx, rule })
+    };
+    let leak = found
+        .iter()
+        .map(|&i| verdict(i, false))
+        .chain(body_found.iter().map(|&i| verdict(i, !body_safe)))
+        .flatten()
+        .next();
+    if let Some(leak) = leak {
+        refuse(sh, insp, client, ctx, &head.method, &leak).await;
+        return Step::Close("secret leak");
+    }
+    // Substitute (every placeholder found here belongs to a binding bound to this host).
+    let mut used: Vec<usize> = found.iter().chain(body_found.iter()).copied().collect();
+    used.sort_unstable();
+    used.dedup();
+    let owned: Vec<(Vec<u8>, Vec<u8>)> = used
+        .iter()
+        .map(|&i| {
+            let b = &insp.bindings[i];
+            (b.placeholder.as_bytes().to_vec(), b.value.as_bytes().to_vec())
+        })
+        .collect();
+    let pairs: Vec<(&[u8], &[u8])> = owned.iter().map(|(a, b)| (a.as_slice(), b.as_slice())).collect();
+    let mut counts = vec![0usize; used.len()];
+    let mut add = |c: Vec<usize>| {
+        for (k, n) in c.into_iter().enumerate() {
+            counts[k] += n;
+        }
+    };
+    let (target, c) = replace_all(head.target.as_bytes(), &pairs);
+    add(c);
+    let mut req = format!(
+        "{} {} {}\r\n",
+        head.method,
+        String::from_utf8_lossy(&target),
+        Version::Http11
+    )
+    .into_bytes();
+    let full = matches!(body, Body::Full(_));
+    for (name, value) in &head.headers {
+        let lower = name.to_ascii_lowercase();
+        if (full && (lower == "content-length" || lower == "transfer-encoding"))
+            || (!bound.is_empty() && lower == "accept-encoding")
+        {
+            continue;
+        }
+        let (v, c) = replace_all(value.as_bytes(), &pairs);
+        add(c);
+        req.extend_from_slice(name.as_bytes());
+        req.extend_from_slice(b": ");
+        req.extend_from_slice(&v);
+        req.extend_from_slice(b"\r\n");
+    }
+    if !bound.is_empty() {
+        req.extend_from_slice(b"Accept-Encoding: identity\r\n");
+    }
+    let body_bytes = match &body {
+        Body::Full(b) if !body_found.is_empty() => {
+            let (v, c) = replace_all(b, &pairs);
+            add(c);
+            Some(v)
+        }
+        Body::Full(b) => Some(b.clone()),
+        _ => None,
+    };
+    if let Some(b) = &body_bytes
+        && (!b.is_empty() || framing != Framing::Empty)
+    {
+        req.extend_from_slice(format!("Content-Length: {}\r\n", b.len()).as_bytes());
+    }
+    req.extend_from_slice(b"\r\n");
+    if let Some(b) = &body_bytes {
+        req.extend_from_slice(b);
+    }
+    if up.write_all(&req).await.is_err() {
+        return fail(client, &ectx).await;
+    }
+    out.bytes_up += req.len() as u64;
+    // A large body: streamed through the detector; a placeholder aborts the request before it is complete.
+    if let Body::Stream { pending, source } = body {
+        match stream_request_body(insp, client, cbuf, up, pending, source, out).await {
+            Ok(None) => {}
+            Ok(Some(idx)) => {
+                let leak = verdict(idx, true).unwrap_or(Leak {
+                    binding: idx,
+                    rule: format!(
+                        "secret {} could not be substituted safely",
+                        insp.bindings[idx].name
+                    ),
+                });
+                refuse(sh, insp, client, ctx, &head.method, &leak).await;
+                return Step::Close("secret leak");
+            }
+            Err(_) => return fail(client, &ectx).await,
+        }
+    }
+    if up.flush().await.is_err() {
+        return fail(client, &ectx).await;
+    }
+    for (k, &i) in used.iter().enumerate() {
+        if counts[k] > 0 {
+            sh.events.emit(ProxyEvent::SecretSubstituted {
+                secret: insp.bindings[i].name.clone(),
+                host: ctx.host.clone(),
+                port: ctx.target.port,
+                method: head.method.clone(),
+                path: head.target.split('?').next().unwrap_or_default().to_owned(),
+                node_id: ctx.node_id.clone(),
+                decision_id: ctx.decision_id.clone(),
+                count: counts[k] as u64,
+            });
+        }
+    }
+    // The response.
+    let scrub: Vec<(Vec<u8>, Vec<u8>)> = if bound.is_empty() {
+        Vec::new()
+    } else {
+        insp.bindings
+            .iter()
+            .map(|b| (b.value.as_bytes().to_vec(), b.placeholder.as_bytes().to_vec()))
+            .collect()
+    };
+    let scrub_pairs: Vec<(&[u8], &[u8])> = scrub.iter().map(|(a, b)| (a.as_slice(), b.as_slice())).collect();
+    let (resp, rframing) = loop {
+        let resp = match read_response_head(up, ubuf, sh.limits.upstream_response_timeout).await {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = client.write_all(&error_response(&e, &ectx)).await;
+                return Step::Close("error");
+            }
+        };
+        if resp.status / 100 == 1 && resp.status != 101 {
+            let bytes = response_head_bytes(&resp, &scrub_pairs, None);
+            if client.write_all(&bytes).await.is_err() {
+                return Step::Close("error");
+            }
+            out.bytes_down += bytes.len() as u64;
+            continue;
+        }
+        if resp.status == 101 {
+            let bytes = response_head_bytes(&resp, &scrub_pairs, None);
+            if client.write_all(&bytes).await.is_err() {
+                return Step::Close("error");
+            }
+            out.bytes_down += bytes.len() as u64;
+            return Step::Upgrade;
+        }
+        match response_framing(&head.method, &resp) {
+            Ok(f) => break (resp, f),
+            Err(_) => {
+                let e = Error::upstream(502, "upstream_failed", "upstream request failed");
+                let _ = client.write_all(&error_response(&e, &ectx)).await;
+                return Step::Close("error");
+            }
+        }
+    };
+    let keep = client_keep_alive(&head) && upstream_keep_alive(&resp) && rframing != Framing::UntilClose;
+    let relayed = if scrub.is_empty() {
+        let bytes = response_head_bytes(&resp, &[], None);
+        out.bytes_down += bytes.len() as u64;
+        match client.write_all(&bytes).await {
+            Ok(()) => copy_body_from(up, ubuf, client, rframing).await,
+            Err(e) => Err(e),
+        }
+    } else {
+        scrub_response(up, ubuf, client, &resp, rframing, &scrub, head.version, out).await
+    };
+    if relayed.is_err() || client.flush().await.is_err() {
+        return Step::Close("error");
+    }
+    if keep { Step::Continue } else { Step::Close("eof") }
+}
+
+async fn fail<C>(client: &mut C, ectx: &ErrorContext<'_>) -> Step
+where
+    C: AsyncWrite + Unpin + ?Sized,
+{
+    let e = Error::upstream(502, "upstream_failed", "upstream request failed");
+    let _ = client.write_all(&error_response(&e, ectx)).await;
+    Step::Close("error")
+}
+
+/// Answer 403 `secret leak` inside the tunnel and report it.
+async fn refuse<C>(sh: &Shared, insp: &Inspector, client: &mut C, ctx: &TunnelCtx, method: &str, leak: &Leak)
+where
+    C: AsyncWrite + Unpin + ?Sized,
+{
+    let name = &insp.bindings[leak.binding].name;
+    tracing::info!(host = %ctx.host, rule = %leak.rule, "secret leak refused");
+    let id = DecisionId::new();
+    ctx.deny(sh, &id, method, "secret leak", &leak.rule, Some(name));
+    let refusal = Refusal {
+        decision_id: &id,
+        host: &ctx.host,
+        port: ctx.target.port,
+        reason: "secret leak",
+        rule: &leak.rule,
+        address: None,
+    };
+    let _ = client.write_all(&forbidden_response(&refusal)).await;
+    let _ = client.flush().await;
+}
+
+/// Stream a large request body upstream through the detector. `Ok(Some(binding))`: a placeholder was found; the
+/// body was cut short upstream before it, and the rest of it was read and discarded so the client sees the
+/// refusal rather than a reset.
+async fn stream_request_body<C, U>(
+    insp: &Inspector,
+    client: &mut C,
+    cbuf: &mut Vec<u8>,
+    up: &mut U,
+    pending: Vec<u8>,
+    source: Source,
+    out: &mut Outcome,
+) -> io::Result<Option<usize>>
+where
+    C: AsyncRead + Unpin + ?Sized,
+    U: AsyncWrite + Unpin + ?Sized,
+{
+    let mut det = Detector::default();
+    let chunked = matches!(source, Source::Chunked(_));
+    let mut found = None;
+    let mut pass = async |piece: &[u8], found: &mut Option<usize>, out: &mut Outcome| -> io::Result<()> {
+        if found.is_some() {
+            return Ok(());
+        }
+        match det.feed(piece, &insp.by_suffix) {
+            Err(i) => *found = Some(i),
+            Ok(b) => {
+                let b = if chunked { chunk(&b) } else { b };
+                up.write_all(&b).await?;
+                out.bytes_up += b.len() as u64;
+            }
+        }
+        Ok(())
+    };
+    pass(&pending, &mut found, out).await?;
+    match source {
+        Source::Length(n) => {
+            let mut left = n;
+            while left > 0 {
+                let piece = read_some(client, cbuf, left).await?;
+                if piece.is_empty() {
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+                left -= piece.len() as u64;
+                pass(&piece, &mut found, out).await?;
+            }
+        }
+        Source::Chunked(mut dec) => {
+            while let Some(piece) = dec.next(client, cbuf).await? {
+                pass(&piece, &mut found, out).await?;
+            }
+        }
+    }
+    if found.is_some() {
+        return Ok(found);
+    }
+    let mut rest = det.finish();
+    if chunked {
+        rest = chunk(&rest);
+        rest.extend_from_slice(b"0\r\n\r\n");
+    }
+    up.write_all(&rest).await?;
+    out.bytes_up += rest.len() as u64;
+    Ok(None)
+}
+
+async fn read_response_head<U>(
+    up: &mut U,
+    ubuf: &mut Vec<u8>,
+    timeout: Duration,
+) -> Result<ResponseHead, Error>
+where
+    U: AsyncRead + Unpin + ?Sized,
+{
+    let failed = || Error::upstream(502, "upstream_failed", "upstream request failed");
+    let limits = HeadLimits {
+        max_head_bytes: 64 * 1024,
+        max_headers: 256,
+    };
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(end) = find_head_end(ubuf) {
+            let head = parse_response_head(&ubuf[..end], &limits).map_err(|_| failed())?;
+            ubuf.drain(..end);
+            return Ok(head);
+        }
+        if ubuf.len() > limits.max_head_bytes {
+            return Err(failed());
+        }
+        ubuf.reserve(4096);
+        tokio::select! {
+            r = up.read_buf(ubuf) => match r {
+                Ok(0) | Err(_) => return Err(failed()),
+                Ok(_) => {}
+            },
+            () = tokio::time::sleep_until(deadline) => {
+                return Err(Error::upstream(504, "upstream_timeout", "upstream response timeout"));
+            }
+        }
+    }
+}
+
+/// The response head with values scrubbed; `reframe`: `Some(None)` → chunked, `Some(Some(n))` →
+/// `Content-Length: n`, `None` → framing headers unchanged.
+fn response_head_bytes(
+    resp: &ResponseHead,
+    scrub: &[(&[u8], &[u8])],
+    reframe: Option<Option<usize>>,
+) -> Vec<u8> {
+    let mut out = format!("{} {} {}\r\n", Version::Http11, resp.status, resp.reason).into_bytes();
+    for (name, value) in &resp.headers {
+        let lower = name.to_ascii_lowercase();
+        if reframe.is_some() && (lower == "content-length" || lower == "transfer-encoding") {
+            continue;
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(&replace_all(value.as_bytes(), scrub).0);
+        out.extend_from_slice(b"\r\n");
+    }
+    match reframe {
+        Some(Some(n)) => out.extend_from_slice(format!("Content-Length: {n}\r\n").as_bytes()),
+        Some(None) => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+        None => {}
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// Relay a response from a bound host with every real value replaced by its placeholder: small bodies with a
+/// length are rewritten whole (length recomputed); others are streamed and re-framed as chunked.
+#[allow(clippy::too_many_arguments)]
+async fn scrub_response<U, C>(
+    up: &mut U,
+    ubuf: &mut Vec<u8>,
+    client: &mut C,
+    resp: &ResponseHead,
+    framing: Framing,
+    scrub: &[(Vec<u8>, Vec<u8>)],
+    client_version: Version,
+    out: &mut Outcome,
+) -> io::Result<()>
+where
+    U: AsyncRead + Unpin + ?Sized,
+    C: AsyncWrite + Unpin + ?Sized,
+{
+    let pairs: Vec<(&[u8], &[u8])> = scrub.iter().map(|(a, b)| (a.as_slice(), b.as_slice())).collect();
+    match framing {
+        Framing::Empty => {
+            let head = response_head_bytes(resp, &pairs, None);
+            out.bytes_down += head.len() as u64;
+            client.write_all(&head).await
+        }
+        Framing::Length(n) if n <= MAX_BODY => {
+            let body = read_exact(up, ubuf, n).await?;
+            let (body, counts) = replace_all(&body, &pairs);
+            let changed = counts.iter().any(|&c| c > 0);
+            let head = response_head_bytes(resp, &pairs, changed.then_some(Some(body.len())));
+            out.bytes_down += (head.len() + body.len()) as u64;
+            client.write_all(&head).await?;
+            client.write_all(&body).await
+        }
+        _ => {
+            // HTTP/1.0 clients cannot take chunked: the body then ends with the connection.
+            let chunked = client_version == Version::Http11;
+            let head = if chunked {
+                response_head_bytes(resp, &pairs, Some(None))
+            } else {
+                strip_framing(resp, &pairs)
+            };
+            out.bytes_down += head.len() as u64;
+            client.write_all(&head).await?;
+            let mut rep = Replacer::new(scrub.to_vec());
+            match framing {
+                Framing::Length(mut left) => {
+                    while left > 0 {
+                        let piece = read_some(up, ubuf, left).await?;
+                        if piece.is_empty() {
+                            return Err(io::ErrorKind::UnexpectedEof.into());
+                        }
+                        left -= piece.len() as u64;
+                        emit(client, out, rep.feed(&piece), chunked).await?;
+                    }
+                }
+                Framing::Chunked => {
+                    let mut dec = Chunked::default();
+                    while let Some(piece) = dec.next(up, ubuf).await? {
+                        emit(client, out, rep.feed(&piece), chunked).await?;
+                    }
+                }
+                _ => loop {
+                    let piece = read_some(up, ubuf, 64 * 1024).await?;
+                    if piece.is_empty() {
+                        break;
+                    }
+                    emit(client, out, rep.feed(&piece), chunked).await?;
+                },
+            }
+            emit(client, out, rep.finish(), chunked).await?;
+            if chunked {
+                client.write_all(b"0\r\n\r\n").await?;
+                out.bytes_down += 5;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Write one piece of a re-framed body.
+async fn emit<C>(client: &mut C, out: &mut Outcome, bytes: Vec<u8>, chunked: bool) -> io::Result<()>
+where
+    C: AsyncWrite + Unpin + ?Sized,
+{
+    let b = if chunked { chunk(&bytes) } else { bytes };
+    out.bytes_down += b.len() as u64;
+    client.write_all(&b).await?;
+    client.flush().await
+}
+
+/// The head without any framing header (the body then ends with the connection).
+fn strip_framing(resp: &ResponseHead, pairs: &[(&[u8], &[u8])]) -> Vec<u8> {
+    let mut out = format!("{} {} {}\r\n", Version::Http10, resp.status, resp.reason).into_bytes();
+    for (name, value) in &resp.headers {
+        let lower = name.to_ascii_lowercase();
+        if lower == "content-length" || lower == "transfer-encoding" || lower == "connection" {
+            continue;
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(&replace_all(value.as_bytes(), pairs).0);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    out
+}
+
+/// Up to `max` bytes: buffered ones first, otherwise one read (empty at end of stream).
+async fn read_some<R>(r: &mut R, rbuf: &mut Vec<u8>, max: u64) -> io::Result<Vec<u8>>
+where
+    R: AsyncRead + Unpin + ?Sized,
+{
+    let max = max.min(64 * 1024) as usize;
+    if !rbuf.is_empty() {
+        let k = max.min(rbuf.len());
+        return Ok(rbuf.drain(..k).collect());
+    }
+    let mut tmp = vec![0u8; max];
+    let n = r.read(&mut tmp).await?;
+    tmp.truncate(n);
+    Ok(tmp)
+}
