@@ -3,6 +3,10 @@
 //! The battery is pure over a [`Host`] (the selected driver and an [`engine::EngineProbe`]) and [`Inputs`], so
 //! tests drive every check with a fake driver and a fake engine. [`gather`] builds the real [`Host`].
 //!
+//! With `--strict --probe`, [`probes`] adds the boundary probes of 06 §6: a throwaway sandbox started through
+//! the selected driver, the doctor's own egress proxy, and the static probe program (`crate::probe`) run
+//! once per probe check inside it.
+//!
 //! Pre-flight (06 §9) for `iterion run` / `iterion resume`:
 //!
 //! ```ignore

@@ -1035,7 +1035,8 @@ pub async fn run(inputs: &Inputs, plan: &Plan) -> Vec<Check> {
                 .as_ref()
                 .is_some_and(|c| started.report.mounts.iter().any(|m| Path::new(&m.target) == c)),
     };
-    let per_connect = (timeout / 3).clamp(Duration::from_millis(200), Duration::from_secs(2));
+    // Each connect is bounded well below the probe bound: the metadata probe makes five in a row.
+    let per_connect = (timeout / 6).clamp(Duration::from_millis(150), Duration::from_secs(2));
     let ms = per_connect.as_millis().to_string();
     let listener = tokio::net::TcpListener::bind(("0.0.0.0", 0)).await;
     let port = listener
