@@ -14,7 +14,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// Directory (tmpfs) of the shim's pid files.
@@ -98,14 +98,21 @@ pub(crate) async fn run_quiet(inner: &RunInner, user: &str, cmd: Vec<String>) ->
 }
 
 async fn exit_code_of(inner: &RunInner, exec_id: &str) -> Result<i64, DError> {
+    exit_code_polled(inner, exec_id).await.map(|(code, _)| code)
+}
+
+/// The exit code and how many times the engine still reported the exec running.
+async fn exit_code_polled(inner: &RunInner, exec_id: &str) -> Result<(i64, u32), DError> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
     // The engine may report the exec as running for a moment after its output ended: poll with a short,
     // growing delay (1 ms doubling up to 50 ms) within the 2 s bound.
     let mut delay = Duration::from_millis(1);
+    let mut polls = 0;
     loop {
         match inner.docker.inspect_exec(exec_id).await {
-            Ok(i) if i.running != Some(true) => return Ok(i.exit_code.unwrap_or(-1)),
+            Ok(i) if i.running != Some(true) => return Ok((i.exit_code.unwrap_or(-1), polls)),
             Ok(_) if tokio::time::Instant::now() < deadline => {
+                polls += 1;
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_millis(50));
             }
@@ -206,6 +213,7 @@ pub(crate) async fn exec(inner: Arc<RunInner>, req: ExecRequest) -> Result<Exec,
     let out = req.stdout == Output::Piped;
     let err = req.stderr == Output::Piped;
     let env: Vec<String> = req.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let t_begin = Instant::now();
     // Both outputs are always attached, and the frames of a discarded stream are dropped here (a deviation
     // from the literal 03 §8.9 "AttachStdout/AttachStderr = piped outputs", keeping its intent): with no
     // stream attached, the engine (Docker 20.10) ends the hijacked connection as soon as the process has
@@ -227,6 +235,7 @@ pub(crate) async fn exec(inner: Arc<RunInner>, req: ExecRequest) -> Result<Exec,
         Ok(c) => c,
         Err(e) => return Err(inner.exec_create_error(e).await),
     };
+    let t_created = Instant::now();
     let started = inner
         .docker
         .start_exec(
@@ -247,6 +256,7 @@ pub(crate) async fn exec(inner: Arc<RunInner>, req: ExecRequest) -> Result<Exec,
         }
         Err(e) => return Err(inner.exec_create_error(e).await),
     };
+    let t_started = Instant::now();
     let (mut out_w, out_r) = if out {
         let (a, b) = tokio::io::duplex(OUTPUT_BUFFER);
         (Some(a), Some(b))
@@ -290,64 +300,77 @@ pub(crate) async fn exec(inner: Arc<RunInner>, req: ExecRequest) -> Result<Exec,
         // End-of-file to the readers first, so `wait` (which also waits for them) can finish.
         drop(out_w);
         drop(err_w);
-        let result = match failure {
+        let t_eof = Instant::now();
+        let ended = match failure {
             Some(msg) => Err(task_inner.stream_error(msg).await),
-            None => match exit_code_of(&task_inner, &exec_id).await {
-                Ok(code) if code == 126 || code == 127 => {
-                    let probe = vec![
-                        "/bin/sh".to_string(),
-                        "-c".to_string(),
-                        "test -e \"$1\"".to_string(),
-                        "iterion-probe".to_string(),
-                        pid_for_task.clone(),
-                    ];
-                    match run_quiet(&task_inner, "0", probe).await {
-                        Ok(0) => Ok(ExitStatus::code(code as i32)),
-                        Ok(_) => Err(DError::ExecStart {
-                            reason: "the exec shim could not start (is /bin/sh present?)".into(),
-                        }),
-                        Err(e) => Err(e),
-                    }
+            None => exit_code_polled(&task_inner, &exec_id).await,
+        };
+        // Where an exec's time goes (`RUST_LOG=iterion_driver_docker=trace`).
+        let micros = |a: Instant, b: Instant| (b - a).as_micros() as u64;
+        tracing::trace!(
+            exec = %exec_id,
+            create_us = micros(t_begin, t_created),
+            start_us = micros(t_created, t_started),
+            stream_us = micros(t_started, t_eof),
+            end_us = micros(t_eof, Instant::now()),
+            end_polls = ended.as_ref().map_or(0, |(_, polls)| *polls),
+            "exec phases"
+        );
+        let result = match ended.map(|(code, _)| code) {
+            Ok(code) if code == 126 || code == 127 => {
+                let probe = vec![
+                    "/bin/sh".to_string(),
+                    "-c".to_string(),
+                    "test -e \"$1\"".to_string(),
+                    "iterion-probe".to_string(),
+                    pid_for_task.clone(),
+                ];
+                match run_quiet(&task_inner, "0", probe).await {
+                    Ok(0) => Ok(ExitStatus::code(code as i32)),
+                    Ok(_) => Err(DError::ExecStart {
+                        reason: "the exec shim could not start (is /bin/sh present?)".into(),
+                    }),
+                    Err(e) => Err(e),
                 }
-                Ok(code) if code >= 128 => {
-                    // A signal death: the container itself may have been stopped or removed under the exec.
-                    // A SIGKILL iterion did not send is what a container removal looks like: give the engine a
-                    // moment to report the container's state.
-                    let polls = if code == 137 && !signalled.load(Ordering::SeqCst) {
-                        10
-                    } else {
-                        1
-                    };
-                    let mut verdict = Ok(ExitStatus::code(i32::try_from(code).unwrap_or(-1)));
-                    for n in 0..polls {
-                        match task_inner.state().await {
-                            Ok(Some(s)) if s.running => {
-                                if n + 1 < polls {
-                                    tokio::time::sleep(Duration::from_millis(100)).await;
-                                }
-                            }
-                            Ok(Some(s)) => {
-                                verdict = Err(DError::SandboxGone {
-                                    exit_code: s.exit_code,
-                                    oom_killed: s.oom_killed,
-                                });
-                                break;
-                            }
-                            Ok(None) => {
-                                verdict = Err(DError::gone());
-                                break;
-                            }
-                            Err(e) => {
-                                verdict = Err(e);
-                                break;
+            }
+            Ok(code) if code >= 128 => {
+                // A signal death: the container itself may have been stopped or removed under the exec.
+                // A SIGKILL iterion did not send is what a container removal looks like: give the engine a
+                // moment to report the container's state.
+                let polls = if code == 137 && !signalled.load(Ordering::SeqCst) {
+                    10
+                } else {
+                    1
+                };
+                let mut verdict = Ok(ExitStatus::code(i32::try_from(code).unwrap_or(-1)));
+                for n in 0..polls {
+                    match task_inner.state().await {
+                        Ok(Some(s)) if s.running => {
+                            if n + 1 < polls {
+                                tokio::time::sleep(Duration::from_millis(100)).await;
                             }
                         }
+                        Ok(Some(s)) => {
+                            verdict = Err(DError::SandboxGone {
+                                exit_code: s.exit_code,
+                                oom_killed: s.oom_killed,
+                            });
+                            break;
+                        }
+                        Ok(None) => {
+                            verdict = Err(DError::gone());
+                            break;
+                        }
+                        Err(e) => {
+                            verdict = Err(e);
+                            break;
+                        }
                     }
-                    verdict
                 }
-                Ok(code) => Ok(ExitStatus::code(i32::try_from(code).unwrap_or(-1))),
-                Err(e) => Err(e),
-            },
+                verdict
+            }
+            Ok(code) => Ok(ExitStatus::code(i32::try_from(code).unwrap_or(-1))),
+            Err(e) => Err(e),
         };
         task_inner.exec_finished(pid_for_task).await;
         let _ = tx.send(result);
