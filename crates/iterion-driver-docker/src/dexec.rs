@@ -126,6 +126,38 @@ async fn exit_code_polled(inner: &RunInner, exec_id: &str) -> Result<(i64, u32),
     }
 }
 
+/// The exec ended with 126 or 127 and wrote no pid file: its shim did not start. A container that is
+/// stopping makes every exec, the pid-file probe included, end that way too, so the container's state
+/// decides: `SandboxGone` when it stopped, `ExecStart` while it runs. When the probe itself could not start
+/// (126 or 127), the engine is given up to 1 s to report a stopping container.
+async fn shim_not_started(inner: &RunInner, probe_code: i64) -> DError {
+    let polls = if probe_code == 126 || probe_code == 127 {
+        10
+    } else {
+        1
+    };
+    for n in 0..polls {
+        match inner.state().await {
+            Ok(Some(s)) if s.running => {
+                if n + 1 < polls {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+            Ok(Some(s)) => {
+                return DError::SandboxGone {
+                    exit_code: s.exit_code,
+                    oom_killed: s.oom_killed,
+                };
+            }
+            Ok(None) => return DError::gone(),
+            Err(e) => return e,
+        }
+    }
+    DError::ExecStart {
+        reason: "the exec shim could not start (is /bin/sh present?)".into(),
+    }
+}
+
 #[derive(Debug)]
 struct DockerKill {
     inner: Arc<RunInner>,
@@ -327,9 +359,7 @@ pub(crate) async fn exec(inner: Arc<RunInner>, req: ExecRequest) -> Result<Exec,
                 ];
                 match run_quiet(&task_inner, "0", probe).await {
                     Ok(0) => Ok(ExitStatus::code(code as i32)),
-                    Ok(_) => Err(DError::ExecStart {
-                        reason: "the exec shim could not start (is /bin/sh present?)".into(),
-                    }),
+                    Ok(probe_code) => Err(shim_not_started(&task_inner, probe_code).await),
                     Err(e) => Err(e),
                 }
             }
