@@ -90,16 +90,17 @@ pub struct ExprError {
 /// Namespaces a path may start with; any other first segment reads from `input`.
 pub const EXPR_NAMESPACES: &[&str] = &["input", "outputs", "vars", "loop", "run"];
 
+/// A token; names borrow the expression text, string literals hold their decoded value.
 #[derive(Debug, Clone, PartialEq)]
-enum Tok {
+enum Tok<'a> {
     Num(Value),
     Str(String),
-    Ident(String),
+    Ident(&'a str),
     Op(&'static str),
     End,
 }
 
-fn tokenize(s: &str) -> Result<Vec<(Tok, usize)>, ExprError> {
+fn tokenize(s: &str) -> Result<Vec<(Tok<'_>, usize)>, ExprError> {
     let b = s.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
@@ -186,7 +187,7 @@ fn tokenize(s: &str) -> Result<Vec<(Tok, usize)>, ExprError> {
                     break;
                 }
             }
-            out.push((Tok::Ident(s[start..i].to_string()), start));
+            out.push((Tok::Ident(&s[start..i]), start));
             continue;
         }
         const OPS: &[&str] = &[
@@ -209,31 +210,34 @@ fn tokenize(s: &str) -> Result<Vec<(Tok, usize)>, ExprError> {
     Ok(out)
 }
 
-struct P {
-    toks: Vec<(Tok, usize)>,
+struct P<'a> {
+    toks: Vec<(Tok<'a>, usize)>,
     i: usize,
     depth: usize,
 }
 
-impl P {
-    fn peek(&self) -> &Tok {
+impl<'a> P<'a> {
+    fn peek(&self) -> &Tok<'a> {
         &self.toks[self.i].0
     }
     fn off(&self) -> usize {
         self.toks[self.i].1
     }
-    fn bump(&mut self) -> Tok {
-        let t = self.toks[self.i].0.clone();
+    /// Takes the current token and moves on (the final `End` stays in place). A taken token is never read
+    /// again: stepping back (`i -= 1`) only happens to report an error at its offset.
+    fn bump(&mut self) -> Tok<'a> {
         if self.i + 1 < self.toks.len() {
             self.i += 1;
+            std::mem::replace(&mut self.toks[self.i - 1].0, Tok::End)
+        } else {
+            Tok::End
         }
-        t
     }
     fn is_op(&self, op: &str) -> bool {
         matches!(self.peek(), Tok::Op(o) if *o == op)
     }
     fn is_word(&self, w: &str) -> bool {
-        matches!(self.peek(), Tok::Ident(x) if x == w)
+        matches!(self.peek(), Tok::Ident(x) if *x == w)
     }
     fn err<T>(&self, detail: impl Into<String>) -> Result<T, ExprError> {
         Err(ExprError {
@@ -350,15 +354,16 @@ impl P {
         Ok(e)
     }
     fn primary(&mut self) -> Result<Expr, ExprError> {
-        match self.peek().clone() {
-            Tok::Num(n) => {
-                self.bump();
-                Ok(Expr::Lit(n))
-            }
-            Tok::Str(s) => {
-                self.bump();
-                Ok(Expr::Lit(Value::String(s)))
-            }
+        let literal = match &mut self.toks[self.i].0 {
+            Tok::Num(n) => Some(std::mem::take(n)),
+            Tok::Str(v) => Some(Value::String(std::mem::take(v))),
+            _ => None,
+        };
+        if let Some(v) = literal {
+            self.bump();
+            return Ok(Expr::Lit(v));
+        }
+        match *self.peek() {
             Tok::Op("(") => {
                 self.bump();
                 let e = self.or()?;
@@ -370,14 +375,14 @@ impl P {
             }
             Tok::Ident(w) => {
                 self.bump();
-                match w.as_str() {
+                match w {
                     "true" => return Ok(Expr::Lit(Value::Bool(true))),
                     "false" => return Ok(Expr::Lit(Value::Bool(false))),
                     "null" => return Ok(Expr::Lit(Value::Null)),
                     _ => {}
                 }
                 if self.is_op("(") {
-                    let f = match w.as_str() {
+                    let f = match w {
                         "length" => Func::Length,
                         "concat" => Func::Concat,
                         "unique" => Func::Unique,
@@ -416,11 +421,11 @@ impl P {
                     }
                     return Ok(Expr::Call(f, args));
                 }
-                let mut path = vec![w.clone()];
+                let mut path = vec![w.to_string()];
                 while self.is_op(".") {
                     self.bump();
                     match self.bump() {
-                        Tok::Ident(s) => path.push(s),
+                        Tok::Ident(s) => path.push(s.to_string()),
                         Tok::Num(Value::Number(n)) if n.is_u64() => path.push(n.to_string()),
                         _ => {
                             self.i -= 1;
