@@ -195,6 +195,15 @@ fn targets(v: &Value, key: &str) -> Vec<String> {
 
 /// `probe_direct_egress`.
 pub fn direct_egress(f: &Facts, a: &Answer) -> Check {
+    let mut c = direct_egress_check(f, a);
+    if let Ok(v) = a {
+        let routes = v["routes"].clone();
+        c.details = serde_json::json!({"routes": routes, "connected": connected(v, "connects")});
+    }
+    c
+}
+
+fn direct_egress_check(f: &Facts, a: &Answer) -> Check {
     const ID: &str = "probe_direct_egress";
     let v = match a {
         Ok(v) => v,
@@ -263,6 +272,14 @@ pub fn direct_egress(f: &Facts, a: &Answer) -> Check {
 
 /// `probe_host_services`.
 pub fn host_services(f: &Facts, a: &Answer) -> Check {
+    let mut c = host_services_check(f, a);
+    if let Ok(v) = a {
+        c.details = serde_json::json!({"reachable": connected(v, "connects")});
+    }
+    c
+}
+
+fn host_services_check(f: &Facts, a: &Answer) -> Check {
     const ID: &str = "probe_host_services";
     let v = match a {
         Ok(v) => v,
@@ -538,6 +555,21 @@ pub fn secret_rules() -> Vec<String> {
 
 /// `probe_secret_env`.
 pub fn secret_env(f: &Facts, a: &Answer) -> Check {
+    let mut c = secret_env_check(f, a);
+    if let Ok(v) = a {
+        let names: Vec<&str> = v["visible"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["name"].as_str())
+            .filter(|n| is_secret_name(n))
+            .collect();
+        c.details = serde_json::json!({"visible": names});
+    }
+    c
+}
+
+fn secret_env_check(f: &Facts, a: &Answer) -> Check {
     const ID: &str = "probe_secret_env";
     let v = match a {
         Ok(v) => v,
@@ -622,6 +654,17 @@ fn cap_list(mask: u64) -> String {
 
 /// `probe_hardening`.
 pub fn hardening(f: &Facts, a: &Answer) -> Check {
+    let mut c = hardening_check(f, a);
+    if let Ok(v) = a {
+        c.details = serde_json::json!({
+            "no_new_privs": v["no_new_privs"], "cap_eff": v["cap_eff"], "uid": v["uid"], "gid": v["gid"],
+            "pid1": v["pid1"], "engine_sockets": v["engine_sockets"],
+        });
+    }
+    c
+}
+
+fn hardening_check(f: &Facts, a: &Answer) -> Check {
     const ID: &str = "probe_hardening";
     let v = match a {
         Ok(v) => v,
@@ -1145,6 +1188,11 @@ pub async fn run(inputs: &Inputs, plan: &Plan) -> Vec<Check> {
     drop(run);
     drop(started);
     guard.close().await;
+    for c in &mut checks {
+        if let Value::Object(m) = &mut c.details {
+            m.insert("egress".into(), Value::from(facts.egress.as_str()));
+        }
+    }
     checks
 }
 
@@ -1429,6 +1477,10 @@ mod tests {
             Status::Fail,
             "connected: 1.1.1.1:443",
         );
+        assert_eq!(
+            direct_egress(&facts(Egress::Relay), &open).details["connected"],
+            json!(["1.1.1.1:443"])
+        );
         check(
             direct_egress(&facts(Egress::Advisory), &open),
             Status::Warn,
@@ -1662,6 +1714,10 @@ mod tests {
         );
         check(c.clone(), Status::Fail, "ANTHROPIC_API_KEY");
         assert!(!c.message.contains("sk-ant-host"));
+        assert_eq!(
+            c.details["visible"],
+            json!(["ANTHROPIC_API_KEY", "AWS_SECRET_ACCESS_KEY"])
+        );
     }
 
     fn hardened() -> Value {
