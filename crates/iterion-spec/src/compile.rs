@@ -141,6 +141,48 @@ fn is_board_capability(c: &str) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
 
+/// The capabilities the runtime knows (01 §4, `capabilities`); others draw `C080`.
+const KNOWN_CAPABILITIES: &[&str] = &[
+    "board.read",
+    "board.create",
+    "board.move",
+    "board.assign",
+    "board.label",
+    "board.close",
+    "board.comment",
+    "watch.subscribe",
+    "watch.unsubscribe",
+];
+
+/// Lowercase `domain` or `domain.action`: each part a lowercase letter then letters, digits or `_`.
+fn is_capability_shape(c: &str) -> bool {
+    let part = |p: &str| {
+        let mut b = p.bytes();
+        b.next().is_some_and(|f| f.is_ascii_lowercase())
+            && b.all(|x| x.is_ascii_lowercase() || x.is_ascii_digit() || x == b'_')
+    };
+    match c.split_once('.') {
+        None => part(c),
+        Some((d, a)) => part(d) && part(a),
+    }
+}
+
+/// Whether an MCP server runs the Playwright MCP package (`C060`).
+fn is_playwright_mcp(m: &McpServer) -> bool {
+    let Some(cmd) = m.command.as_deref() else {
+        return false;
+    };
+    let cmd = cmd.to_ascii_lowercase();
+    if cmd.contains("playwright-mcp") || cmd.contains("playwright_mcp") || cmd.contains("@playwright/mcp") {
+        return true;
+    }
+    let program = cmd.split_whitespace().next().unwrap_or("");
+    (program == "npx" || program.ends_with("/npx"))
+        && m.args
+            .iter()
+            .any(|a| a.to_ascii_lowercase().contains("@playwright/mcp"))
+}
+
 fn is_literal(s: &str) -> bool {
     !s.contains("${")
 }
@@ -573,6 +615,8 @@ impl<'a> Compiler<'a> {
         drop(g);
         drop(ix);
         self.board_capabilities(&w);
+        self.capability_names(&w);
+        self.browser_image(&w);
         if let Some(s) = w.sandbox.as_mut() {
             self.sandbox(s, ("workflow", &w.name.value));
         }
@@ -612,6 +656,65 @@ impl<'a> Compiler<'a> {
                     ),
                 );
             }
+        }
+    }
+
+    /// `C081` (error) for a capability that is not lowercase `domain` or `domain.action` (letters, digits and
+    /// underscores, each part starting with a letter); `C080` (warning) for a well-formed name outside the
+    /// built-in registry (the registry is open: the name is passed through to the executor).
+    fn capability_names(&mut self, w: &Workflow) {
+        let nodes = w.nodes.iter().filter_map(|n| n.capabilities.as_ref());
+        for c in w.capabilities.iter().chain(nodes).flatten() {
+            if !is_literal(&c.value) {
+                continue;
+            }
+            if !is_capability_shape(&c.value) {
+                let i = self.err("C081", c.span, format!("malformed capability '{}'", c.value));
+                self.hint(
+                    i,
+                    "a capability is lowercase 'domain' or 'domain.action' (letters, digits, '_'), e.g. board.read",
+                );
+            } else if !KNOWN_CAPABILITIES.contains(&c.value.as_str()) {
+                let i = self.warn("C080", c.span, format!("unknown capability '{}'", c.value));
+                self.hint(
+                    i,
+                    &format!("known capabilities: {}", KNOWN_CAPABILITIES.join(", ")),
+                );
+            }
+        }
+    }
+
+    /// `C060`: a Playwright MCP server (a command naming `playwright-mcp` / `playwright_mcp`, or `npx` with an
+    /// `@playwright/mcp` argument) under a workflow sandbox whose inline image literal is not a browser image
+    /// (its name contains neither `sandbox-browser` nor `sandbox-full-browser`): the browser would be missing
+    /// inside the sandbox and the server would fail at its first call.
+    fn browser_image(&mut self, w: &Workflow) {
+        let Some(image) = w
+            .sandbox
+            .as_ref()
+            .filter(|d| d.derive_kind() == SandboxKind::Inline)
+            .and_then(|d| d.image.as_ref())
+            .filter(|i| is_literal(&i.value))
+        else {
+            return;
+        };
+        let lower = image.value.to_ascii_lowercase();
+        if lower.contains("sandbox-browser") || lower.contains("sandbox-full-browser") {
+            return;
+        }
+        for m in w.mcp_servers.iter().filter(|m| is_playwright_mcp(m)) {
+            let i = self.err(
+                "C060",
+                m.name.span,
+                format!("mcp_server '{}' needs a browser sandbox image", m.name.value),
+            );
+            self.hint(
+                i,
+                &format!(
+                    "the sandbox image '{}' has no browser; use an image whose name contains sandbox-browser or sandbox-full-browser",
+                    image.value
+                ),
+            );
         }
     }
 

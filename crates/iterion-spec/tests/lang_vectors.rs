@@ -486,26 +486,31 @@ fn caps(agent_extra: &str, wf_extra: &str) -> String {
 #[test]
 fn c082_board_capabilities_in_a_sandbox() {
     let board = "  capabilities: [board.read, boardroom.read, web.fetch, board]\n";
+    // boardroom.read, web.fetch and board are well formed but not in the registry
+    const UNKNOWN: &str = "C080@3:30 C080@3:46 C080@3:57";
     // an active workflow sandbox (auto, inline): every board capability of the workflow and of its nodes
     check_diags(
         &caps(board, "  capabilities: [board.*]\n  sandbox: auto\n"),
-        "C082@3:18 C082@3:57 C082@6:18",
+        "C082@3:18 C080@3:30 C080@3:46 C082@3:57 C080@3:57 C082@6:18 C081@6:18",
     );
     check_diags(
         &caps(board, "  sandbox:\n    image: \"alpine:3\"\n"),
-        "C082@3:18 C082@3:57",
+        "C082@3:18 C080@3:30 C080@3:46 C082@3:57 C080@3:57",
     );
     // no declared sandbox, an explicit none, or a block that only overrides the network: not active
-    check_diags(&caps(board, "  capabilities: [board.close]\n"), "");
-    check_diags(&caps(board, "  sandbox: none\n"), "C128@6:3");
-    check_diags(&caps(board, "  sandbox:\n    network:\n      mode: open\n"), "");
+    check_diags(&caps(board, "  capabilities: [board.close]\n"), UNKNOWN);
+    check_diags(&caps(board, "  sandbox: none\n"), &format!("{UNKNOWN} C128@6:3"));
+    check_diags(
+        &caps(board, "  sandbox:\n    network:\n      mode: open\n"),
+        UNKNOWN,
+    );
     // a node that opts out with its own sandbox: none runs on the host, where the board is reachable
     check_diags(
         &caps(
             &format!("{board}  sandbox: none\n"),
             "  capabilities: [board.move]\n  sandbox: auto\n",
         ),
-        "C128@4:3 C082@7:18",
+        &format!("{UNKNOWN} C128@4:3 C082@7:18"),
     );
     let c = check(&caps(board, "  sandbox: auto\n"), "t.bot");
     assert!(!c.has_errors());
@@ -514,6 +519,76 @@ fn c082_board_capabilities_in_a_sandbox() {
         "t.bot:3:18: warning[C082]: capability 'board.read' is not reachable from inside the sandbox"
     );
     assert_eq!((c.diagnostics[0].end_line, c.diagnostics[0].end_col), (3, 28));
+}
+
+#[test]
+fn c080_c081_capability_names() {
+    let t = |list: &str, expect: &str| {
+        check_diags(&caps(&format!("  capabilities: [{list}]\n"), ""), expect);
+    };
+    // every registered capability, no diagnostic
+    t(
+        "board.read, board.create, board.move, board.assign, board.label, board.close, board.comment",
+        "",
+    );
+    t("watch.subscribe, watch.unsubscribe", "");
+    // well formed but unknown: a warning, the name is passed through
+    t("runs.read", "C080@3:18");
+    t("web", "C080@3:18");
+    t("x_1.y_2", "C080@3:18");
+    // malformed: upper case, three parts, a wildcard, a part starting with an underscore
+    t("Board.Read", "C081@3:18");
+    t("board.read.all", "C081@3:18");
+    t("board.*", "C081@3:18");
+    // (a name starting with a digit is not a list item at all: E020 from the parser)
+    t("1board.read", "E020@3:18");
+    t("board._read", "C081@3:18");
+    // the workflow's own list is checked too
+    check_diags(
+        &caps("", "  capabilities: [Bad.Cap, runs.read]\n"),
+        "C081@5:18 C080@5:27",
+    );
+    let c = check(&caps("  capabilities: [Read]\n", ""), "t.bot");
+    assert!(c.has_errors());
+    assert_eq!(
+        c.diagnostics[0].render_header(),
+        "t.bot:3:18: error[C081]: malformed capability 'Read'"
+    );
+    let c = check(&caps("  capabilities: [runs.read]\n", ""), "t.bot");
+    assert!(!c.has_errors());
+    assert_eq!(
+        c.diagnostics[0].render_header(),
+        "t.bot:3:18: warning[C080]: unknown capability 'runs.read'"
+    );
+}
+
+#[test]
+fn c060_playwright_mcp_needs_a_browser_image() {
+    let src = |server: &str, sandbox: &str| {
+        format!(
+            "mcp_server pw:\n  transport: stdio\n{server}agent a:\n  model: \"m\"\nworkflow w:\n  entry: a\n{sandbox}  a -> done\n"
+        )
+    };
+    let npx = "  command: \"npx\"\n  args: [\"-y\", \"@playwright/mcp@latest\"]\n";
+    let bin = "  command: \"/usr/local/bin/playwright-mcp\"\n";
+    let other = "  command: \"npx\"\n  args: [\"@modelcontextprotocol/server-filesystem\"]\n";
+    let plain = "  sandbox:\n    image: \"alpine:3\"\n";
+    let browser = "  sandbox:\n    image: \"ghcr.io/acme/iterion-sandbox-browser:1\"\n";
+    let full = "  sandbox:\n    image: \"Acme-Sandbox-Full-Browser:edge\"\n";
+    // an inline image without a browser: refused at the server's name
+    check_diags(&src(npx, plain), "C060@1:12");
+    check_diags(&src(bin, plain), "C060@1:12");
+    // a browser image, another server, or no inline image literal: nothing
+    check_diags(&src(npx, browser), "");
+    check_diags(&src(npx, full), "");
+    check_diags(&src(other, plain), "");
+    check_diags(&src(npx, ""), "");
+    check_diags(&src(npx, "  sandbox: none\n"), "C128@9:3");
+    let c = check(&src(npx, plain), "t.bot");
+    assert_eq!(
+        c.diagnostics[0].render_header(),
+        "t.bot:1:12: error[C060]: mcp_server 'pw' needs a browser sandbox image"
+    );
 }
 
 #[test]
