@@ -39,6 +39,8 @@ struct Outcome {
     code: i32,
     stdout: String,
     stderr: String,
+    /// What the doctor left in its temporary directory (the workspace, the proxy socket): nothing.
+    leftovers: Vec<String>,
 }
 
 /// Runs `iterion sandbox doctor --strict --probe <extra…> <workflow>` with its own data directory and work
@@ -46,6 +48,7 @@ struct Outcome {
 fn doctor(workflow: &Path, extra: &[&str], env: &[(&str, &str)], remove: &[&str]) -> Outcome {
     let home = tempfile::tempdir().expect("tempdir");
     let work = tempfile::tempdir().expect("tempdir");
+    let tmp = tempfile::tempdir().expect("tempdir");
     let mut c = Command::new(env!("CARGO_BIN_EXE_iterion"));
     c.args(["sandbox", "doctor", "--strict", "--probe"])
         .args(extra)
@@ -53,6 +56,7 @@ fn doctor(workflow: &Path, extra: &[&str], env: &[(&str, &str)], remove: &[&str]
         .arg(work.path())
         .arg(workflow)
         .env("ITERION_HOME", home.path())
+        .env("TMPDIR", tmp.path())
         .env("NO_COLOR", "1");
     for (k, v) in env {
         c.env(k, v);
@@ -61,10 +65,16 @@ fn doctor(workflow: &Path, extra: &[&str], env: &[(&str, &str)], remove: &[&str]
         c.env_remove(k);
     }
     let out = c.output().expect("run iterion");
+    let leftovers = std::fs::read_dir(tmp.path())
+        .expect("read the temporary directory")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
     Outcome {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        leftovers,
     }
 }
 
@@ -130,6 +140,11 @@ fn d29_every_probe_passes_on_a_relay_placement_sandbox() {
     }
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert_sandbox_gone(&doc);
+    assert_eq!(
+        o.leftovers,
+        Vec::<String>::new(),
+        "workspace or proxy socket left behind"
+    );
 }
 
 #[test]
