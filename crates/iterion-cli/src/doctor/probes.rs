@@ -9,9 +9,18 @@
 //! timeout. [`Throwaway`] removes the container, the proxy, the lease and the temporary directory when
 //! closed, and — as a drop guard — when the doctor is interrupted (Ctrl-C drops the future).
 //!
-//! Deviations, until the driver API allows them: the container is named `iterion-doctor-<8 hex>` through its
-//! run id (`doctor-<8 hex>`), but its `iterion.io/component` label is `run` (the docker driver sets the
-//! component itself; `StartRequest` has no field for it) and its `iterion.io/run-name` is `doctor-probe`.
+//! Deviations from 06 §6:
+//! - the probe program is the static `iterion-probe` (see `crate::probe` for why), not the iterion binary;
+//! - the container is named `iterion-doctor-<8 hex>` through its run id (`doctor-<8 hex>`), but its
+//!   `iterion.io/component` label is `run`, until the driver API allows another component (the docker driver
+//!   sets it itself; `StartRequest` has no field for it); its `iterion.io/run-name` is `doctor-probe`;
+//! - `probe_sandbox_start` execs the probe program (`start`) instead of `true`: it proves that the program
+//!   the other probes need runs in the image;
+//! - hardening and the pids limit follow `ITERION_SANDBOX_HARDENING` and `ITERION_SANDBOX_PIDS_LIMIT` (03
+//!   §8.7) as the driver specification says;
+//! - `probe_secret_env` considers the deny-class rules of the secret categories (credential, agent namespace,
+//!   cloud SDK): `PATH`, `HOME` or the proxy variables are in the deny class but are set by images and by
+//!   iterion itself and carry no secret.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
