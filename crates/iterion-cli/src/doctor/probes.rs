@@ -1879,7 +1879,9 @@ mod tests {
             return;
         }
         iterion_test_support::docker_image::ensure_test_image().expect("the local test image");
-        let env: BTreeMap<String, String> = std::env::vars().collect();
+        let data = tempfile::tempdir().expect("tempdir");
+        let mut env: BTreeMap<String, String> = std::env::vars().collect();
+        env.insert("ITERION_HOME".into(), data.path().display().to_string());
         let wf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/doctor/ok-good.bot");
         let mut inputs = super::super::Inputs::new(env, std::env::temp_dir());
         inputs.strict = true;
@@ -1979,7 +1981,9 @@ mod tests {
             return;
         }
         iterion_test_support::docker_image::ensure_test_image().expect("the local test image");
-        let env: BTreeMap<String, String> = std::env::vars().collect();
+        let data = tempfile::tempdir().expect("tempdir");
+        let mut env: BTreeMap<String, String> = std::env::vars().collect();
+        env.insert("ITERION_HOME".into(), data.path().display().to_string());
         let wf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/doctor/ok-good.bot");
         let mut inputs = super::super::Inputs::new(env, std::env::temp_dir());
         inputs.strict = true;
