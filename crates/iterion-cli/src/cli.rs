@@ -37,7 +37,7 @@ pub fn dispatch(cli: Cli, env: &BTreeMap<String, String>) -> ExitCode {
         Command::Run(args) => crate::cmd_run::run(args, env),
         Command::Resume(args) => crate::cmd_run::resume(args, env),
         Command::Runs(args) => crate::cmd_runs::run(args, env),
-        Command::Netproxy(args) => crate::cmd_netproxy::run(args),
+        Command::Netproxy(args) => crate::cmd_netproxy::run(args, env),
         Command::Sandbox(args) => crate::cmd_doctor::run(args, env),
         Command::SandboxProbe(args) => crate::probe::run(args, env),
     }

@@ -5,8 +5,9 @@ use clap::{Args, Subcommand};
 use iterion_netpolicy::{Policy, Target};
 use iterion_netproxy::{
     Credential, DecideOptions, DnsServerResolver, Listen, Proxy, ProxyConfig, ProxyEvent, Resolver,
-    SystemResolver,
+    SecretBinding, SystemResolver, TlsInspection,
 };
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -101,10 +102,11 @@ pub struct ServeArgs {
     /// Grace for in-flight work at shutdown (default 5s).
     #[arg(long, value_name = "DUR")]
     pub shutdown_grace: Option<String>,
-    /// TLS inspection with secret substitution (not built in this version).
+    /// TLS inspection with secret substitution (spec 04 §14); needs at least one --secret.
     #[arg(long)]
     pub tls_inspect: bool,
-    /// Secret binding NAME=HOST[,HOST...] (needs --tls-inspect).
+    /// Secret binding NAME=HOST[,HOST...]: the value is read from the environment variable NAME, the sandbox
+    /// uses the printed placeholder (repeatable; needs --tls-inspect).
     #[arg(long = "secret", value_name = "NAME=HOSTS")]
     pub secrets: Vec<String>,
     /// Hosts never intercepted (needs --tls-inspect).
@@ -119,6 +121,9 @@ pub struct ServeArgs {
     /// Write the CA certificate here (needs --tls-inspect).
     #[arg(long, value_name = "PATH")]
     pub ca_out: Option<PathBuf>,
+    /// Log level on stderr: off, error, warn, info, debug or trace.
+    #[arg(long, value_name = "LEVEL", default_value = "info")]
+    pub log_level: String,
     /// Print the final statistics as JSON.
     #[arg(long)]
     pub json: bool,
@@ -140,10 +145,10 @@ pub struct CheckArgs {
     pub targets: Vec<String>,
 }
 
-/// Run `iterion netproxy …`.
-pub fn run(args: NetproxyArgs) -> ExitCode {
+/// Run `iterion netproxy …`. `env` is the process environment (`--secret NAME=…` reads `NAME` from it).
+pub fn run(args: NetproxyArgs, env: &BTreeMap<String, String>) -> ExitCode {
     match args.command {
-        NetproxyCommand::Serve(a) => serve(*a),
+        NetproxyCommand::Serve(a) => serve(*a, env),
         NetproxyCommand::Check(a) => check(a),
     }
 }
@@ -224,7 +229,97 @@ fn parse_duration(s: &str) -> Option<Duration> {
     (total.is_finite() && total >= 0.0).then(|| Duration::from_secs_f64(total))
 }
 
-fn serve(a: ServeArgs) -> ExitCode {
+/// `--log-level`: the maximum level of the stderr log.
+fn log_level(text: &str) -> Result<tracing_subscriber::filter::LevelFilter, String> {
+    use tracing_subscriber::filter::LevelFilter;
+    match text.to_ascii_lowercase().as_str() {
+        "off" => Ok(LevelFilter::OFF),
+        "error" => Ok(LevelFilter::ERROR),
+        "warn" => Ok(LevelFilter::WARN),
+        "info" => Ok(LevelFilter::INFO),
+        "debug" => Ok(LevelFilter::DEBUG),
+        "trace" => Ok(LevelFilter::TRACE),
+        _ => Err(format!(
+            "invalid --log-level '{text}' (want off, error, warn, info, debug or trace)"
+        )),
+    }
+}
+
+/// `--secret NAME=HOST[,HOST...]` with the value of the environment variable `NAME`.
+fn secret_binding(spec: &str, env: &BTreeMap<String, String>) -> Result<SecretBinding, String> {
+    let Some((name, hosts)) = spec.split_once('=') else {
+        return Err(format!("invalid --secret '{spec}' (want NAME=HOST[,HOST...])"));
+    };
+    let hosts: Vec<&str> = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .collect();
+    if name.is_empty() || hosts.is_empty() {
+        return Err(format!("invalid --secret '{spec}' (want NAME=HOST[,HOST...])"));
+    }
+    match env.get(name) {
+        Some(value) => Ok(SecretBinding::new(name, value.clone(), &hosts)),
+        None => Err(format!(
+            "--secret {name}: the environment variable {name} is not set (the value is read from it)"
+        )),
+    }
+}
+
+/// The TLS inspection settings from the flags; every problem is added to `errors`.
+fn tls_settings(
+    a: &ServeArgs,
+    env: &BTreeMap<String, String>,
+    errors: &mut Vec<String>,
+) -> Option<TlsInspection> {
+    if !a.tls_inspect {
+        if !a.secrets.is_empty()
+            || !a.tls_bypass.is_empty()
+            || a.ca_cert.is_some()
+            || a.ca_key.is_some()
+            || a.ca_out.is_some()
+        {
+            errors.push(
+                "--secret, --tls-bypass, --ca-cert, --ca-key and --ca-out need --tls-inspect".to_owned(),
+            );
+        }
+        return None;
+    }
+    if a.secrets.is_empty() {
+        errors.push("--tls-inspect needs at least one --secret NAME=HOST[,HOST...]".to_owned());
+    }
+    let mut t = TlsInspection::new();
+    for spec in &a.secrets {
+        match secret_binding(spec, env) {
+            Ok(b) => t = t.binding(b),
+            Err(e) => errors.push(e),
+        }
+    }
+    for p in &a.tls_bypass {
+        t = t.bypass(p.clone());
+    }
+    match (&a.ca_cert, &a.ca_key) {
+        (Some(cert), Some(key)) => {
+            let read = |p: &PathBuf, what: &str, errors: &mut Vec<String>| match std::fs::read_to_string(p) {
+                Ok(text) => Some(text),
+                Err(e) => {
+                    errors.push(format!("cannot read {what} {}: {e}", p.display()));
+                    None
+                }
+            };
+            let cert = read(cert, "--ca-cert", errors);
+            let key = read(key, "--ca-key", errors);
+            if let (Some(cert), Some(key)) = (cert, key) {
+                t = t.operator_ca(cert, key);
+            }
+        }
+        (None, None) => {}
+        _ => errors.push("--ca-cert and --ca-key go together".to_owned()),
+    }
+    Some(t)
+}
+
+fn serve(a: ServeArgs, env: &BTreeMap<String, String>) -> ExitCode {
     let mut errors = Vec::new();
     let policy = match compile_policy(&a.policy) {
         Ok(p) => Some(Arc::new(p)),
@@ -233,16 +328,14 @@ fn serve(a: ServeArgs) -> ExitCode {
             None
         }
     };
-    if a.tls_inspect {
-        errors.push("tls inspection is not built".to_owned());
-    } else if !a.secrets.is_empty()
-        || !a.tls_bypass.is_empty()
-        || a.ca_cert.is_some()
-        || a.ca_key.is_some()
-        || a.ca_out.is_some()
-    {
-        errors.push("--secret, --tls-bypass, --ca-cert, --ca-key and --ca-out need --tls-inspect".to_owned());
-    }
+    let tls = tls_settings(&a, env, &mut errors);
+    let level = match log_level(&a.log_level) {
+        Ok(l) => Some(l),
+        Err(e) => {
+            errors.push(e);
+            None
+        }
+    };
     let listen = match a.listen.parse::<Listen>() {
         Ok(l) => Some(l),
         Err(e) => {
@@ -292,10 +385,17 @@ fn serve(a: ServeArgs) -> ExitCode {
             None
         }
     };
-    let (Some(policy), Some(listen), Some(resolver), true) = (policy, listen, resolver, errors.is_empty())
+    let (Some(policy), Some(listen), Some(resolver), Some(level), true) =
+        (policy, listen, resolver, level, errors.is_empty())
     else {
         return usage_errors(&errors);
     };
+    // Logs go to stderr; stdout carries only the lines below and `--events -`.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(level)
+        .with_target(false)
+        .try_init();
     let generated = token.is_none() && !a.no_auth;
     let token = token.unwrap_or_else(iterion_netproxy::new_token);
 
@@ -332,6 +432,18 @@ fn serve(a: ServeArgs) -> ExitCode {
     } else if !a.silent_deny.is_empty() {
         builder = builder.silent_deny(&a.silent_deny);
     }
+    let placeholders: Vec<(String, String)> = tls
+        .as_ref()
+        .map(|t| {
+            t.bindings()
+                .iter()
+                .map(|b| (b.name().to_owned(), b.placeholder().to_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(t) = tls {
+        builder = builder.tls_inspection(t);
+    }
     if a.events.is_some() {
         builder = builder.on_event(move |ev| {
             if let Ok(tx) = ev_tx.lock() {
@@ -353,13 +465,22 @@ fn serve(a: ServeArgs) -> ExitCode {
         }
     };
     let events_target = a.events.clone();
+    let ca_out = a.ca_out.clone();
     let json = a.json;
     let result: Result<()> = runtime.block_on(async move {
         let proxy = Proxy::start(config).await.context("cannot start the proxy")?;
+        // The CA file exists before the lines announcing the proxy are printed.
+        if let (Some(path), Some(bundle)) = (&ca_out, proxy.trust_bundle()) {
+            std::fs::write(path, &bundle.ca_pem)
+                .with_context(|| format!("cannot write the CA certificate to {}", path.display()))?;
+        }
         let mut out = std::io::stdout().lock();
         writeln!(out, "listening on {}", proxy.listening())?;
         if generated {
             writeln!(out, "proxy {}", proxy.endpoint("iterion", &token))?;
+        }
+        for (name, placeholder) in &placeholders {
+            writeln!(out, "placeholder {name} {placeholder}")?;
         }
         out.flush()?;
         drop(out);
@@ -577,6 +698,20 @@ mod tests {
         check_dur("10", None);
         check_dur("", None);
         check_dur("5x", None);
+    }
+
+    #[test]
+    fn secret_flags() {
+        let env = BTreeMap::from([("GH_TOKEN".to_owned(), "ghp_x".to_owned())]);
+        let b = secret_binding("GH_TOKEN=api.github.com, **.githubusercontent.com", &env);
+        let b = b.expect("binding");
+        assert_eq!(b.name(), "GH_TOKEN");
+        assert_eq!(b.hosts(), ["api.github.com", "**.githubusercontent.com"]);
+        assert!(secret_binding("GH_TOKEN=", &env).is_err());
+        assert!(secret_binding("=api.github.com", &env).is_err());
+        assert!(secret_binding("NOPE=api.github.com", &env).is_err());
+        assert!(log_level("DEBUG").is_ok());
+        assert!(log_level("verbose").is_err());
     }
 
     #[test]

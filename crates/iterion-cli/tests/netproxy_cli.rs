@@ -320,9 +320,13 @@ fn serve_refusals_and_exit_codes() {
         "invalid network rule 'a*b.com'",
     );
     serve_fails(
-        &["--tls-inspect", "--secret", "GH_TOKEN=api.github.com"],
+        &[
+            "--tls-inspect",
+            "--secret",
+            "ITERION_TEST_UNSET_SECRET=api.github.com",
+        ],
         2,
-        "tls inspection is not built",
+        "the environment variable ITERION_TEST_UNSET_SECRET is not set",
     );
     serve_fails(
         &["--idle-timeout", "soon"],

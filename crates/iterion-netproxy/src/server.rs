@@ -524,6 +524,7 @@ async fn handle_request<S: AsyncIo>(
         } else {
             format!("secret {} is not bound to {host}", b.name)
         };
+        tracing::info!(host = %host, rule = %rule, "secret leak refused");
         Counters::bump(&sh.counters.denied, "secret leak");
         let mut ev = event(Some("secret leak".to_owned()));
         ev.rule = Some(rule.clone());
