@@ -74,8 +74,8 @@
 //! be substituted; request bodies above 1 MiB, chunked bodies above 1 MiB and compressed bodies are scanned
 //! but never rewritten (a placeholder there is refused); in plain forward requests only bodies of at most
 //! 1 MiB with a `Content-Length` are scanned; responses a bound host sends compressed despite
-//! `Accept-Encoding: identity` are relayed unscrubbed; `ca-bundle.pem` holds the host's native roots (the
-//! Mozilla set on Debian and Ubuntu) because `webpki-roots` ships trust anchors, not certificates.
+//! `Accept-Encoding: identity` are relayed unscrubbed. `ca-bundle.pem` is the Mozilla root set compiled in
+//! (`webpki-root-certs`) followed by the run CA.
 #![deny(missing_docs)]
 
 mod auth;

@@ -234,7 +234,6 @@ pub(crate) struct Inspector {
     pub(crate) ca: ca::Ca,
     pub(crate) leaves: ca::LeafCache,
     pub(crate) upstream: Arc<rustls::ClientConfig>,
-    roots_pem: String,
 }
 
 impl fmt::Debug for Inspector {
@@ -322,12 +321,8 @@ impl Inspector {
             .collect();
         let mut roots = rustls::RootCertStore::empty();
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        // The host's native roots: trusted upstream unless disabled, and always the root part of
-        // `ca-bundle.pem` (webpki-roots carries trust anchors, not certificates, so it cannot be written as PEM).
-        let mut roots_pem = String::new();
-        for cert in rustls_native_certs::load_native_certs().certs {
-            roots_pem.push_str(&ca::pem("CERTIFICATE", &cert));
-            if cfg.native_roots {
+        if cfg.native_roots {
+            for cert in rustls_native_certs::load_native_certs().certs {
                 let _ = roots.add(cert);
             }
         }
@@ -369,7 +364,6 @@ impl Inspector {
             ca,
             leaves: ca::LeafCache::new(256),
             upstream,
-            roots_pem,
         }))
     }
 
@@ -385,10 +379,14 @@ impl Inspector {
             .collect()
     }
 
-    /// The trust files: the CA, and the root set followed by the CA.
+    /// The trust files: the CA, and the Mozilla root set (the certificates of `webpki-root-certs`, the same set
+    /// as the `webpki-roots` anchors used upstream) followed by the CA.
     pub(crate) fn trust_bundle(&self) -> TrustBundle {
         let ca_pem = self.ca.cert_pem.clone();
-        let mut bundle_pem = self.roots_pem.clone();
+        let mut bundle_pem = String::with_capacity(webpki_root_certs::TLS_SERVER_ROOT_CERTS.len() * 2048);
+        for cert in webpki_root_certs::TLS_SERVER_ROOT_CERTS {
+            bundle_pem.push_str(&ca::pem("CERTIFICATE", cert));
+        }
         bundle_pem.push_str(&ca_pem);
         TrustBundle { ca_pem, bundle_pem }
     }
