@@ -1038,3 +1038,35 @@ async fn keep_alive_requests_are_each_inspected() {
     }
     assert_eq!(env.substitutions(), 2);
 }
+
+#[tokio::test]
+async fn expect_continue_is_answered_by_the_proxy() {
+    let ca = TestCa::new();
+    let (port, seen) = https_upstream(&ca, &["api.github.com"]).await;
+    let (t, p) = inspection(&ca);
+    let env = start(t, p).await;
+    let target = format!("api.github.com:{port}");
+    let mut s = env
+        .tls(&target, "api.github.com", env.run_ca_roots())
+        .await
+        .expect("handshake");
+    let body = format!("token={}", env.placeholder);
+    s.write_all(
+        format!(
+            "POST /form HTTP/1.1\r\nHost: {target}\r\nExpect: 100-continue\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .await
+    .expect("head");
+    let mut interim = [0u8; 25];
+    s.read_exact(&mut interim).await.expect("100 Continue");
+    assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
+    let resp = exchange(&mut s, &body).await;
+    assert!(resp.starts_with("HTTP/1.1 200 OK\r\n"), "{resp}");
+    let got = seen.requests();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].body, format!("token={VALUE}").as_bytes());
+    assert_eq!(header(&got[0].head, "expect"), None);
+}

@@ -17,6 +17,7 @@ use iterion_netpolicy::Target;
 use std::io;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::{Duration, Instant};
+use zeroize::Zeroizing;
 
 /// The largest body buffered for substitution, scanning or scrubbing.
 pub(crate) const MAX_BODY: u64 = 1024 * 1024;
@@ -297,6 +298,11 @@ where
             return Step::Close("error");
         }
     };
+    // The body is read before anything goes upstream: answer `Expect: 100-continue` here (and do not pass it on).
+    let expect = framing != Framing::Empty && head.headers.as_slice().has_token("expect", "100-continue");
+    if expect && client.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err() {
+        return Step::Close("error");
+    }
     let bound = insp.bound(&ctx.target);
     // Placeholders in the target and the header values.
     let mut found: Vec<usize> = find_placeholders(head.target.as_bytes(), &insp.by_suffix)
@@ -396,14 +402,13 @@ where
     let mut used: Vec<usize> = found.iter().chain(body_found.iter()).copied().collect();
     used.sort_unstable();
     used.dedup();
-    let owned: Vec<(Vec<u8>, Vec<u8>)> = used
+    let pairs: Vec<(&[u8], &[u8])> = used
         .iter()
         .map(|&i| {
             let b = &insp.bindings[i];
-            (b.placeholder.as_bytes().to_vec(), b.value.as_bytes().to_vec())
+            (b.placeholder.as_bytes(), b.value.as_bytes())
         })
         .collect();
-    let pairs: Vec<(&[u8], &[u8])> = owned.iter().map(|(a, b)| (a.as_slice(), b.as_slice())).collect();
     let mut counts = vec![0usize; used.len()];
     let mut add = |c: Vec<usize>| {
         for (k, n) in c.into_iter().enumerate() {
@@ -411,23 +416,29 @@ where
         }
     };
     let (target, c) = replace_all(head.target.as_bytes(), &pairs);
+    let target = Zeroizing::new(target);
     add(c);
-    let mut req = format!(
-        "{} {} {}\r\n",
-        head.method,
-        String::from_utf8_lossy(&target),
-        Version::Http11
-    )
-    .into_bytes();
+    // The request now holds real values: zeroised when dropped.
+    let mut req = Zeroizing::new(
+        format!(
+            "{} {} {}\r\n",
+            head.method,
+            String::from_utf8_lossy(&target),
+            Version::Http11
+        )
+        .into_bytes(),
+    );
     let full = matches!(body, Body::Full(_));
     for (name, value) in &head.headers {
         let lower = name.to_ascii_lowercase();
         if (full && (lower == "content-length" || lower == "transfer-encoding"))
             || (!bound.is_empty() && lower == "accept-encoding")
+            || (expect && lower == "expect")
         {
             continue;
         }
         let (v, c) = replace_all(value.as_bytes(), &pairs);
+        let v = Zeroizing::new(v);
         add(c);
         req.extend_from_slice(name.as_bytes());
         req.extend_from_slice(b": ");
@@ -441,9 +452,9 @@ where
         Body::Full(b) if !body_found.is_empty() => {
             let (v, c) = replace_all(b, &pairs);
             add(c);
-            Some(v)
+            Some(Zeroizing::new(v))
         }
-        Body::Full(b) => Some(b.clone()),
+        Body::Full(b) => Some(Zeroizing::new(b.clone())),
         _ => None,
     };
     if let Some(b) = &body_bytes
@@ -495,15 +506,14 @@ where
         }
     }
     // The response.
-    let scrub: Vec<(Vec<u8>, Vec<u8>)> = if bound.is_empty() {
+    let scrub_pairs: Vec<(&[u8], &[u8])> = if bound.is_empty() {
         Vec::new()
     } else {
         insp.bindings
             .iter()
-            .map(|b| (b.value.as_bytes().to_vec(), b.placeholder.as_bytes().to_vec()))
+            .map(|b| (b.value.as_bytes(), b.placeholder.as_bytes()))
             .collect()
     };
-    let scrub_pairs: Vec<(&[u8], &[u8])> = scrub.iter().map(|(a, b)| (a.as_slice(), b.as_slice())).collect();
     let (resp, rframing) = loop {
         let resp = match read_response_head(up, ubuf, sh.limits.upstream_response_timeout).await {
             Ok(r) => r,
@@ -538,15 +548,17 @@ where
         }
     };
     let keep = client_keep_alive(&head) && upstream_keep_alive(&resp) && rframing != Framing::UntilClose;
-    let relayed = if scrub.is_empty() {
+    let relayed = if scrub_pairs.is_empty() {
         let bytes = response_head_bytes(&resp, &[], None);
-        out.bytes_down += bytes.len() as u64;
-        match client.write_all(&bytes).await {
-            Ok(()) => copy_body_from(up, ubuf, client, rframing).await,
+        let mut counted = Counting { inner: client, n: 0 };
+        let r = match counted.write_all(&bytes).await {
+            Ok(()) => copy_body_from(up, ubuf, &mut counted, rframing).await,
             Err(e) => Err(e),
-        }
+        };
+        out.bytes_down += counted.n;
+        r
     } else {
-        scrub_response(up, ubuf, client, &resp, rframing, &scrub, head.version, out).await
+        scrub_response(up, ubuf, client, &resp, rframing, &scrub_pairs, head.version, out).await
     };
     if relayed.is_err() || client.flush().await.is_err() {
         return Step::Close("error");
@@ -721,7 +733,7 @@ async fn scrub_response<U, C>(
     client: &mut C,
     resp: &ResponseHead,
     framing: Framing,
-    scrub: &[(Vec<u8>, Vec<u8>)],
+    pairs: &[(&[u8], &[u8])],
     client_version: Version,
     out: &mut Outcome,
 ) -> io::Result<()>
@@ -729,18 +741,17 @@ where
     U: AsyncRead + Unpin + ?Sized,
     C: AsyncWrite + Unpin + ?Sized,
 {
-    let pairs: Vec<(&[u8], &[u8])> = scrub.iter().map(|(a, b)| (a.as_slice(), b.as_slice())).collect();
     match framing {
         Framing::Empty => {
-            let head = response_head_bytes(resp, &pairs, None);
+            let head = response_head_bytes(resp, pairs, None);
             out.bytes_down += head.len() as u64;
             client.write_all(&head).await
         }
         Framing::Length(n) if n <= MAX_BODY => {
             let body = read_exact(up, ubuf, n).await?;
-            let (body, counts) = replace_all(&body, &pairs);
+            let (body, counts) = replace_all(&body, pairs);
             let changed = counts.iter().any(|&c| c > 0);
-            let head = response_head_bytes(resp, &pairs, changed.then_some(Some(body.len())));
+            let head = response_head_bytes(resp, pairs, changed.then_some(Some(body.len())));
             out.bytes_down += (head.len() + body.len()) as u64;
             client.write_all(&head).await?;
             client.write_all(&body).await
@@ -749,13 +760,13 @@ where
             // HTTP/1.0 clients cannot take chunked: the body then ends with the connection.
             let chunked = client_version == Version::Http11;
             let head = if chunked {
-                response_head_bytes(resp, &pairs, Some(None))
+                response_head_bytes(resp, pairs, Some(None))
             } else {
-                strip_framing(resp, &pairs)
+                strip_framing(resp, pairs)
             };
             out.bytes_down += head.len() as u64;
             client.write_all(&head).await?;
-            let mut rep = Replacer::new(scrub.to_vec());
+            let mut rep = Replacer::new(pairs);
             match framing {
                 Framing::Length(mut left) => {
                     while left > 0 {
@@ -788,6 +799,39 @@ where
             }
             Ok(())
         }
+    }
+}
+
+/// A writer counting the bytes it passes on.
+struct Counting<'a, W: ?Sized> {
+    inner: &'a mut W,
+    n: u64,
+}
+
+impl<W: AsyncWrite + Unpin + ?Sized> AsyncWrite for Counting<'_, W> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = std::pin::Pin::new(&mut *this.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(k)) = &r {
+            this.n += *k as u64;
+        }
+        r
+    }
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut *self.get_mut().inner).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut *self.get_mut().inner).poll_shutdown(cx)
     }
 }
 

@@ -126,17 +126,18 @@ impl Detector {
 }
 
 /// A streaming replacer (response scrubbing): every needle is replaced by its replacement even across chunks.
+/// The pairs are borrowed, so secret values are not copied.
 #[derive(Debug)]
-pub(crate) struct Replacer {
-    pairs: Vec<(Vec<u8>, Vec<u8>)>,
+pub(crate) struct Replacer<'a> {
+    pairs: &'a [(&'a [u8], &'a [u8])],
     max: usize,
     carry: Vec<u8>,
     /// Replacements made so far.
     pub(crate) replaced: usize,
 }
 
-impl Replacer {
-    pub(crate) fn new(pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Self {
+impl<'a> Replacer<'a> {
+    pub(crate) fn new(pairs: &'a [(&'a [u8], &'a [u8])]) -> Self {
         let max = pairs.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
         Self {
             pairs,
@@ -178,7 +179,7 @@ impl Replacer {
         let stable = w.len() - held;
         let mut i = 0;
         'outer: while i < stable {
-            for (needle, repl) in &self.pairs {
+            for (needle, repl) in self.pairs {
                 if !needle.is_empty() && w[i..].starts_with(needle) {
                     out.extend_from_slice(repl);
                     self.replaced += 1;
@@ -253,7 +254,8 @@ mod tests {
     fn replacer_replaces_across_chunks() {
         let text = b"a ghp_realvalue b ghp_realvalue";
         for split in 0..text.len() {
-            let mut r = Replacer::new(vec![(b"ghp_realvalue".to_vec(), P.as_bytes().to_vec())]);
+            let pairs = [(b"ghp_realvalue".as_slice(), P.as_bytes())];
+            let mut r = Replacer::new(&pairs);
             let mut out = r.feed(&text[..split]);
             out.extend(r.feed(&text[split..]));
             out.extend(r.finish());
