@@ -2,7 +2,7 @@
 
 use crate::event::{EventCallback, ProxyEvent};
 use crate::net::{Connector, Resolver, SystemResolver, TcpConnector};
-use crate::tls::{Inspector, TlsInspection};
+use crate::tls::{BuildError, Inspector, TlsInspection};
 use crate::{Credential, Error, Policy, Result};
 use iterion_netpolicy::SilentDeny;
 use std::fmt;
@@ -270,7 +270,8 @@ impl ProxyConfigBuilder {
         self
     }
 
-    /// Validate and build; every problem is reported at once.
+    /// Validate and build; every problem is reported at once ([`Error::Config`]). With TLS inspection active the
+    /// CA is minted here; a failure to mint it or to configure TLS is [`Error::TlsSetup`].
     pub fn build(self) -> Result<ProxyConfig> {
         let mut problems = Vec::new();
         if self.credentials.is_empty() && self.anonymous.is_none() {
@@ -337,10 +338,11 @@ impl ProxyConfigBuilder {
         let tls = match self.tls_inspection {
             Some(t) if problems.is_empty() => match Inspector::build(t) {
                 Ok(i) => i.map(Arc::new),
-                Err(p) => {
+                Err(BuildError::Config(p)) => {
                     problems.extend(p);
                     None
                 }
+                Err(BuildError::Setup(e)) => return Err(e.into()),
             },
             _ => None,
         };

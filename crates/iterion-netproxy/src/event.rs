@@ -115,7 +115,8 @@ pub enum ProxyEvent {
         bytes_down: u64,
         /// How long the tunnel was open.
         duration_ms: u64,
-        /// `eof`, `idle`, `lifetime`, `shutdown` or `error`.
+        /// `eof`, `idle`, `lifetime`, `shutdown` or `error`; under TLS inspection also `sni mismatch` and
+        /// `secret leak`.
         close_reason: String,
     },
     /// A placeholder was replaced by a secret's value in a request to a bound host (spec §14.8).
@@ -291,6 +292,24 @@ mod tests {
         assert_eq!(&s[14..15], "7");
         assert!(matches!(&s[19..20], "8" | "9" | "a" | "b"), "{s}");
         assert_ne!(a, DecisionId::new());
+    }
+
+    #[test]
+    fn secret_events_serialise_with_their_type_and_never_a_value() {
+        let ev = ProxyEvent::SecretSubstituted {
+            secret: "GH_TOKEN".into(),
+            host: "api.github.com".into(),
+            port: 443,
+            method: "GET".into(),
+            path: "/user".into(),
+            node_id: Some("fetch".into()),
+            decision_id: DecisionId::fixed("0194f7e2-9a3b-7c41-8d20-5e6f7a8b9c0d"),
+            count: 2,
+        };
+        assert_eq!(
+            serde_json::to_string(&ev).unwrap_or_default(),
+            r#"{"type":"secret_substituted","secret":"GH_TOKEN","host":"api.github.com","port":443,"method":"GET","path":"/user","node_id":"fetch","decision_id":"0194f7e2-9a3b-7c41-8d20-5e6f7a8b9c0d","count":2}"#
+        );
     }
 
     #[test]

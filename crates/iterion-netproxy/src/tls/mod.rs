@@ -210,6 +210,15 @@ impl TrustBundle {
     }
 }
 
+/// Why inspection settings could not be turned into a running inspector.
+#[derive(Debug)]
+pub(crate) enum BuildError {
+    /// The settings are invalid; every problem is listed.
+    Config(Vec<String>),
+    /// Minting the CA or configuring TLS failed.
+    Setup(ca::CaError),
+}
+
 /// One compiled binding.
 pub(crate) struct Binding {
     pub(crate) name: String,
@@ -255,13 +264,13 @@ fn valid_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-fn parse_pattern(what: &str, text: &str, problems: &mut Vec<String>) -> Option<Rule> {
+fn parse_pattern(what: &str, text: &str, names_only: bool, problems: &mut Vec<String>) -> Option<Rule> {
     match Rule::parse(text) {
         Ok(r) if r.negated() => {
             problems.push(format!("{what} '{text}': a negated pattern is not allowed here"));
             None
         }
-        Ok(r) if r.is_ip_rule() => {
+        Ok(r) if names_only && r.is_ip_rule() => {
             problems.push(format!("{what} '{text}': only host-name patterns are allowed"));
             None
         }
@@ -276,7 +285,7 @@ fn parse_pattern(what: &str, text: &str, problems: &mut Vec<String>) -> Option<R
 impl Inspector {
     /// Validate the settings and, when at least one binding is configured, create the CA and the upstream TLS
     /// configuration. `Ok(None)`: inspection is not active (no binding; no CA exists).
-    pub(crate) fn build(cfg: TlsInspection) -> Result<Option<Inspector>, Vec<String>> {
+    pub(crate) fn build(cfg: TlsInspection) -> Result<Option<Inspector>, BuildError> {
         let mut problems = Vec::new();
         let mut bindings = Vec::new();
         let mut by_suffix = HashMap::new();
@@ -303,7 +312,7 @@ impl Inspector {
             let hosts: Vec<Rule> = b
                 .hosts
                 .iter()
-                .filter_map(|h| parse_pattern(&what, h, &mut problems))
+                .filter_map(|h| parse_pattern(&what, h, true, &mut problems))
                 .collect();
             let suffix = b.placeholder[PLACEHOLDER_PREFIX.len()..].to_owned();
             by_suffix.insert(suffix, bindings.len());
@@ -317,7 +326,7 @@ impl Inspector {
         let bypass: Vec<Rule> = cfg
             .bypass
             .iter()
-            .filter_map(|p| parse_pattern("tls bypass pattern", p, &mut problems))
+            .filter_map(|p| parse_pattern("tls bypass pattern", p, false, &mut problems))
             .collect();
         let mut roots = rustls::RootCertStore::empty();
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
@@ -346,17 +355,18 @@ impl Inspector {
             problems.push(e.to_string());
         }
         if !problems.is_empty() {
-            return Err(problems);
+            return Err(BuildError::Config(problems));
         }
         if bindings.is_empty() {
             return Ok(None);
         }
         let ca = match ca_source {
-            CaSource::Mint { run_id } => ca::Ca::mint(run_id.as_deref()),
-            CaSource::Operator { cert_pem, key_pem } => ca::Ca::operator(&cert_pem, &key_pem),
-        }
-        .map_err(|e| vec![e.to_string()])?;
-        let upstream = ca::client_config(roots).map_err(|e| vec![e.to_string()])?;
+            CaSource::Mint { run_id } => ca::Ca::mint(run_id.as_deref()).map_err(BuildError::Setup)?,
+            CaSource::Operator { cert_pem, key_pem } => {
+                ca::Ca::operator(&cert_pem, &key_pem).map_err(|e| BuildError::Config(vec![e.to_string()]))?
+            }
+        };
+        let upstream = ca::client_config(roots).map_err(BuildError::Setup)?;
         Ok(Some(Inspector {
             bindings,
             by_suffix,

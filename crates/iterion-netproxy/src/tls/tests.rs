@@ -149,7 +149,8 @@ fn placeholders_have_the_documented_shape() {
 fn problems(t: TlsInspection) -> Vec<String> {
     match Inspector::build(t) {
         Ok(_) => Vec::new(),
-        Err(p) => p,
+        Err(super::BuildError::Config(p)) => p,
+        Err(super::BuildError::Setup(e)) => vec![format!("setup: {e}")],
     }
 }
 
@@ -162,7 +163,8 @@ fn configuration_problems_are_all_listed() {
         .binding(SecretBinding::new("NOHOST", "x", &[] as &[&str]))
         .binding(SecretBinding::new("IP", "x", &["10.0.0.0/8"]))
         .binding(SecretBinding::new("NEG", "x", &["!a.example"]))
-        .bypass("a*b.example");
+        .bypass("a*b.example")
+        .bypass("10.0.0.0/8");
     let p = problems(t);
     assert_eq!(p.len(), 6, "{p:#?}");
     assert!(p[0].starts_with("invalid secret name '1BAD'"), "{p:#?}");
