@@ -242,7 +242,9 @@ pub(crate) async fn serve_connection<S: AsyncIo>(sh: Arc<Shared>, mut client: S)
                 let early = std::mem::take(&mut buf);
                 let Some(insp) = sh.tls.clone() else { break };
                 let start = Instant::now();
-                let report = inspected_tunnel(&sh, &insp, &mut client, upstream, early, *ctx).await;
+                // Boxed: the interception state (TLS sessions, buffers) must not enlarge every connection's
+                // future, so opaque tunnels keep their size when inspection is off.
+                let report = Box::pin(inspected_tunnel(&sh, &insp, &mut client, upstream, early, *ctx)).await;
                 drop(permit);
                 Counters::add(&sh.counters.bytes_up, report.bytes_up);
                 Counters::add(&sh.counters.bytes_down, report.bytes_down);
