@@ -1,17 +1,45 @@
 //! The injectable edges: name resolution ([`Resolver`]) and upstream dialing ([`Connector`]).
 
 use async_trait::async_trait;
+use std::any::Any;
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 /// A byte stream the proxy can relay: a TCP stream, a Unix stream, or an in-memory pipe in tests.
-pub trait AsyncIo: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+///
+/// `Any` lets the relay recognise a kernel socket behind a type-erased stream (see `socket_of`) without a
+/// method every implementor would have to write.
+pub trait AsyncIo: AsyncRead + AsyncWrite + Send + Unpin + Any {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> AsyncIo for T {}
 
 /// A boxed [`AsyncIo`].
 pub type BoxIo = Box<dyn AsyncIo>;
+
+/// The kernel socket behind a relayed stream, for the splice path of the relay.
+#[cfg(target_os = "linux")]
+#[derive(Debug)]
+pub(crate) enum Socket<'a> {
+    Tcp(&'a mut tokio::net::TcpStream),
+    Unix(&'a mut tokio::net::UnixStream),
+}
+
+/// The TCP or Unix socket `io` is, looking through any number of [`BoxIo`] layers; `None` for anything else
+/// (in-memory streams, TLS sessions, wrappers).
+#[cfg(target_os = "linux")]
+pub(crate) fn socket_of(io: &mut dyn AsyncIo) -> Option<Socket<'_>> {
+    let any: &mut dyn Any = io;
+    if any.is::<tokio::net::TcpStream>() {
+        return any.downcast_mut().map(Socket::Tcp);
+    }
+    if any.is::<tokio::net::UnixStream>() {
+        return any.downcast_mut().map(Socket::Unix);
+    }
+    // Call through the vtable of the inner stream, not the blanket impl of the box itself.
+    any.downcast_mut::<BoxIo>()
+        .and_then(|inner| socket_of(&mut **inner))
+}
 
 /// Why a name did not resolve.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

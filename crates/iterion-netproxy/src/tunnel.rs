@@ -1,9 +1,19 @@
 //! The CONNECT relay: both directions in one task, no per-direction heap buffers while idle.
 //!
-//! Each direction reads into a buffer on the poll function's stack and writes it straight to the other side.
-//! Only when the writer cannot take everything is the remainder copied to a heap `Vec`, which is freed as
-//! soon as it drains. An idle tunnel therefore owns two sockets, a few counters and one timer.
+//! Two pumps move the bytes; [`relay`] picks one and applies the limits (idle deadline, lifetime, shutdown).
+//!
+//! - Linux, both ends kernel sockets (TCP or Unix): `splice(2)` through a kernel pipe borrowed from a small
+//!   per-thread pool only while bytes are in flight (the `splice` module). The bytes never enter user space.
+//! - Anything else (in-memory streams, TLS sessions): each direction reads into a buffer on the poll function's
+//!   stack and writes it straight to the other side. Only when the writer cannot take everything is the
+//!   remainder copied to a heap `Vec`, which is freed as soon as it drains.
+//!
+//! Either way an idle tunnel owns two sockets, a few counters and one timer.
 
+#[cfg(target_os = "linux")]
+mod splice;
+
+use crate::net::AsyncIo;
 use std::future::Future;
 use std::io;
 use std::mem::MaybeUninit;
@@ -129,6 +139,28 @@ struct Relay<'a, A: ?Sized, B: ?Sized> {
     last_activity: Instant,
 }
 
+/// A future moving the bytes of both directions; `Ready(Ok)` once both ended.
+trait Pump: Future<Output = io::Result<()>> + Unpin {
+    /// When a byte last moved in either direction.
+    fn last_activity(&self) -> Instant;
+    /// Bytes delivered upstream and to the client so far.
+    fn bytes(&self) -> (u64, u64);
+}
+
+impl<A, B> Pump for Relay<'_, A, B>
+where
+    A: AsyncRead + AsyncWrite + Unpin + ?Sized,
+    B: AsyncRead + AsyncWrite + Unpin + ?Sized,
+{
+    fn last_activity(&self) -> Instant {
+        self.last_activity
+    }
+
+    fn bytes(&self) -> (u64, u64) {
+        (self.up.bytes, self.down.bytes)
+    }
+}
+
 impl<A, B> Future for Relay<'_, A, B>
 where
     A: AsyncRead + AsyncWrite + Unpin + ?Sized,
@@ -173,6 +205,9 @@ pub(crate) struct TunnelLimits {
 
 /// Relay between `client` and `upstream` until both directions end, an error, the idle timeout, the lifetime,
 /// or `cancel`. `early` holds client bytes read past the request head; they go upstream first.
+///
+/// When both are kernel sockets (directly or boxed as [`crate::BoxIo`]) on Linux the bytes are spliced,
+/// otherwise copied through the poll function's stack.
 pub(crate) async fn relay<A, B>(
     client: &mut A,
     upstream: &mut B,
@@ -181,11 +216,15 @@ pub(crate) async fn relay<A, B>(
     cancel: &CancellationToken,
 ) -> TunnelReport
 where
-    A: AsyncRead + AsyncWrite + Unpin + ?Sized,
-    B: AsyncRead + AsyncWrite + Unpin + ?Sized,
+    A: AsyncIo,
+    B: AsyncIo,
 {
     let start = Instant::now();
-    let mut relay = Relay {
+    #[cfg(target_os = "linux")]
+    if let (Some(c), Some(u)) = (crate::net::socket_of(client), crate::net::socket_of(upstream)) {
+        return drive(splice::Relay::new(c, u, early, start), start, limits, cancel).await;
+    }
+    let relay = Relay {
         client,
         upstream,
         up: Dir {
@@ -197,6 +236,16 @@ where
         down_done: false,
         last_activity: start,
     };
+    drive(relay, start, limits, cancel).await
+}
+
+/// Run `pump` under the limits; the one timer is the nearer of the idle deadline and the end of life.
+async fn drive<P: Pump>(
+    mut pump: P,
+    start: Instant,
+    limits: TunnelLimits,
+    cancel: &CancellationToken,
+) -> TunnelReport {
     let end_of_life = limits.lifetime.map(|l| start + l);
     let next_deadline = |last: Instant| match end_of_life {
         Some(e) => e.min(last + limits.idle),
@@ -206,13 +255,13 @@ where
     tokio::pin!(sleep);
     let reason = loop {
         tokio::select! {
-            r = &mut relay => break if r.is_ok() { CloseReason::Eof } else { CloseReason::Error },
+            r = &mut pump => break if r.is_ok() { CloseReason::Eof } else { CloseReason::Error },
             () = &mut sleep => {
                 let now = Instant::now();
                 if end_of_life.is_some_and(|e| now >= e) {
                     break CloseReason::Lifetime;
                 }
-                let deadline = next_deadline(relay.last_activity);
+                let deadline = next_deadline(pump.last_activity());
                 if deadline <= now {
                     break CloseReason::Idle;
                 }
@@ -221,9 +270,10 @@ where
             () = cancel.cancelled() => break CloseReason::Shutdown,
         }
     };
+    let (bytes_up, bytes_down) = pump.bytes();
     TunnelReport {
-        bytes_up: relay.up.bytes,
-        bytes_down: relay.down.bytes,
+        bytes_up,
+        bytes_down,
         reason,
     }
 }
