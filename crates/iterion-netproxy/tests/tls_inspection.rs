@@ -1070,3 +1070,39 @@ async fn expect_continue_is_answered_by_the_proxy() {
     assert_eq!(got[0].body, format!("token={VALUE}").as_bytes());
     assert_eq!(header(&got[0].head, "expect"), None);
 }
+
+#[tokio::test]
+async fn raw_tunnels_never_stall_on_a_possible_placeholder_start() {
+    let ca = TestCa::new();
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    let (t, p) = inspection(&ca);
+    let env = start(t, p).await;
+    let mut s = env.connect(&format!("raw.example:{port}")).await;
+    // Each message ends with a prefix of a placeholder: held back briefly, then released.
+    for msg in [&b"ping-i"[..], b"iterion-ph-", b"iterion-ph-0a"] {
+        s.write_all(msg).await.expect("write");
+        let mut back = vec![0u8; msg.len()];
+        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut back))
+            .await
+            .expect("echoed without waiting for more bytes")
+            .expect("read");
+        assert_eq!(back, msg);
+    }
+    assert!(
+        env.events
+            .lock()
+            .expect("events")
+            .iter()
+            .all(|e| denied(e).is_none()),
+        "no denial: no known placeholder was sent"
+    );
+}

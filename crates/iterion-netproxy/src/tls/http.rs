@@ -651,7 +651,7 @@ where
     if found.is_some() {
         return Ok(found);
     }
-    let mut rest = det.finish();
+    let mut rest = det.flush();
     if chunked {
         rest = chunk(&rest);
         rest.extend_from_slice(b"0\r\n\r\n");

@@ -6,7 +6,10 @@ use super::intercept::{Outcome, TunnelCtx};
 use super::scan::Detector;
 use crate::server::Shared;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::time::Instant;
+use tokio::time::{Duration, Instant};
+
+/// How long bytes that could start a placeholder are held back when no more client bytes arrive.
+const HOLD_BACK: Duration = Duration::from_millis(50);
 
 /// The rule of a placeholder seen outside intercepted TLS: its own host needs TLS, any other is not bound.
 pub(crate) fn outside_tls_rule(insp: &Inspector, idx: usize, ctx: &TunnelCtx) -> String {
@@ -89,7 +92,7 @@ where
         tokio::select! {
             r = client.read(&mut ubuf), if !up_done => match r {
                 Ok(0) | Err(_) => {
-                    let rest = det.finish();
+                    let rest = det.flush();
                     if upstream.write_all(&rest).await.is_err() {
                         return Outcome { reason: "error", ..out };
                     }
@@ -119,6 +122,14 @@ where
                     out.bytes_down += n as u64;
                 }
             },
+            // A possible placeholder start is held back only briefly: interactive protocols never stall.
+            () = tokio::time::sleep(HOLD_BACK), if det.holding() && !up_done => {
+                let bytes = det.flush();
+                if upstream.write_all(&bytes).await.is_err() {
+                    return Outcome { reason: "error", ..out };
+                }
+                out.bytes_up += bytes.len() as u64;
+            }
             () = tokio::time::sleep_until(deadline) => return Outcome { reason: "idle", ..out },
             () = lifetime => return Outcome { reason: "lifetime", ..out },
             () = sh.hard.cancelled() => return Outcome { reason: "shutdown", ..out },

@@ -90,38 +90,57 @@ fn could_start_placeholder(t: &[u8]) -> bool {
 }
 
 /// A streaming placeholder detector: feed chunks, get back the bytes that are safe to pass on.
+///
+/// Only a tail that could still become a placeholder is held back, so ordinary traffic never waits; the caller
+/// may [`Detector::flush`] even that tail after a pause. Released bytes are remembered (one placeholder length),
+/// so a placeholder straddling released bytes is still recognised when its last byte arrives: the upstream
+/// never receives a complete placeholder.
 #[derive(Debug, Default)]
 pub(crate) struct Detector {
-    carry: Vec<u8>,
+    history: Vec<u8>,
+    held: Vec<u8>,
 }
 
 impl Detector {
-    /// Scan `chunk` (after what was carried over). `Err(binding)`: a known placeholder was found; nothing of it
-    /// was released. `Ok(bytes)`: the bytes that can be passed on now.
+    /// Scan `chunk`. `Err(binding)`: a known placeholder was completed; its last byte was not released.
+    /// `Ok(bytes)`: the bytes that can be passed on now.
     pub(crate) fn feed(&mut self, chunk: &[u8], known: &HashMap<String, usize>) -> Result<Vec<u8>, usize> {
-        let mut window = std::mem::take(&mut self.carry);
+        let h = self.history.len();
+        let mut window = Vec::with_capacity(h + self.held.len() + chunk.len());
+        window.extend_from_slice(&self.history);
+        window.extend_from_slice(&self.held);
         window.extend_from_slice(chunk);
         if let Some((_, idx)) = find_placeholders(&window, known).first() {
             return Err(*idx);
         }
-        // Hold back only a tail that could still become a placeholder, so ordinary traffic never stalls.
-        let keep = (1..=window.len().min(PLACEHOLDER_LEN - 1))
+        let fresh = window.len() - h;
+        let keep = (1..=fresh.min(PLACEHOLDER_LEN - 1))
             .rev()
             .find(|&k| could_start_placeholder(&window[window.len() - k..]))
             .unwrap_or(0);
-        self.carry = window.split_off(window.len() - keep);
-        Ok(window)
+        self.held = window[window.len() - keep..].to_vec();
+        let released = window[h..window.len() - keep].to_vec();
+        self.remember(&window[..window.len() - keep]);
+        Ok(released)
     }
 
-    /// The bytes still held back (at the end of the stream they cannot start a placeholder any more).
-    pub(crate) fn finish(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.carry)
+    fn remember(&mut self, sent: &[u8]) {
+        let keep = sent.len().min(PLACEHOLDER_LEN - 1);
+        self.history = sent[sent.len() - keep..].to_vec();
+    }
+
+    /// Release the held-back tail (after a pause, or at the end of the stream).
+    pub(crate) fn flush(&mut self) -> Vec<u8> {
+        let held = std::mem::take(&mut self.held);
+        let mut sent = std::mem::take(&mut self.history);
+        sent.extend_from_slice(&held);
+        self.remember(&sent);
+        held
     }
 
     /// Whether bytes are held back.
-    #[cfg(test)]
     pub(crate) fn holding(&self) -> bool {
-        !self.carry.is_empty()
+        !self.held.is_empty()
     }
 }
 
@@ -245,9 +264,15 @@ mod tests {
         assert!(!d.holding());
         let mut out = d.feed(b"hello iterion-ph-", &known()).unwrap_or_default();
         assert_eq!(out, b"hello ");
+        assert!(d.holding());
         out.extend(d.feed(b"zz", &known()).unwrap_or_default());
-        out.extend(d.finish());
+        out.extend(d.flush());
         assert_eq!(out, b"hello iterion-ph-zz");
+        // A placeholder whose start was flushed after a pause is still recognised when it completes.
+        let mut d = Detector::default();
+        assert_eq!(d.feed(b"x iterion-ph-0123", &known()), Ok(b"x ".to_vec()));
+        assert_eq!(d.flush(), b"iterion-ph-0123");
+        assert_eq!(d.feed(&P.as_bytes()[15..], &known()), Err(0));
     }
 
     #[test]
