@@ -1106,3 +1106,72 @@ async fn raw_tunnels_never_stall_on_a_possible_placeholder_start() {
         "no denial: no known placeholder was sent"
     );
 }
+
+#[tokio::test]
+async fn ip_literal_targets_are_intercepted_without_sni() {
+    let ca = TestCa::new();
+    let (port, seen) = https_upstream(&ca, &["127.0.0.1"]).await;
+    let (t, p) = inspection(&ca);
+    let env = start(t, p).await;
+    let target = format!("127.0.0.1:{port}");
+    let tcp = env.connect(&target).await;
+    let config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(env.run_ca_roots())
+        .with_no_client_auth();
+    let name = ServerName::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST).into());
+    let mut s = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .expect("a leaf with an IP SAN from the run CA");
+    let resp = exchange(
+        &mut s,
+        &format!(
+            "GET / HTTP/1.1\r\nHost: {target}\r\nAuthorization: Bearer {}\r\n\r\n",
+            env.placeholder
+        ),
+    )
+    .await;
+    assert!(
+        resp.contains(r#""rule":"secret GH_TOKEN is not bound to 127.0.0.1""#),
+        "{resp}"
+    );
+    assert!(seen.requests().is_empty());
+}
+
+#[tokio::test]
+async fn an_operator_ca_signs_the_leaves() {
+    let ca = TestCa::new();
+    let (port, seen) = https_upstream(&ca, &["api.github.com"]).await;
+    let op_key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::default();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+    params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
+    let op_cert = params.self_signed(&op_key).expect("operator CA");
+    let (t, p) = inspection(&ca);
+    let env = start(t.operator_ca(op_cert.pem(), op_key.serialize_pem()), p).await;
+    assert_eq!(
+        env.proxy.trust_bundle().map(|b| b.ca_pem),
+        Some(op_cert.pem()),
+        "the bundle carries the operator's CA"
+    );
+    let target = format!("api.github.com:{port}");
+    let mut s = env
+        .tls(&target, "api.github.com", roots(&op_cert.pem()))
+        .await
+        .expect("handshake with the operator CA");
+    let resp = exchange(
+        &mut s,
+        &format!(
+            "GET /user HTTP/1.1\r\nHost: {target}\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+            env.placeholder
+        ),
+    )
+    .await;
+    assert!(resp.starts_with("HTTP/1.1 200 OK\r\n"), "{resp}");
+    assert_eq!(
+        header(&seen.requests()[0].head, "authorization"),
+        Some("Bearer ghp_realvalue")
+    );
+}
