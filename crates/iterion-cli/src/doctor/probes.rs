@@ -231,9 +231,13 @@ fn direct_egress_check(f: &Facts, a: &Answer) -> Check {
             ID,
             Status::Skip,
             format!(
-                "network mode open: direct egress is allowed by the policy ({} route(s), {} of {tried} connected)",
+                "network mode open: direct egress is allowed by the policy ({} route(s); connected: {})",
                 routes.len(),
-                ok.len()
+                if ok.is_empty() {
+                    "none".to_string()
+                } else {
+                    ok.join(", ")
+                }
             ),
             None,
         ),
@@ -419,7 +423,12 @@ pub fn metadata(f: &Facts, a: &Answer) -> Check {
         }
     }
     if !bad.is_empty() {
-        return check(ID, Status::Fail, bad.join("; "), Some(HINT));
+        let hint = if f.egress == Egress::Open {
+            "network mode open lets the sandbox reach the cloud metadata service; use network mode allowlist or denylist"
+        } else {
+            HINT
+        };
+        return check(ID, Status::Fail, bad.join("; "), Some(hint));
     }
     let msg = if f.egress == Egress::Open {
         "direct connect to 169.254.169.254:80 failed (network mode open: no proxy to try)".to_string()
@@ -1589,6 +1598,12 @@ mod tests {
             metadata(&facts(Egress::Open), &fine),
             Status::Pass,
             "no proxy to try",
+        );
+        let c = metadata(&facts(Egress::Open), &direct);
+        assert_eq!(c.status, Status::Fail);
+        assert!(
+            c.hint.as_deref().is_some_and(|h| h.contains("network mode open")),
+            "{c:?}"
         );
     }
 
