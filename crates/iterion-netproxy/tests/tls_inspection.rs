@@ -148,6 +148,24 @@ async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, seen: Arc<Seen>
             head: head.clone(),
             body,
         });
+        if path == "/ws" {
+            // An upgrade: after the 101 the connection echoes raw bytes (frames are not HTTP).
+            let head =
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+            if s.write_all(head.as_bytes()).await.is_err() {
+                return;
+            }
+            if !buf.is_empty() && s.write_all(&buf).await.is_err() {
+                return;
+            }
+            let mut tmp = [0u8; 4096];
+            while let Ok(n) = s.read(&mut tmp).await {
+                if n == 0 || s.write_all(&tmp[..n]).await.is_err() {
+                    break;
+                }
+            }
+            return;
+        }
         let response = if path == "/echo-secret" {
             let body = format!("{{\"token\":\"{VALUE}\"}}");
             format!(
@@ -1174,4 +1192,48 @@ async fn an_operator_ca_signs_the_leaves() {
         header(&seen.requests()[0].head, "authorization"),
         Some("Bearer ghp_realvalue")
     );
+}
+
+#[tokio::test]
+async fn websocket_upgrades_are_relayed_after_the_handshake() {
+    let ca = TestCa::new();
+    let (port, seen) = https_upstream(&ca, &["api.github.com"]).await;
+    let (t, p) = inspection(&ca);
+    let env = start(t, p).await;
+    let target = format!("api.github.com:{port}");
+    let mut s = env
+        .tls(&target, "api.github.com", env.run_ca_roots())
+        .await
+        .expect("handshake");
+    s.write_all(
+        format!(
+            "GET /ws HTTP/1.1\r\nHost: {target}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nAuthorization: Bearer {}\r\n\r\n",
+            env.placeholder
+        )
+        .as_bytes(),
+    )
+    .await
+    .expect("upgrade request");
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && s.read(&mut b).await.expect("read") == 1 {
+        head.push(b[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101 "),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    // The handshake headers were processed: the placeholder was substituted there.
+    assert_eq!(
+        header(&seen.requests()[0].head, "authorization"),
+        Some("Bearer ghp_realvalue")
+    );
+    s.write_all(b"\x81\x05hello").await.expect("frame");
+    let mut back = [0u8; 7];
+    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut back))
+        .await
+        .expect("echo in time")
+        .expect("echo");
+    assert_eq!(&back, b"\x81\x05hello");
 }
