@@ -475,10 +475,15 @@ pub async fn build_report(inputs: &Inputs, host: &Host, loaded: Option<&Loaded>)
     run!(image_resolvable(&ctx).await);
     run!(build_context(&ctx));
     run!(k8s_spec_compatible(&ctx));
-    let k8s_ctx = k8s_context(&ctx);
+    let access = ctx.cloud.then(|| {
+        iterion_driver_k8s::cluster::ClusterAccess::discover(
+            &iterion_driver_k8s::cluster::DiscoveryInputs::new(inputs.env.clone()),
+        )
+    });
+    let k8s_ctx = k8s_context(&ctx, access.as_ref()).await;
     let ctx_passed = k8s_ctx.status == Status::Pass;
     run!(k8s_ctx);
-    run!(k8s_rbac(&ctx, ctx_passed));
+    run!(k8s_rbac(&ctx, access.as_ref(), ctx_passed).await);
     run!(k8s_pod_ip(&ctx));
     run!(network_policy_syntax(&ctx));
     run!(egress_enforcement(&ctx));
@@ -1422,40 +1427,49 @@ fn in_cluster(ctx: &Ctx<'_>) -> bool {
         .is_some_and(|v| !v.trim().is_empty())
 }
 
-fn k8s_context(ctx: &Ctx<'_>) -> Check {
-    const ID: &str = "k8s_context";
-    if !ctx.cloud {
-        return skip(ID, "target local");
-    }
-    if in_cluster(ctx) {
-        return fail(
-            ID,
-            format!(
-                "in-cluster: {}; the API server cannot be queried",
-                crate::drivers::kubernetes_unavailable()
-            ),
-            "use an iterion build that includes the kubernetes driver",
-        );
-    }
-    warn(
-        ID,
-        "off-cluster: this build does not query a kubeconfig context (the kubernetes driver is not built); cluster access not verified",
-        "this host is not a runner; cluster access not verified",
-    )
+/// A check from a cluster report's status, message and hint (the mapping lives in iterion-driver-k8s).
+fn from_cluster(
+    id: &'static str,
+    status: iterion_driver_k8s::cluster::Status,
+    message: String,
+    hint: Option<String>,
+) -> Check {
+    use iterion_driver_k8s::cluster::Status as S;
+    let status = match status {
+        S::Pass => Status::Pass,
+        S::Warn => Status::Warn,
+        S::Fail => Status::Fail,
+        S::Skip => Status::Skip,
+    };
+    mk(id, status, message, hint)
 }
 
-fn k8s_rbac(ctx: &Ctx<'_>, context_passed: bool) -> Check {
-    const ID: &str = "k8s_rbac";
-    if !ctx.cloud {
+/// 06 §4.11: in-cluster, the service account and `GET /version`; off-cluster, the current kubeconfig context.
+/// `access` is present exactly when the target is cloud.
+async fn k8s_context(ctx: &Ctx<'_>, access: Option<&iterion_driver_k8s::cluster::ClusterAccess>) -> Check {
+    const ID: &str = "k8s_context";
+    let Some(access) = access.filter(|_| ctx.cloud) else {
         return skip(ID, "target local");
-    }
+    };
+    let r = iterion_driver_k8s::cluster::check_context(access, ctx.inputs.timeout).await;
+    from_cluster(ID, r.status(), r.message(), r.hint())
+}
+
+/// 06 §4.12: one `SelfSubjectAccessReview` per permission of 07 §7.2, when `k8s_context` passed.
+async fn k8s_rbac(
+    ctx: &Ctx<'_>,
+    access: Option<&iterion_driver_k8s::cluster::ClusterAccess>,
+    context_passed: bool,
+) -> Check {
+    const ID: &str = "k8s_rbac";
+    let Some(access) = access.filter(|_| ctx.cloud) else {
+        return skip(ID, "target local");
+    };
     if !context_passed {
         return skip(ID, "k8s_context did not pass");
     }
-    skip(
-        ID,
-        "permission self-check is not built (the kubernetes driver is not built)",
-    )
+    let r = iterion_driver_k8s::cluster::check_rbac(access, None, ctx.inputs.timeout).await;
+    from_cluster(ID, r.status(), r.message(), r.hint())
 }
 
 fn k8s_pod_ip(ctx: &Ctx<'_>) -> Check {

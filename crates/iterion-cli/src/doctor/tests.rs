@@ -721,7 +721,44 @@ fn pod_ip_checks_on_cloud() {
         .env("KUBERNETES_SERVICE_HOST", "10.0.0.1")
         .run();
     expect(&r, "k8s_pod_ip", Status::Fail, "ITERION_POD_IP is not set");
-    expect(&r, "k8s_context", Status::Fail, "not built");
+    expect(
+        &r,
+        "k8s_context",
+        Status::Fail,
+        "KUBERNETES_SERVICE_PORT is not set",
+    );
+    expect(&r, "k8s_rbac", Status::Skip, "k8s_context did not pass");
+}
+
+#[test]
+fn k8s_context_reads_the_kubeconfig_off_cluster() {
+    // a current context whose API server refuses connections: off-cluster, so a warning naming the context
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let kubeconfig = dir.path().join("config");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: dev\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:{port}\ncontexts:\n- name: dev\n  context:\n    cluster: c\n    user: u\nusers:\n- name: u\n  user:\n    token: t\n"
+        ),
+    )
+    .expect("write kubeconfig");
+    let path: &'static str = Box::leak(kubeconfig.display().to_string().into_boxed_str());
+    let r = case(Some(GOOD), Scene::Docker)
+        .target(Target::Cloud)
+        .env("KUBECONFIG", path)
+        .run();
+    expect(&r, "k8s_context", Status::Warn, "context dev");
+    let (_, m) = get(&r, "k8s_context");
+    assert!(m.contains("cluster access not verified"), "{m}");
+    expect(&r, "k8s_rbac", Status::Skip, "k8s_context did not pass");
+    // target local: both skipped without looking for a cluster
+    let r = case(Some(GOOD), Scene::Docker).env("KUBECONFIG", path).run();
+    expect(&r, "k8s_context", Status::Skip, "target local");
+    expect(&r, "k8s_rbac", Status::Skip, "target local");
 }
 
 fn probe_checks(scene: Scene, target: Target, src: &str) -> Vec<(&'static str, Status, String)> {
