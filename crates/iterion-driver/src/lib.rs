@@ -28,6 +28,7 @@
 mod driver;
 mod error;
 mod exec;
+pub mod hardening;
 pub mod home;
 pub mod labels;
 pub mod mount_safety;

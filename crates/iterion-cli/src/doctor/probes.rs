@@ -27,10 +27,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use iterion_driver::hardening::ContainerSettings;
 use iterion_driver::{
     AuxMount, AuxMountKind, Driver, ExecRequest, HardeningProfile, HostStatePlan, NetworkLease,
-    NetworkRequest, OutputLimits, OwnerInfo, Placement, PrepareRequest, ProxyListen, PullPolicy,
-    ResourceLimits, Run, StartReport, StartRequest, exec_collect, fmt_duration,
+    NetworkRequest, OutputLimits, OwnerInfo, Placement, PrepareRequest, ProxyListen, PullPolicy, Run,
+    StartReport, StartRequest, exec_collect, fmt_duration,
 };
 use iterion_envdeny::{Category, DenyClass};
 use iterion_netpolicy::{Mode, Policy};
@@ -964,32 +965,6 @@ fn skip_all(reason: &str) -> Vec<Check> {
         .collect()
 }
 
-fn hardening_of(env: &BTreeMap<String, String>) -> HardeningProfile {
-    match env
-        .get("ITERION_SANDBOX_HARDENING")
-        .map(|v| v.trim().to_ascii_lowercase())
-        .as_deref()
-    {
-        Some("compat") => HardeningProfile::Compat,
-        _ => HardeningProfile::Strict,
-    }
-}
-
-fn limits_of(env: &BTreeMap<String, String>) -> ResourceLimits {
-    ResourceLimits {
-        pids: Some(
-            env.get("ITERION_SANDBOX_PIDS_LIMIT")
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(4096),
-        ),
-        oci_runtime: env
-            .get("ITERION_SANDBOX_OCI_RUNTIME")
-            .map(|v| v.trim().to_string())
-            .filter(|v| !v.is_empty()),
-        ..ResourceLimits::default()
-    }
-}
-
 fn numeric_user(user: Option<&str>) -> (Option<u32>, Option<u32>) {
     let Some(u) = user else { return (None, None) };
     let (a, b) = match u.split_once(':') {
@@ -1085,7 +1060,7 @@ pub async fn run(inputs: &Inputs, plan: &Plan) -> Vec<Check> {
     let hs_claude = host_claude_dir(&inputs.env);
     let facts = Facts {
         egress: started.egress,
-        hardening: hardening_of(&inputs.env),
+        hardening: ContainerSettings::from_env(&inputs.env).hardening,
         uid,
         gid,
         workflow_names: plan.spec.env_layers.workflow.keys().cloned().collect(),
@@ -1408,8 +1383,9 @@ async fn start(inputs: &Inputs, plan: &Plan, id8: &str, guard: &mut Throwaway) -
     hs.enabled = spec.host_state == HostState::Auto;
     req.host_state = hs;
     req.proxy = endpoint;
-    req.limits = limits_of(&inputs.env);
-    req.hardening = hardening_of(&inputs.env);
+    let container = ContainerSettings::from_env(&inputs.env);
+    req.limits = container.limits;
+    req.hardening = container.hardening;
     req.start_timeout = START_TIMEOUT;
     let lease = guard.lease.clone();
     let started = driver

@@ -668,6 +668,8 @@ impl Starter {
         hs.enabled = spec.host_state == HostState::Auto;
         req.host_state = hs;
         req.proxy = self.net.as_ref().map(|n| n.endpoint.clone());
+        req.hardening = s.container.hardening;
+        req.limits = s.container.limits.clone();
         req.start_timeout = s.start_timeout.duration;
         req.events = self.sink(node_id.map(str::to_owned));
         let lease = self.net.as_ref().map(|n| n.lease.clone());

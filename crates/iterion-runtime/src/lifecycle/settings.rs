@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use iterion_driver::PullPolicy;
+use iterion_driver::hardening::ContainerSettings;
 
 /// A bound with the text it came from (`run_failed.data.timeout` repeats it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +55,8 @@ pub struct Settings {
     pub require_enforced_egress: bool,
     /// `ITERION_SANDBOX_SILENT_DENY`: `None` = the proxy's default list.
     pub silent_deny: Option<Vec<String>>,
+    /// Hardening profile and resource limits of the containers (03 §8.7).
+    pub container: ContainerSettings,
     /// Warnings to log (invalid durations fell back to their default).
     pub warnings: Vec<String>,
 }
@@ -118,6 +121,8 @@ impl Settings {
                 .map(str::to_owned)
                 .collect()
         });
+        let container = ContainerSettings::from_env(env);
+        warnings.extend(container.warnings.iter().cloned());
         Settings {
             pull_timeout,
             build_timeout,
@@ -128,6 +133,7 @@ impl Settings {
             keep_build_images: truthy(env, "ITERION_SANDBOX_KEEP_BUILD_IMAGES"),
             require_enforced_egress: truthy(env, "ITERION_SANDBOX_REQUIRE_ENFORCED_EGRESS"),
             silent_deny,
+            container,
             warnings,
         }
     }
