@@ -451,8 +451,14 @@ impl DockerDriver {
         let protected = mounts::protect(&ws_host, claude_mounted.as_deref())?;
         for p in &protected.paths {
             let s = p.to_string_lossy().into_owned();
-            if !planned.iter().any(|m| m.target == s) {
-                planned.push(Planned::bind(s.clone(), s, true, Origin::Protected));
+            // a path inside the workspace is seen at the workspace folder (which need not be the host path);
+            // anything else (a worktree's common git dir, ~/.claude) is mounted at its host path
+            let target = match p.strip_prefix(&ws_host) {
+                Ok(rel) => Path::new(&workspace).join(rel).to_string_lossy().into_owned(),
+                Err(_) => s.clone(),
+            };
+            if !planned.iter().any(|m| m.target == target) {
+                planned.push(Planned::bind(s, target, true, Origin::Protected));
             }
         }
         for m in &sandbox.mounts {

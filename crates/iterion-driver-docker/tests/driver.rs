@@ -690,3 +690,37 @@ async fn c20_mount_safety_through_start() {
     check(&extra_path, "/run/iterion/exec", false, "reserved").await;
     check(&extra_path, "/proc/x", false, "/proc").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c23_protected_paths_follow_an_explicit_workspace_folder() {
+    if !iterion_test_support::engine_required("c23_protected_paths_follow_an_explicit_workspace_folder") {
+        return;
+    }
+    let f = fixture().await;
+    std::fs::create_dir_all(f.ws.join(".git")).expect("git dir");
+    std::fs::write(f.ws.join(".git/config"), "[core]\n").expect("git config");
+    let (id, _g) = run_id();
+    let mut sandbox = f.sandbox();
+    sandbox.workspace_folder = "/workspace".into();
+    let prepared = f.prepare(sandbox).await.expect("prepare");
+    let started = f
+        .driver
+        .start(prepared, None, f.request(&id))
+        .await
+        .expect("start");
+    let run = started.run;
+    // the repository is seen at /workspace: its hooks and config are read-only there, the rest is writable
+    let (code, _, err) = sh(&*run, "touch /workspace/.git/hooks/x").await;
+    assert_ne!(code, 0, "hooks writable under the workspace folder");
+    assert!(err.to_lowercase().contains("read-only"), "{err}");
+    let (code, _, err) = sh(&*run, "echo x >> /workspace/.git/config").await;
+    assert_ne!(code, 0, "git config writable: {err}");
+    let (code, out, err) = sh(&*run, "touch /workspace/file && echo ok").await;
+    assert_eq!((code, out.trim()), (0, "ok"), "{err}");
+    assert!(!f.ws.join(".git/hooks/x").exists());
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join(".git/config")).expect("read"),
+        "[core]\n"
+    );
+    run.cleanup().await;
+}
