@@ -100,7 +100,7 @@ fn engine_get(path: &str) -> (u16, Value) {
 }
 
 /// The throwaway container named by `probe_sandbox_start` no longer exists, and no container carries the
-/// doctor-probe component label.
+/// doctor-probe component label with its run id.
 fn assert_sandbox_gone(doc: &Value) {
     let msg = probe(doc, "probe_sandbox_start")["message"]
         .as_str()
@@ -118,9 +118,11 @@ fn assert_sandbox_gone(doc: &Value) {
         404,
         "{name} was left behind"
     );
-    let filter = iterion_test_support::docker_http::encode_component(
-        r#"{"label":["iterion.io/component=doctor-probe"]}"#,
-    );
+    // by label too (other tests may run their own probe sandboxes meanwhile: only this run's id counts)
+    let run_id = name.trim_start_matches("iterion-");
+    let filter = iterion_test_support::docker_http::encode_component(&format!(
+        r#"{{"label":["iterion.io/component=doctor-probe","iterion.io/run-id={run_id}"]}}"#
+    ));
     let (status, list) = engine_get(&format!("/containers/json?all=1&filters={filter}"));
     assert_eq!(status, 200);
     assert_eq!(list, Value::Array(Vec::new()), "doctor-probe containers remain");

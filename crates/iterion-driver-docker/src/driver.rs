@@ -543,11 +543,11 @@ impl DockerDriver {
 
         // Labels (03 §8.1.1).
         let label_map = labels::sandbox_labels(&LabelInput {
-            component: if spec_key.is_some() {
+            component: req.component.unwrap_or(if spec_key.is_some() {
                 Component::Node
             } else {
                 Component::Run
-            },
+            }),
             run_id: &req.run_id,
             run_name: req.run_name.as_deref(),
             owner: &req.owner,

@@ -724,3 +724,24 @@ async fn c23_protected_paths_follow_an_explicit_workspace_folder() {
     );
     run.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_component_label_can_be_set_by_the_caller() {
+    if !iterion_test_support::engine_required("c17_component_label_can_be_set_by_the_caller") {
+        return;
+    }
+    let f = fixture().await;
+    let (id, _g) = run_id();
+    let started = f
+        .start(&id, |r| {
+            r.component = Some(iterion_driver::labels::Component::DoctorProbe);
+        })
+        .await
+        .expect("start");
+    let info = support::engine_get(&format!("/containers/{}/json", started.run.id()));
+    assert_eq!(
+        info["Config"]["Labels"]["iterion.io/component"].as_str(),
+        Some("doctor-probe")
+    );
+    started.run.cleanup().await;
+}

@@ -524,6 +524,9 @@ pub struct StartRequest {
     pub hardening: HardeningProfile,
     /// Bound of the start phase (default 5 m).
     pub start_timeout: Duration,
+    /// The `iterion.io/component` label; `None` derives it (`run`, or `node` for a node's own spec). The
+    /// doctor's throwaway sandbox sets `doctor-probe`.
+    pub component: Option<crate::labels::Component>,
     /// Event sink.
     pub events: EventSink,
 }
@@ -545,6 +548,7 @@ impl StartRequest {
             limits: ResourceLimits::default(),
             hardening: HardeningProfile::Strict,
             start_timeout: Duration::from_secs(300),
+            component: None,
             events: EventSink::discard(),
         }
     }

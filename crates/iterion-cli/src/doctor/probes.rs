@@ -11,9 +11,9 @@
 //!
 //! Deviations from 06 §6:
 //! - the probe program is the static `iterion-probe` (see `crate::probe` for why), not the iterion binary;
-//! - the container is named `iterion-doctor-<8 hex>` through its run id (`doctor-<8 hex>`), but its
-//!   `iterion.io/component` label is `run`, until the driver API allows another component (the docker driver
-//!   sets it itself; `StartRequest` has no field for it); its `iterion.io/run-name` is `doctor-probe`;
+//! - the container is named `iterion-doctor-<8 hex>` through its run id (`doctor-<8 hex>`) and labelled
+//!   `iterion.io/component=doctor-probe` (`StartRequest::component`); its `iterion.io/run-name` is
+//!   `doctor-probe`;
 //! - `probe_sandbox_start` execs the probe program (`start`) instead of `true`: it proves that the program
 //!   the other probes need runs in the image;
 //! - hardening and the pids limit follow `ITERION_SANDBOX_HARDENING` and `ITERION_SANDBOX_PIDS_LIMIT` (03
@@ -1386,6 +1386,7 @@ async fn start(inputs: &Inputs, plan: &Plan, id8: &str, guard: &mut Throwaway) -
     let container = ContainerSettings::from_env(&inputs.env);
     req.limits = container.limits;
     req.hardening = container.hardening;
+    req.component = Some(iterion_driver::labels::Component::DoctorProbe);
     req.start_timeout = START_TIMEOUT;
     let lease = guard.lease.clone();
     let started = driver
