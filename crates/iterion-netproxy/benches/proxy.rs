@@ -5,7 +5,8 @@
 //!   subject alike (a shared 2-core machine is noisy), with the CPU time the proxy process and this process
 //!   (source + client) spent per GiB over all runs (`/proc/<pid>/stat`), which load from other work disturbs
 //!   far less than the rate;
-//! - rate: 32 concurrent clients, each looping connect + CONNECT + 64-byte echo + close; tunnels/s;
+//! - rate: 32 concurrent clients, each looping connect + CONNECT + 64-byte echo + close; tunnels/s, and the CPU
+//!   time the proxy process spent per tunnel;
 //! - idle RSS: `IDLE_TUNNELS` established idle tunnels; (VmRSS with them − VmRSS before) / count, read from
 //!   `/proc/<pid>/status` of the proxy process. The proxy runs in a child process (this binary re-executed with
 //!   `--proxy-child`) so the client sockets never count in its RSS.
@@ -104,6 +105,8 @@ struct Row {
     /// CPU milliseconds per GiB: the proxy process, this process (source + client).
     cpu_ms_gib: (Option<f64>, Option<f64>),
     rate: Option<f64>,
+    /// Proxy CPU microseconds per tunnel in the rate measurement.
+    cpu_us_tunnel: Option<f64>,
     rss_per_tunnel: Option<f64>,
     note: String,
 }
@@ -165,9 +168,9 @@ fn print_table(rows: &[Row]) {
     let base = rows.first().and_then(|r| r.bulk_mib_s);
     println!();
     println!(
-        "| subject | bulk MiB/s ({BULK_MIB} MiB, best of {BULK_RUNS}) | % of direct | CPU ms/GiB proxy | CPU ms/GiB source+client | tunnels/s ({CLIENTS} clients) | RSS/idle tunnel ({IDLE_TUNNELS}) | note |"
+        "| subject | bulk MiB/s ({BULK_MIB} MiB, best of {BULK_RUNS}) | % of direct | CPU ms/GiB proxy | CPU ms/GiB source+client | tunnels/s ({CLIENTS} clients) | CPU µs/tunnel proxy | RSS/idle tunnel ({IDLE_TUNNELS}) | note |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for r in rows {
         let pct = match (r.bulk_mib_s, base) {
             (Some(v), Some(b)) if b > 0.0 => format!("{:.0} %", 100.0 * v / b),
@@ -178,13 +181,14 @@ fn print_table(rows: &[Row]) {
             .map(|b| format!("{:.2} KiB", b / 1024.0))
             .unwrap_or_else(|| "-".into());
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.name,
             fmt(r.bulk_mib_s, 0),
             pct,
             fmt(r.cpu_ms_gib.0, 0),
             fmt(r.cpu_ms_gib.1, 0),
             fmt(r.rate, 0),
+            fmt(r.cpu_us_tunnel, 0),
             rss,
             r.note
         );
@@ -220,8 +224,14 @@ async fn measure(s: &Subject, source: SocketAddr, echo: SocketAddr, phases: Phas
         );
     }
     if phases.rate {
+        let before = pid.and_then(cpu_ms);
         match rate(s.addr, echo).await {
-            Ok(v) => row.rate = Some(v),
+            Ok(v) => {
+                row.rate = Some(v);
+                if let (Some(b), Some(a)) = (before, pid.and_then(cpu_ms)) {
+                    row.cpu_us_tunnel = Some((a - b) * 1000.0 / (CLIENTS * RATE_ITERATIONS) as f64);
+                }
+            }
             Err(e) => notes.push(format!("rate failed: {e}")),
         }
     }
