@@ -30,8 +30,9 @@ use tokio::time::Instant;
 
 /// Requested pipe capacity (`F_SETPIPE_SZ`). The kernel may refuse it (above `/proc/sys/fs/pipe-max-size`, or
 /// once the user's pipes together pass `/proc/sys/fs/pipe-user-pages-soft`, e.g. with many busy tunnels); the pipe
-/// then keeps its default size, which only means more cycles. On loopback 1 MiB took about half the proxy CPU
-/// per GiB that 64 KiB or 256 KiB pipes did (`cargo xtask bench proxy bulk`).
+/// then keeps its default size, which only means more cycles. On loopback (`cargo xtask bench proxy bulk`) the
+/// proxy spent about 280 ms of CPU per GiB with 1 MiB, 335 ms with 256 KiB and 550 ms with 64 KiB, where the
+/// copy loop spends about 630 ms.
 const PIPE_SIZE: usize = 1024 * 1024;
 /// Empty pipes kept per worker thread.
 const POOL_MAX: usize = 4;
