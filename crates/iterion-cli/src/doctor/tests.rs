@@ -730,6 +730,109 @@ fn pod_ip_checks_on_cloud() {
     expect(&r, "k8s_rbac", Status::Skip, "k8s_context did not pass");
 }
 
+/// A minimal Kubernetes API on `127.0.0.1:0` (one request per connection): `GET /version` answers `minor`,
+/// every `SelfSubjectAccessReview` is allowed unless its body names `deny_resource`.
+fn fake_kube_api(minor: &'static str, deny_resource: Option<&'static str>) -> u16 {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut r = BufReader::new(conn.try_clone().expect("clone"));
+            let mut line = String::new();
+            if r.read_line(&mut line).is_err() {
+                continue;
+            }
+            let mut len = 0usize;
+            loop {
+                let mut h = String::new();
+                if r.read_line(&mut h).is_err() || h.trim().is_empty() {
+                    break;
+                }
+                if let Some((k, v)) = h.split_once(':')
+                    && k.eq_ignore_ascii_case("content-length")
+                {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0u8; len];
+            let _ = r.read_exact(&mut body);
+            let body = String::from_utf8_lossy(&body);
+            let answer = if line.starts_with("GET /version") {
+                format!(r#"{{"major":"1","minor":"{minor}","gitVersion":"v1.{minor}.0"}}"#)
+            } else if line.contains("selfsubjectaccessreviews") {
+                let allowed = deny_resource.is_none_or(|d| !body.contains(&format!("\"{d}\"")));
+                format!(
+                    r#"{{"apiVersion":"authorization.k8s.io/v1","kind":"SelfSubjectAccessReview","spec":{{}},"status":{{"allowed":{allowed}}}}}"#
+                )
+            } else {
+                String::from("{}")
+            };
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+        }
+    });
+    port
+}
+
+fn kubeconfig_for(dir: &std::path::Path, port: u16) -> &'static str {
+    let path = dir.join(format!("config-{port}"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: dev\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:{port}\ncontexts:\n- name: dev\n  context:\n    cluster: c\n    user: u\n    namespace: ci\nusers:\n- name: u\n  user:\n    token: t\n"
+        ),
+    )
+    .expect("write kubeconfig");
+    Box::leak(path.display().to_string().into_boxed_str())
+}
+
+#[test]
+fn k8s_context_and_rbac_against_an_api_server() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // a current context on a 1.31 server that allows every review: both pass
+    let ok = kubeconfig_for(dir.path(), fake_kube_api("31", None));
+    let r = case(Some(GOOD), Scene::Docker)
+        .target(Target::Cloud)
+        .env("KUBECONFIG", ok)
+        .run();
+    expect(&r, "k8s_context", Status::Pass, "1.31");
+    expect(&r, "k8s_rbac", Status::Pass, "permissions");
+    // one permission missing: off-cluster, a warning listing it
+    let denied = kubeconfig_for(dir.path(), fake_kube_api("31", Some("networkpolicies")));
+    let r = case(Some(GOOD), Scene::Docker)
+        .target(Target::Cloud)
+        .env("KUBECONFIG", denied)
+        .run();
+    expect(&r, "k8s_context", Status::Pass, "1.31");
+    expect(&r, "k8s_rbac", Status::Warn, "networkpolicies");
+    // a 1.29 server: exec needs the v5 stream protocol
+    let old = kubeconfig_for(dir.path(), fake_kube_api("29", None));
+    let r = case(Some(GOOD), Scene::Docker)
+        .target(Target::Cloud)
+        .env("KUBECONFIG", old)
+        .run();
+    expect(&r, "k8s_context", Status::Fail, "1.29");
+    let c = r
+        .checks
+        .iter()
+        .flatten()
+        .find(|c| c.id == "k8s_context")
+        .expect("check");
+    assert!(
+        c.hint
+            .as_deref()
+            .is_some_and(|h| h.contains("v5 stream protocol")),
+        "{:?}",
+        c.hint
+    );
+    expect(&r, "k8s_rbac", Status::Skip, "k8s_context did not pass");
+}
+
 #[test]
 fn k8s_context_reads_the_kubeconfig_off_cluster() {
     // a current context whose API server refuses connections: off-cluster, so a warning naming the context
