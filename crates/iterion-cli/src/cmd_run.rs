@@ -816,7 +816,7 @@ fn runtime_early(e: iterion_runtime::Error) -> Early {
 }
 
 /// The git top-level of `work_dir` (walking up to a `.git`), else the work dir itself (05 §4.1).
-fn repo_root(work_dir: &Path) -> PathBuf {
+pub(crate) fn repo_root(work_dir: &Path) -> PathBuf {
     work_dir
         .ancestors()
         .find(|d| d.join(".git").exists())

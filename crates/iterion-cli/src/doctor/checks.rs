@@ -247,12 +247,6 @@ fn combine(id: &'static str, parts: Vec<Check>, empty: Check) -> Check {
     mk(id, worst, msgs.join("; "), hint)
 }
 
-fn find_repo_root(dir: &Path) -> Option<PathBuf> {
-    dir.ancestors()
-        .find(|d| d.join(".git").exists())
-        .map(Path::to_path_buf)
-}
-
 fn usage_env(env: &BTreeMap<String, String>) -> Result<(), String> {
     let one_of = |name: &str, allowed: &[&str]| -> Result<(), String> {
         match env.get(name).map(|v| v.trim().to_ascii_lowercase()) {
@@ -379,7 +373,8 @@ pub async fn build_report(inputs: &Inputs, host: &Host, loaded: Option<&Loaded>)
             ri.env = env.clone();
             ri.builtin_default_mode = ModeChoice::Auto;
             ri.binary_version = Some(env!("CARGO_PKG_VERSION").to_string());
-            ri.repo_root = find_repo_root(&inputs.work_dir);
+            // the same root `iterion run` uses (05 §4.1), so both find the same devcontainer.json
+            ri.repo_root = Some(crate::cmd_run::repo_root(&inputs.work_dir));
             resolve_sandbox(wf, &ri)
         }
         None => Err(ResolveError::InvalidDeclaration {
@@ -1292,7 +1287,7 @@ fn build_context(ctx: &Ctx<'_>) -> Check {
     if ctx.forced_noop() {
         return skip(ID, "the noop driver does not build images");
     }
-    let root = find_repo_root(&ctx.inputs.work_dir).unwrap_or_else(|| ctx.inputs.work_dir.clone());
+    let root = crate::cmd_run::repo_root(&ctx.inputs.work_dir);
     let root = std::fs::canonicalize(&root).unwrap_or(root);
     let mut parts = Vec::new();
     for (label, b) in builds {

@@ -571,6 +571,44 @@ fn engine_failures_each_have_their_hint() {
 }
 
 #[test]
+fn a_work_dir_outside_git_is_its_own_repository_root() {
+    // like `iterion run` (05 §4.1): without a .git above it, the work dir's own .devcontainer is used
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = std::fs::canonicalize(dir.path()).expect("canonical");
+    std::fs::create_dir(root.join(".devcontainer")).expect("dc");
+    std::fs::write(
+        root.join(".devcontainer/devcontainer.json"),
+        r#"{"image": "iterion-test/busybox:latest"}"#,
+    )
+    .expect("write");
+    let src = "tool t:\n  command: \"true\"\n\nworkflow w:\n  entry: t\n  sandbox: auto\n  t -> done\n";
+    let mut inputs = Inputs::new(
+        [("HOME".to_string(), "/nonexistent-home".to_string())].into(),
+        root.clone(),
+    );
+    inputs.strict = true;
+    let loaded = Loaded {
+        path: PathBuf::from("wf.bot"),
+        checked: iterion_spec::check(src, "wf.bot"),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let r = rt
+        .block_on(build_report(&inputs, &host(Scene::Docker), Some(&loaded)))
+        .expect("report");
+    expect(
+        &r,
+        "sandbox_active",
+        Status::Pass,
+        "devcontainer .devcontainer/devcontainer.json",
+    );
+    // a repository-defined sandbox gets the default allowlist, as in a run
+    expect(&r, "network_policy_syntax", Status::Pass, "allowlist");
+}
+
+#[test]
 fn d24_repository_env_names_are_listed_never_values() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = std::fs::canonicalize(dir.path()).expect("canonical");
