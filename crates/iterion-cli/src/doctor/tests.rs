@@ -570,6 +570,25 @@ fn engine_failures_each_have_their_hint() {
     }
 }
 
+/// `--strict` on `src` with `root` as the work dir (HOME pointing nowhere), on the fake Docker host.
+fn strict_report_in(root: &std::path::Path, src: &str) -> Report {
+    let mut inputs = Inputs::new(
+        [("HOME".to_string(), "/nonexistent-home".to_string())].into(),
+        root.to_path_buf(),
+    );
+    inputs.strict = true;
+    let loaded = Loaded {
+        path: PathBuf::from("wf.bot"),
+        checked: iterion_spec::check(src, "wf.bot"),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(build_report(&inputs, &host(Scene::Docker), Some(&loaded)))
+        .expect("report")
+}
+
 #[test]
 fn a_work_dir_outside_git_is_its_own_repository_root() {
     // like `iterion run` (05 §4.1): without a .git above it, the work dir's own .devcontainer is used
@@ -582,22 +601,7 @@ fn a_work_dir_outside_git_is_its_own_repository_root() {
     )
     .expect("write");
     let src = "tool t:\n  command: \"true\"\n\nworkflow w:\n  entry: t\n  sandbox: auto\n  t -> done\n";
-    let mut inputs = Inputs::new(
-        [("HOME".to_string(), "/nonexistent-home".to_string())].into(),
-        root.clone(),
-    );
-    inputs.strict = true;
-    let loaded = Loaded {
-        path: PathBuf::from("wf.bot"),
-        checked: iterion_spec::check(src, "wf.bot"),
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
-    let r = rt
-        .block_on(build_report(&inputs, &host(Scene::Docker), Some(&loaded)))
-        .expect("report");
+    let r = strict_report_in(&root, src);
     expect(
         &r,
         "sandbox_active",
@@ -620,22 +624,7 @@ fn d24_repository_env_names_are_listed_never_values() {
     )
     .expect("write");
     let src = "tool t:\n  command: \"true\"\n\nworkflow w:\n  entry: t\n  sandbox: auto\n  t -> done\n";
-    let mut inputs = Inputs::new(
-        [("HOME".to_string(), "/nonexistent-home".to_string())].into(),
-        root.clone(),
-    );
-    inputs.strict = true;
-    let loaded = Loaded {
-        path: PathBuf::from("wf.bot"),
-        checked: iterion_spec::check(src, "wf.bot"),
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
-    let r = rt
-        .block_on(build_report(&inputs, &host(Scene::Docker), Some(&loaded)))
-        .expect("report");
+    let r = strict_report_in(&root, src);
     expect(
         &r,
         "env_deny",
