@@ -1796,58 +1796,78 @@ mod tests {
         assert_eq!(numeric_user(None), (None, None));
     }
 
-    /// A simulated regression (D30), test-only and impossible to select from the CLI: the docker driver
-    /// started without the lease, so the container stays on the engine's default network while the doctor
-    /// believes the placement is the relay.
+    /// A test-only wrapper around the real driver, impossible to select from the CLI.
+    /// `without_lease` simulates a regression (D30): the container is started without the lease, so it stays
+    /// on the engine's default network while the doctor believes the placement is the relay. `announce`
+    /// receives the name of the first container started (a test interrupts the battery then).
     #[derive(Debug)]
-    struct DefaultNetwork(Arc<dyn Driver>);
+    struct Wrapped {
+        inner: Arc<dyn Driver>,
+        without_lease: bool,
+        announce: Mutex<Option<tokio::sync::oneshot::Sender<String>>>,
+    }
+
+    impl Wrapped {
+        fn new(inner: Arc<dyn Driver>) -> Self {
+            Wrapped {
+                inner,
+                without_lease: false,
+                announce: Mutex::new(None),
+            }
+        }
+    }
 
     #[async_trait::async_trait]
-    impl Driver for DefaultNetwork {
+    impl Driver for Wrapped {
         fn kind(&self) -> iterion_driver::DriverKind {
-            self.0.kind()
+            self.inner.kind()
         }
         fn capabilities(&self) -> iterion_driver::Capabilities {
-            self.0.capabilities()
+            self.inner.capabilities()
         }
         async fn engine_info(&self) -> iterion_driver::Result<iterion_driver::EngineInfo> {
-            self.0.engine_info().await
+            self.inner.engine_info().await
         }
         async fn prepare(&self, req: PrepareRequest) -> iterion_driver::Result<iterion_driver::Prepared> {
-            self.0.prepare(req).await
+            self.inner.prepare(req).await
         }
         async fn build(
             &self,
             p: iterion_driver::Prepared,
             r: iterion_driver::BuildRequest,
         ) -> iterion_driver::Result<iterion_driver::Prepared> {
-            self.0.build(p, r).await
+            self.inner.build(p, r).await
         }
         async fn network(&self, req: NetworkRequest) -> iterion_driver::Result<NetworkLease> {
-            self.0.network(req).await
+            self.inner.network(req).await
         }
         async fn start(
             &self,
             prepared: iterion_driver::Prepared,
-            _lease: Option<&NetworkLease>,
+            lease: Option<&NetworkLease>,
             req: StartRequest,
         ) -> iterion_driver::Result<iterion_driver::Started> {
-            self.0.start(prepared, None, req).await
+            let lease = if self.without_lease { None } else { lease };
+            let started = self.inner.start(prepared, lease, req).await?;
+            if let Some(tx) = self.announce.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                let _ = tx.send(started.report.name.clone());
+            }
+            Ok(started)
         }
         async fn list_managed(&self) -> iterion_driver::Result<Vec<iterion_driver::ManagedResource>> {
-            self.0.list_managed().await
+            self.inner.list_managed().await
         }
         async fn owner_liveness(&self, r: &iterion_driver::ManagedResource) -> iterion_driver::Liveness {
-            self.0.owner_liveness(r).await
+            self.inner.owner_liveness(r).await
         }
         async fn remove_managed(
             &self,
             r: &iterion_driver::ManagedResource,
         ) -> iterion_driver::Result<iterion_driver::RemoveOutcome> {
-            self.0.remove_managed(r).await
+            self.inner.remove_managed(r).await
         }
         async fn remove_image(&self, reference: &str) -> iterion_driver::Result<()> {
-            self.0.remove_image(reference).await
+            self.inner.remove_image(reference).await
         }
     }
 
@@ -1883,7 +1903,10 @@ mod tests {
         let mut host = super::super::gather(&inputs).await.expect("select the driver");
         let inner = host.selection.driver.clone().expect("a real driver");
         assert_eq!(inner.kind(), iterion_driver::DriverKind::Docker);
-        host.selection.driver = Some(Arc::new(DefaultNetwork(inner)));
+        host.selection.driver = Some(Arc::new(Wrapped {
+            without_lease: true,
+            ..Wrapped::new(inner)
+        }));
         let report = super::super::run(&inputs, &host, Some(&loaded))
             .await
             .expect("a report");
@@ -1906,66 +1929,6 @@ mod tests {
         assert!(!container_exists(&name), "{name} was left behind");
     }
 
-    /// Reports the name of every container it starts (the test interrupts the battery then).
-    #[derive(Debug)]
-    struct Announce(
-        Arc<dyn Driver>,
-        Mutex<Option<tokio::sync::oneshot::Sender<String>>>,
-    );
-
-    #[async_trait::async_trait]
-    impl Driver for Announce {
-        fn kind(&self) -> iterion_driver::DriverKind {
-            self.0.kind()
-        }
-        fn capabilities(&self) -> iterion_driver::Capabilities {
-            self.0.capabilities()
-        }
-        async fn engine_info(&self) -> iterion_driver::Result<iterion_driver::EngineInfo> {
-            self.0.engine_info().await
-        }
-        async fn prepare(&self, req: PrepareRequest) -> iterion_driver::Result<iterion_driver::Prepared> {
-            self.0.prepare(req).await
-        }
-        async fn build(
-            &self,
-            p: iterion_driver::Prepared,
-            r: iterion_driver::BuildRequest,
-        ) -> iterion_driver::Result<iterion_driver::Prepared> {
-            self.0.build(p, r).await
-        }
-        async fn network(&self, req: NetworkRequest) -> iterion_driver::Result<NetworkLease> {
-            self.0.network(req).await
-        }
-        async fn start(
-            &self,
-            prepared: iterion_driver::Prepared,
-            lease: Option<&NetworkLease>,
-            req: StartRequest,
-        ) -> iterion_driver::Result<iterion_driver::Started> {
-            let started = self.0.start(prepared, lease, req).await?;
-            if let Some(tx) = self.1.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                let _ = tx.send(started.report.name.clone());
-            }
-            Ok(started)
-        }
-        async fn list_managed(&self) -> iterion_driver::Result<Vec<iterion_driver::ManagedResource>> {
-            self.0.list_managed().await
-        }
-        async fn owner_liveness(&self, r: &iterion_driver::ManagedResource) -> iterion_driver::Liveness {
-            self.0.owner_liveness(r).await
-        }
-        async fn remove_managed(
-            &self,
-            r: &iterion_driver::ManagedResource,
-        ) -> iterion_driver::Result<iterion_driver::RemoveOutcome> {
-            self.0.remove_managed(r).await
-        }
-        async fn remove_image(&self, reference: &str) -> iterion_driver::Result<()> {
-            self.0.remove_image(reference).await
-        }
-    }
-
     /// Ctrl-C drops the battery (`cmd_doctor` selects on the signal): the drop guard removes the container.
     #[tokio::test(flavor = "multi_thread")]
     async fn an_interrupted_probe_run_removes_its_sandbox() {
@@ -1985,7 +1948,10 @@ mod tests {
         let mut host = super::super::gather(&inputs).await.expect("select the driver");
         let inner = host.selection.driver.clone().expect("a real driver");
         let (tx, rx) = tokio::sync::oneshot::channel();
-        host.selection.driver = Some(Arc::new(Announce(inner, Mutex::new(Some(tx)))));
+        host.selection.driver = Some(Arc::new(Wrapped {
+            announce: Mutex::new(Some(tx)),
+            ..Wrapped::new(inner)
+        }));
         let battery = super::super::run(&inputs, &host, Some(&loaded));
         let name = tokio::select! {
             _ = battery => panic!("the battery finished before it was interrupted"),
