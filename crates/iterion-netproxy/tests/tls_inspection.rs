@@ -349,6 +349,40 @@ impl Env {
     }
 }
 
+/// The common start of a test: an HTTPS upstream presenting a certificate for `names` (signed by the test
+/// CA), a proxy inspecting with the `GH_TOKEN` binding, and a client TLS session through `CONNECT
+/// api.github.com:<port>` with SNI `api.github.com`, trusting the run CA.
+struct GithubSession {
+    env: Env,
+    /// What the upstream saw.
+    seen: Arc<Seen>,
+    /// The upstream's port.
+    port: u16,
+    /// The CONNECT target, `api.github.com:<port>`.
+    target: String,
+    /// The client's TLS session.
+    s: tokio_rustls::client::TlsStream<TcpStream>,
+}
+
+async fn github_session(names: &[&str]) -> GithubSession {
+    let ca = TestCa::new();
+    let (port, seen) = https_upstream(&ca, names).await;
+    let (t, p) = inspection(&ca);
+    let env = start(t, p).await;
+    let target = format!("api.github.com:{port}");
+    let s = env
+        .tls(&target, "api.github.com", env.run_ca_roots())
+        .await
+        .expect("handshake");
+    GithubSession {
+        env,
+        seen,
+        port,
+        target,
+        s,
+    }
+}
+
 fn roots(pem: &str) -> rustls::RootCertStore {
     let mut r = rustls::RootCertStore::empty();
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem.as_bytes())
@@ -382,15 +416,14 @@ fn denied(e: &ProxyEvent) -> Option<&DecisionEvent> {
 
 #[tokio::test]
 async fn t1_placeholder_substituted_for_the_bound_host() {
-    let ca = TestCa::new();
-    let (port, seen) = https_upstream(&ca, &["api.github.com"]).await;
-    let (t, p) = inspection(&ca);
-    let env = start(t, p).await;
-    let target = format!("api.github.com:{port}");
-    let mut s = env
-        .tls(&target, "api.github.com", env.run_ca_roots())
-        .await
-        .expect("handshake");
+    let GithubSession {
+        env,
+        seen,
+        port,
+        target,
+        mut s,
+        ..
+    } = github_session(&["api.github.com"]).await;
     let resp = exchange(
         &mut s,
         &format!(
@@ -494,15 +527,7 @@ async fn t3_sni_mismatch_closes_the_tunnel() {
 
 #[tokio::test]
 async fn t4_host_header_mismatch_is_a_leak() {
-    let ca = TestCa::new();
-    let (port, seen) = https_upstream(&ca, &["api.github.com"]).await;
-    let (t, p) = inspection(&ca);
-    let env = start(t, p).await;
-    let target = format!("api.github.com:{port}");
-    let mut s = env
-        .tls(&target, "api.github.com", env.run_ca_roots())
-        .await
-        .expect("handshake");
+    let GithubSession { env, seen, mut s, .. } = github_session(&["api.github.com"]).await;
     let resp = exchange(
         &mut s,
         &format!(
@@ -582,15 +607,13 @@ async fn t5_plain_http_with_a_placeholder_is_refused() {
 
 #[tokio::test]
 async fn t6_json_body_substituted_and_length_recomputed() {
-    let ca = TestCa::new();
-    let (port, seen) = https_upstream(&ca, &["api.github.com"]).await;
-    let (t, p) = inspection(&ca);
-    let env = start(t, p).await;
-    let target = format!("api.github.com:{port}");
-    let mut s = env
-        .tls(&target, "api.github.com", env.run_ca_roots())
-        .await
-        .expect("handshake");
+    let GithubSession {
+        env,
+        seen,
+        port,
+        mut s,
+        ..
+    } = github_session(&["api.github.com"]).await;
     let filler = "x".repeat(2000);
     let body = format!("{{\"token\":\"{}\",\"pad\":\"{filler}\"}}", env.placeholder);
     assert!(body.len() > 2048 - 100);
@@ -644,15 +667,13 @@ fn gzip_stored(data: &[u8]) -> Vec<u8> {
 
 #[tokio::test]
 async fn t7_compressed_body_with_a_placeholder_is_refused() {
-    let ca = TestCa::new();
-    let (port, seen) = https_upstream(&ca, &["api.github.com"]).await;
-    let (t, p) = inspection(&ca);
-    let env = start(t, p).await;
-    let target = format!("api.github.com:{port}");
-    let mut s = env
-        .tls(&target, "api.github.com", env.run_ca_roots())
-        .await
-        .expect("handshake");
+    let GithubSession {
+        env,
+        seen,
+        target,
+        mut s,
+        ..
+    } = github_session(&["api.github.com"]).await;
     let body = gzip_stored(format!("{{\"token\":\"{}\"}}", env.placeholder).as_bytes());
     let mut req = format!(
         "POST /x HTTP/1.1\r\nHost: {target}\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\n\r\n",
@@ -673,15 +694,13 @@ async fn t7_compressed_body_with_a_placeholder_is_refused() {
 
 #[tokio::test]
 async fn large_body_with_a_placeholder_is_cut_and_refused() {
-    let ca = TestCa::new();
-    let (port, seen) = https_upstream(&ca, &["api.github.com"]).await;
-    let (t, p) = inspection(&ca);
-    let env = start(t, p).await;
-    let target = format!("api.github.com:{port}");
-    let mut s = env
-        .tls(&target, "api.github.com", env.run_ca_roots())
-        .await
-        .expect("handshake");
+    let GithubSession {
+        env,
+        seen,
+        target,
+        mut s,
+        ..
+    } = github_session(&["api.github.com"]).await;
     let mut body = vec![b'a'; 1024 * 1024 + 100];
     body.extend_from_slice(env.placeholder.as_bytes());
     body.extend_from_slice(b"tail");
@@ -883,15 +902,13 @@ async fn t11_unknown_placeholders_pass_unchanged() {
 
 #[tokio::test]
 async fn t12_invalid_upstream_certificate_is_a_502() {
-    let ca = TestCa::new();
-    let (port, seen) = https_upstream(&ca, &["wrong.example"]).await;
-    let (t, p) = inspection(&ca);
-    let env = start(t, p).await;
-    let target = format!("api.github.com:{port}");
-    let mut s = env
-        .tls(&target, "api.github.com", env.run_ca_roots())
-        .await
-        .expect("handshake");
+    let GithubSession {
+        env,
+        seen,
+        target,
+        mut s,
+        ..
+    } = github_session(&["wrong.example"]).await;
     let resp = exchange(
         &mut s,
         &format!(
@@ -1025,15 +1042,13 @@ async fn t14_no_binding_no_ca_and_opaque_tunnels() {
 
 #[tokio::test]
 async fn keep_alive_requests_are_each_inspected() {
-    let ca = TestCa::new();
-    let (port, seen) = https_upstream(&ca, &["api.github.com"]).await;
-    let (t, p) = inspection(&ca);
-    let env = start(t, p).await;
-    let target = format!("api.github.com:{port}");
-    let mut s = env
-        .tls(&target, "api.github.com", env.run_ca_roots())
-        .await
-        .expect("handshake");
+    let GithubSession {
+        env,
+        seen,
+        target,
+        mut s,
+        ..
+    } = github_session(&["api.github.com"]).await;
     let two = format!(
         "GET /a HTTP/1.1\r\nHost: {target}\r\nAuthorization: token {p}\r\n\r\nGET /b?x={p} HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n",
         p = env.placeholder
@@ -1059,15 +1074,13 @@ async fn keep_alive_requests_are_each_inspected() {
 
 #[tokio::test]
 async fn expect_continue_is_answered_by_the_proxy() {
-    let ca = TestCa::new();
-    let (port, seen) = https_upstream(&ca, &["api.github.com"]).await;
-    let (t, p) = inspection(&ca);
-    let env = start(t, p).await;
-    let target = format!("api.github.com:{port}");
-    let mut s = env
-        .tls(&target, "api.github.com", env.run_ca_roots())
-        .await
-        .expect("handshake");
+    let GithubSession {
+        env,
+        seen,
+        target,
+        mut s,
+        ..
+    } = github_session(&["api.github.com"]).await;
     let body = format!("token={}", env.placeholder);
     s.write_all(
         format!(
@@ -1196,15 +1209,13 @@ async fn an_operator_ca_signs_the_leaves() {
 
 #[tokio::test]
 async fn websocket_upgrades_are_relayed_after_the_handshake() {
-    let ca = TestCa::new();
-    let (port, seen) = https_upstream(&ca, &["api.github.com"]).await;
-    let (t, p) = inspection(&ca);
-    let env = start(t, p).await;
-    let target = format!("api.github.com:{port}");
-    let mut s = env
-        .tls(&target, "api.github.com", env.run_ca_roots())
-        .await
-        .expect("handshake");
+    let GithubSession {
+        env,
+        seen,
+        target,
+        mut s,
+        ..
+    } = github_session(&["api.github.com"]).await;
     s.write_all(
         format!(
             "GET /ws HTTP/1.1\r\nHost: {target}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nAuthorization: Bearer {}\r\n\r\n",
