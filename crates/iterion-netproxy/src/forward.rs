@@ -476,6 +476,17 @@ where
     }
 }
 
+/// The size of a chunk from its size line (`1a;ext=v\r\n`, as `read_line` returns it); extensions are ignored.
+pub(crate) fn chunk_size(line: &[u8]) -> io::Result<u64> {
+    let invalid = || io::Error::new(io::ErrorKind::InvalidData, "malformed chunked body");
+    let text = std::str::from_utf8(&line[..line.len().saturating_sub(2)]).map_err(|_| invalid())?;
+    let size_text = text.split(';').next().unwrap_or_default().trim();
+    if size_text.is_empty() || size_text.len() > 15 {
+        return Err(invalid());
+    }
+    u64::from_str_radix(size_text, 16).map_err(|_| invalid())
+}
+
 /// Relay a chunked body verbatim while parsing it to find where it ends.
 async fn copy_chunked<R, W>(r: &mut R, rbuf: &mut Vec<u8>, w: &mut W) -> io::Result<()>
 where
@@ -485,12 +496,7 @@ where
     let invalid = || io::Error::new(io::ErrorKind::InvalidData, "malformed chunked body");
     loop {
         let line = read_line(r, rbuf).await?;
-        let text = std::str::from_utf8(&line[..line.len() - 2]).map_err(|_| invalid())?;
-        let size_text = text.split(';').next().unwrap_or_default().trim();
-        if size_text.is_empty() || size_text.len() > 15 {
-            return Err(invalid());
-        }
-        let size = u64::from_str_radix(size_text, 16).map_err(|_| invalid())?;
+        let size = chunk_size(&line)?;
         w.write_all(&line).await?;
         if size == 0 {
             loop {

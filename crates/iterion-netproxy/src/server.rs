@@ -340,7 +340,7 @@ async fn read_head<S: AsyncIo>(
     }
 }
 
-fn head_error(e: HeadError) -> Error {
+pub(crate) fn head_error(e: HeadError) -> Error {
     match e {
         HeadError::TooLarge | HeadError::TooManyHeaders => {
             Error::client(431, "head_too_large", "request head too large")

@@ -6,13 +6,13 @@ use super::intercept::{Outcome, TunnelCtx};
 use super::scan::{Detector, Replacer, find_placeholders, replace_all};
 use crate::Error;
 use crate::event::{DecisionId, ProxyEvent};
-use crate::forward::{client_keep_alive, copy_body_from, read_line, upstream_keep_alive};
+use crate::forward::{chunk_size, client_keep_alive, copy_body_from, read_line, upstream_keep_alive};
 use crate::head::{
     Framing, HeadError, HeadLimits, Headers, RequestHead, ResponseHead, Version, find_head_end,
     parse_request_head, parse_response_head, request_framing, response_framing,
 };
 use crate::response::{ErrorContext, Refusal, error_response, forbidden_response};
-use crate::server::Shared;
+use crate::server::{Shared, head_error};
 use iterion_netpolicy::Target;
 use std::io;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -69,15 +69,6 @@ where
     }
 }
 
-fn head_error(e: HeadError) -> Error {
-    match e {
-        HeadError::TooLarge | HeadError::TooManyHeaders => {
-            Error::client(431, "head_too_large", "request head too large")
-        }
-        HeadError::Malformed(m) => Error::client(400, "bad_request", m),
-    }
-}
-
 /// Reads a chunked body piece by piece (chunk extensions and trailers are dropped).
 #[derive(Debug, Default)]
 struct Chunked {
@@ -94,13 +85,7 @@ impl Chunked {
         if self.done {
             return Ok(None);
         }
-        let line = read_line(r, rbuf).await?;
-        let text = std::str::from_utf8(&line[..line.len() - 2]).map_err(|_| invalid())?;
-        let size_text = text.split(';').next().unwrap_or_default().trim();
-        if size_text.is_empty() || size_text.len() > 15 {
-            return Err(invalid());
-        }
-        let size = u64::from_str_radix(size_text, 16).map_err(|_| invalid())?;
+        let size = chunk_size(&read_line(r, rbuf).await?)?;
         if size == 0 {
             loop {
                 if read_line(r, rbuf).await? == b"\r\n" {
