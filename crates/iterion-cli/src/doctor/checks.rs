@@ -557,17 +557,13 @@ async fn report_lines(
             yes(caps.remote_user)
         ),
     ));
-    let profile = env
-        .get("ITERION_SANDBOX_HARDENING")
-        .map(|v| v.trim().to_ascii_lowercase())
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "strict".into());
-    let pids = env
-        .get("ITERION_SANDBOX_PIDS_LIMIT")
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "4096".into());
-    let caps_added = if profile == "compat" { "11" } else { "8" };
+    // what a run applies (03 §8.7), read by the same code
+    let container = iterion_driver::hardening::ContainerSettings::from_env(env);
+    let (profile, caps_added) = match container.hardening {
+        iterion_driver::HardeningProfile::Strict => ("strict", "8"),
+        iterion_driver::HardeningProfile::Compat => ("compat", "11"),
+    };
+    let pids = container.limits.pids.unwrap_or_default();
     v.push((
         "hardening".into(),
         if caps.hardening {
