@@ -186,7 +186,8 @@ impl fmt::Display for Decision {
 }
 
 /// Serialises as the `check --json` object without its `target` key: `host`, `port`, `decision`, `reason` (when
-/// denied), `rule`, `address` (when set) and `addresses` (when any were checked).
+/// denied), `rule`, `address` (when set) and `addresses` (the resolved addresses, when a name was resolved; an IP
+/// literal is never resolved, so it has none).
 impl serde::Serialize for Decision {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(None)?;
@@ -200,7 +201,7 @@ impl serde::Serialize for Decision {
         if let Some(addr) = self.address {
             map.serialize_entry("address", &addr)?;
         }
-        if !self.addresses.is_empty() {
+        if self.target.host.name().is_some() && !self.addresses.is_empty() {
             map.serialize_entry("addresses", &self.addresses)?;
         }
         map.end()
