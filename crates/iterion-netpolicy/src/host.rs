@@ -375,7 +375,7 @@ pub(crate) fn canonicalize(text: &str, lenient: bool) -> Result<Host, HostError>
             .map(|v4| Host::Ip(IpAddr::V4(v4)))
             .ok_or(HostError::Ipv4);
     }
-    canonical_name(trimmed)
+    canonical_name(trimmed, trimmed.len() != lower.len())
 }
 
 /// Remove exactly one trailing dot; a second one, an empty label or an empty name is an error.
@@ -391,9 +391,10 @@ fn strip_one_dot(text: &str) -> Result<&str, HostError> {
 }
 
 /// IDNA to ASCII, then the label rules (§4.2 steps 6–8). The name is already lower-case, has no trailing dot and
-/// does not end in a number. IDNA mapping can produce a name that ends in a number (full-width digits): it is then
-/// read as an IPv4 literal, exactly as if it had been written in ASCII.
-pub(crate) fn canonical_name(text: &str) -> Result<Host, HostError> {
+/// does not end in a number; `dot_removed` says whether the caller removed a trailing `.` from it. IDNA mapping can
+/// produce a name that ends in a number (full-width digits): it is then read as an IPv4 literal, exactly as if it
+/// had been written in ASCII.
+pub(crate) fn canonical_name(text: &str, dot_removed: bool) -> Result<Host, HostError> {
     let ascii = Uts46::new()
         .to_ascii(
             text.as_bytes(),
@@ -402,7 +403,11 @@ pub(crate) fn canonical_name(text: &str) -> Result<Host, HostError> {
             DnsLength::Ignore,
         )
         .map_err(|_| HostError::Idna)?;
-    // Mapping may have produced dots, a trailing dot or digits: the result is checked like typed ASCII.
+    // Mapping may have produced dots (`。`, `．`), a trailing dot or digits: the result is checked like typed ASCII.
+    // Exactly one trailing dot is removed in all, however it was spelled (`a.com。.` has two).
+    if dot_removed && ascii.ends_with('.') {
+        return Err(HostError::EmptyLabel);
+    }
     let trimmed = strip_one_dot(ascii.as_ref())?;
     if ends_in_number(trimmed) {
         return parse_ipv4_any(trimmed)

@@ -401,7 +401,9 @@ fn parse_pattern(text: &str) -> Result<Pattern, RuleError> {
             reason: HostError::EmptyLabel,
         });
     }
-    match canonical_name(trimmed).map_err(|reason| RuleError::Host { reason })? {
+    match canonical_name(trimmed, trimmed.len() != suffix.len())
+        .map_err(|reason| RuleError::Host { reason })?
+    {
         Host::Name(name) => Ok(make(name)),
         Host::Ip(ip) if !is_wildcard => Ok(Pattern::Ip(ip)),
         Host::Ip(_) => Err(RuleError::Wildcard),

@@ -122,6 +122,10 @@ fn full_width_and_ideographic_spellings_of_addresses() {
     check_target("１６９.２５４.１６９.２５４:80", "169.254.169.254:80");
     check_target("example.１２３", "invalid host");
     check_target("127.0.0.1.。", "invalid host");
+    // One trailing dot is removed (§4.2 step 3), whether written as `.` or as a character IDNA maps to `.`; a
+    // second one, in any mix of spellings, is an empty label.
+    check_target("127.0.0.1。.", "invalid host");
+    check_target("１２７.０.０.１．.", "invalid host");
 }
 
 #[test]
@@ -190,6 +194,10 @@ fn host_names() {
         check_target(s, "localhost:443");
     }
     check_target("localhost..", "invalid host");
+    for s in ["localhost。.", "localhost．.", "localhost.。", "localhost。。", "example.com｡.", "example.com。:443"] {
+        let expect = if s.ends_with(":443") { "example.com:443" } else { "invalid host" };
+        check_target(s, expect);
+    }
     check_target("ｅxample.com", "example.com:443");
     check_target("example。com", "example.com:443");
     check_target("EXAMPLE.COM.", "example.com:443");
@@ -197,6 +205,16 @@ fn host_names() {
     check_target("BÜCHER.example", "xn--bcher-kva.example:443");
     check_target("xn--bcher-kva.example", "xn--bcher-kva.example:443");
     check_target("XN--BCHER-KVA.EXAMPLE", "xn--bcher-kva.example:443");
+    // UTS #46 non-transitional processing: `ß` is kept (not mapped to `ss`); joiner and bidi checks are on; soft
+    // hyphens are ignored.
+    check_target("faß.de", "xn--fa-hia.de:443");
+    check_target("FASS.de", "fass.de:443");
+    check_target("exam\u{ad}ple.com", "example.com:443");
+    check_target("a\u{200d}b.example", "invalid host");
+    check_target("a\u{200c}b.example", "invalid host");
+    check_target("\u{5d0}a.example", "invalid host");
+    check_target("xn--.example", "invalid host");
+    check_target("xn--a.example", "invalid host");
     check_target("metadata.google.internal", "metadata.google.internal:443");
     check_target("metadata.google.internal.:80", "metadata.google.internal:80");
     check_target("metadata", "metadata:443");
@@ -388,6 +406,11 @@ fn rule_names_and_wildcards() {
         check_rule(s, "exact localhost");
     }
     check_rule("!  LOCALHOST.", "!exact localhost");
+    check_rule("localhost。", "exact localhost");
+    check_rule("*.example.com。", "one-label example.com");
+    for s in ["localhost。.", "localhost．.", "localhost.。", "**.example.com。.", "*.example.com．."] {
+        check_rule(s, "E_HOST");
+    }
     check_rule("ｅxample.com", "exact example.com");
     check_rule("BÜCHER.example", "exact xn--bcher-kva.example");
     check_rule("1.2.3.4.nip.io", "exact 1.2.3.4.nip.io");
