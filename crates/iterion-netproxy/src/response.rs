@@ -26,6 +26,10 @@ fn phrase(status: u16) -> &'static str {
     }
 }
 
+/// The body's `message` for an https absolute-form request (spec §10.2); its `X-Iterion-Reason` is the error's
+/// own shorter text.
+const HTTPS_ABSOLUTE_MESSAGE: &str = "this proxy does not fetch https:// URLs for clients; configure the client to tunnel with CONNECT (HTTPS_PROXY)";
+
 /// The `X-Iterion-Reason` for an error: the fixed phrases of §13.1, otherwise the message.
 fn reason_header(err: &Error) -> String {
     match err.status() {
@@ -34,6 +38,15 @@ fn reason_header(err: &Error) -> String {
         429 => "too many concurrent tunnels".into(),
         431 => "request head too large".into(),
         503 => "proxy unavailable".into(),
+        _ => err.to_string(),
+    }
+}
+
+/// The body's `message` for an error: the error's text, except where §10.2 gives the body a longer advice than
+/// the reason header.
+fn message(err: &Error) -> String {
+    match err.code() {
+        "https_absolute_form" => HTTPS_ABSOLUTE_MESSAGE.into(),
         _ => err.to_string(),
     }
 }
@@ -78,7 +91,7 @@ pub(crate) fn error_response(err: &Error, ctx: &ErrorContext<'_>) -> Vec<u8> {
     }
     let mut body = Map::new();
     body.insert("error".into(), json!(err.code()));
-    body.insert("message".into(), json!(err.to_string()));
+    body.insert("message".into(), json!(message(err)));
     if let Some(h) = ctx.host {
         body.insert("host".into(), json!(h));
     }
@@ -153,6 +166,16 @@ mod tests {
     #[test]
     fn too_many_tunnels_has_retry_after() {
         let e = Error::client(429, "too_many_tunnels", "too many concurrent tunnels");
+        insta::assert_snapshot!(text(error_response(&e, &ErrorContext::default())));
+    }
+
+    #[test]
+    fn https_absolute_form_has_a_short_reason_and_a_longer_message() {
+        let e = Error::client(
+            400,
+            "https_absolute_form",
+            "https absolute-form is not supported; use CONNECT",
+        );
         insta::assert_snapshot!(text(error_response(&e, &ErrorContext::default())));
     }
 
