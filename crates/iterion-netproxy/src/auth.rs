@@ -140,6 +140,10 @@ impl CredentialStore {
     }
 
     /// Check the `Proxy-Authorization` values of one request.
+    ///
+    /// A failure reports the scheme and the Basic username, never anything that could be a token: a scheme that
+    /// is not a registered HTTP authentication scheme is reported as `other` (a client that sends a bare token
+    /// would otherwise have it recorded as the scheme), and a username that is a registered token is withheld.
     pub(crate) fn check<'a>(&self, mut values: impl Iterator<Item = &'a str>) -> AuthOutcome {
         if let Some(c) = &self.anonymous {
             return AuthOutcome::Ok(c.clone());
@@ -168,13 +172,49 @@ impl CredentialStore {
                     return fail("basic", None);
                 };
                 match self.by_token(token) {
-                    Some(c) if c.username == user || c.any_username => AuthOutcome::Ok(c),
+                    Some(c) if c.username == user => AuthOutcome::Ok(c),
+                    Some(c) if c.any_username => AuthOutcome::Ok(named_node(&c, user)),
+                    _ if self.by_token(user).is_some() => fail("basic", None),
                     _ => fail("basic", Some(user.to_owned())),
                 }
             }
-            _ => fail(&scheme_lc, None),
+            known if AUTH_SCHEMES.contains(&known) => fail(known, None),
+            _ => fail("other", None),
         }
     }
+}
+
+/// The HTTP authentication schemes of the IANA registry: reported by name when they fail; anything else is
+/// `other`.
+const AUTH_SCHEMES: &[&str] = &[
+    "basic",
+    "bearer",
+    "concealed",
+    "digest",
+    "dpop",
+    "gnap",
+    "hoba",
+    "mutual",
+    "negotiate",
+    "ntlm",
+    "oauth",
+    "privatetoken",
+    "scram-sha-1",
+    "scram-sha-256",
+    "vapid",
+];
+
+/// A credential that accepts any Basic username, as used by the node that username names (spec §11: the Basic
+/// username names the node). The credential's own username, or an empty one, is the credential itself.
+fn named_node(c: &Arc<Credential>, user: &str) -> Arc<Credential> {
+    if user.is_empty() {
+        return c.clone();
+    }
+    Arc::new(Credential {
+        username: user.to_owned(),
+        node_id: Some(user.to_owned()),
+        ..Credential::clone(c)
+    })
 }
 
 /// Decode standard base64 (with or without padding); `None` on any invalid character.
@@ -265,6 +305,62 @@ mod tests {
                 .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
         );
         assert_ne!(t, new_token());
+    }
+
+    fn store(any_username: bool) -> CredentialStore {
+        let policy = Arc::new(
+            Policy::compile(iterion_netpolicy::Mode::Allowlist, &[], &[] as &[&str]).expect("empty policy"),
+        );
+        let mut c = Credential::new("iterion", "t0ken-0123456789abcdef", None, policy);
+        if any_username {
+            c = c.accept_any_username();
+        }
+        let mut s = CredentialStore::default();
+        s.insert(c).expect("insert");
+        s
+    }
+
+    /// `Ok username node_id` or `Failed scheme username`.
+    fn check(s: &CredentialStore, header: &str, expect: &str) {
+        let got = match s.check(std::iter::once(header)) {
+            AuthOutcome::Ok(c) => format!("Ok {} {:?}", c.username, c.node_id),
+            AuthOutcome::Failed { scheme, username } => format!("Failed {scheme} {username:?}"),
+        };
+        assert_eq!(got, expect, "{header}");
+    }
+
+    fn basic(s: &str) -> String {
+        format!("Basic {}", base64_encode(s.as_bytes()))
+    }
+
+    #[test]
+    fn any_username_names_the_node() {
+        let s = store(true);
+        check(&s, "Bearer t0ken-0123456789abcdef", "Ok iterion None");
+        check(&s, &basic("iterion:t0ken-0123456789abcdef"), "Ok iterion None");
+        check(&s, &basic(":t0ken-0123456789abcdef"), "Ok iterion None");
+        check(
+            &s,
+            &basic("fetch:t0ken-0123456789abcdef"),
+            r#"Ok fetch Some("fetch")"#,
+        );
+        let strict = store(false);
+        check(
+            &strict,
+            &basic("fetch:t0ken-0123456789abcdef"),
+            r#"Failed basic Some("fetch")"#,
+        );
+    }
+
+    #[test]
+    fn failures_never_report_a_token() {
+        let s = store(false);
+        check(&s, "t0ken-0123456789abcdef", "Failed other None");
+        check(&s, "t0ken-0123456789abcdef x", "Failed other None");
+        check(&s, "Digest abc", "Failed digest None");
+        check(&s, &basic("t0ken-0123456789abcdef:iterion"), "Failed basic None");
+        check(&s, &basic("fetch:nope"), r#"Failed basic Some("fetch")"#);
+        check(&s, "Bearer nope", "Failed bearer None");
     }
 
     #[test]
