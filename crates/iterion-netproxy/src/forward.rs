@@ -166,7 +166,9 @@ fn request_bytes(req: &ForwardRequest<'_>) -> Vec<u8> {
     out.into_bytes()
 }
 
-fn response_bytes(head: &ResponseHead, framing: Framing, close: bool) -> Vec<u8> {
+/// The response head relayed to a client speaking `client`. `close`: the proxy closes the client connection after
+/// this response. An HTTP/1.0 client kept alive is told so (it assumes a close otherwise).
+fn response_bytes(head: &ResponseHead, framing: Framing, close: bool, client: Version) -> Vec<u8> {
     let listed = connection_tokens(&head.headers);
     let mut out = format!("HTTP/1.1 {} {}\r\n", head.status, head.reason);
     for (name, value) in &head.headers {
@@ -180,6 +182,8 @@ fn response_bytes(head: &ResponseHead, framing: Framing, close: bool) -> Vec<u8>
     }
     if close && head.status >= 200 {
         out.push_str("Connection: close\r\n");
+    } else if client == Version::Http10 && head.status >= 200 {
+        out.push_str("Connection: keep-alive\r\n");
     }
     out.push_str("\r\n");
     out.into_bytes()
@@ -258,13 +262,8 @@ pub(crate) async fn forward<S: AsyncIo>(
     let limits = sh.head_limits_for_responses();
     let mut body_sent = false;
     if !expect_continue {
-        if copy_body(client, cbuf, &mut up.io, req.framing).await.is_err() {
-            return reply(
-                client,
-                &Error::upstream(502, "upstream_failed", "upstream request failed"),
-                ctx,
-            )
-            .await;
+        if let Err(e) = copy_body(client, cbuf, &mut up.io, req.framing).await {
+            return reply(client, &body_error(&e), ctx).await;
         }
         body_sent = true;
     }
@@ -284,21 +283,18 @@ pub(crate) async fn forward<S: AsyncIo>(
             .await;
         }
         if head.status / 100 == 1 {
-            if client
-                .write_all(&response_bytes(&head, Framing::Empty, false))
-                .await
-                .is_err()
+            // No interim responses to an HTTP/1.0 client (RFC 9110 §15.2).
+            if req.head.version == Version::Http11
+                && client
+                    .write_all(&response_bytes(&head, Framing::Empty, false, Version::Http11))
+                    .await
+                    .is_err()
             {
                 return Next::Close;
             }
             if head.status == 100 && !body_sent {
-                if copy_body(client, cbuf, &mut up.io, req.framing).await.is_err() {
-                    return reply(
-                        client,
-                        &Error::upstream(502, "upstream_failed", "upstream request failed"),
-                        ctx,
-                    )
-                    .await;
+                if let Err(e) = copy_body(client, cbuf, &mut up.io, req.framing).await {
+                    return reply(client, &body_error(&e), ctx).await;
                 }
                 body_sent = true;
             }
@@ -316,18 +312,33 @@ pub(crate) async fn forward<S: AsyncIo>(
             }
         }
     };
+    // An HTTP/1.0 client cannot read a chunked body (RFC 9112 §6.1): it gets the decoded bytes, ended by the
+    // close.
+    let dechunk = framing == Framing::Chunked && req.head.version == Version::Http10;
+    let client_framing = if dechunk { Framing::UntilClose } else { framing };
     // A final response before the body was sent (`Expect` refused): the client's body is unread, so close.
-    let keep_client = client_keep_alive(req.head) && body_sent && framing != Framing::UntilClose;
+    let keep_client = client_keep_alive(req.head) && body_sent && client_framing != Framing::UntilClose;
     let keep_upstream = upstream_keep_alive(&head) && body_sent && framing != Framing::UntilClose;
     if client
-        .write_all(&response_bytes(&head, framing, !keep_client))
+        .write_all(&response_bytes(
+            &head,
+            client_framing,
+            !keep_client,
+            req.head.version,
+        ))
         .await
         .is_err()
     {
         return Next::Close;
     }
     let copied = tokio::select! {
-        r = copy_body_from(&mut up.io, &mut up.buf, client, framing) => r,
+        r = async {
+            if dechunk {
+                copy_dechunked(&mut up.io, &mut up.buf, client).await
+            } else {
+                copy_body_from(&mut up.io, &mut up.buf, client, framing).await
+            }
+        } => r,
         () = sh.hard.cancelled() => Err(io::ErrorKind::Interrupted.into()),
     };
     if copied.is_err() {
@@ -353,6 +364,16 @@ fn take_pooled(sh: &Shared, req: &ForwardRequest<'_>, host: &str) -> Option<Upst
 async fn send_head(up: &mut Upstream, request: &[u8]) -> io::Result<()> {
     up.io.write_all(request).await?;
     up.io.flush().await
+}
+
+/// The answer when the request body could not be relayed: a malformed chunked body is the client's error (400);
+/// anything else failed on the way upstream (502).
+fn body_error(e: &io::Error) -> Error {
+    if e.kind() == io::ErrorKind::InvalidData {
+        Error::client(400, "bad_request", "malformed chunked body")
+    } else {
+        Error::upstream(502, "upstream_failed", "upstream request failed")
+    }
 }
 
 async fn reply<S: AsyncIo>(client: &mut S, e: &Error, ctx: &ErrorContext<'_>) -> Next {
@@ -477,13 +498,24 @@ where
 }
 
 /// The size of a chunk from its size line (`1a;ext=v\r\n`, as `read_line` returns it); extensions are ignored.
+///
+/// Strict, because the line is relayed verbatim and the next parser must not read it differently (RFC 9112
+/// §7.1): the size is hexadecimal digits only (no sign, no leading white space), white space is allowed only
+/// before a `;`, and the line holds no control character.
 pub(crate) fn chunk_size(line: &[u8]) -> io::Result<u64> {
     let invalid = || io::Error::new(io::ErrorKind::InvalidData, "malformed chunked body");
-    let text = std::str::from_utf8(&line[..line.len().saturating_sub(2)]).map_err(|_| invalid())?;
-    let size_text = text.split(';').next().unwrap_or_default().trim();
-    if size_text.is_empty() || size_text.len() > 15 {
+    let text = line.strip_suffix(b"\r\n").ok_or_else(invalid)?;
+    if text.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
         return Err(invalid());
     }
+    let size_text = match text.iter().position(|&b| b == b';') {
+        Some(p) => text[..p].trim_ascii_end(),
+        None => text,
+    };
+    if size_text.is_empty() || size_text.len() > 15 || !size_text.iter().all(u8::is_ascii_hexdigit) {
+        return Err(invalid());
+    }
+    let size_text = std::str::from_utf8(size_text).map_err(|_| invalid())?;
     u64::from_str_radix(size_text, 16).map_err(|_| invalid())
 }
 
@@ -516,9 +548,74 @@ where
     }
 }
 
+/// Decode a chunked body from `r` (with `rbuf` holding bytes already read) and write only its data to `w`;
+/// extensions and trailers are dropped.
+async fn copy_dechunked<R, W>(r: &mut R, rbuf: &mut Vec<u8>, w: &mut W) -> io::Result<()>
+where
+    R: AsyncRead + Unpin + ?Sized,
+    W: AsyncWrite + Unpin + ?Sized,
+{
+    let invalid = || io::Error::new(io::ErrorKind::InvalidData, "malformed chunked body");
+    loop {
+        let size = chunk_size(&read_line(r, rbuf).await?)?;
+        if size == 0 {
+            while read_line(r, rbuf).await? != b"\r\n" {}
+            return w.flush().await;
+        }
+        copy_exact(r, rbuf, w, size).await?;
+        if read_line(r, rbuf).await? != b"\r\n" {
+            return Err(invalid());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chunk_size_lines() {
+        let size = |l: &str| chunk_size(l.as_bytes()).ok();
+        assert_eq!(size("1a\r\n"), Some(26));
+        assert_eq!(size("0\r\n"), Some(0));
+        assert_eq!(size("5;ext=v\r\n"), Some(5));
+        assert_eq!(size("5 ;ext\r\n"), Some(5));
+        for bad in [
+            "+5\r\n",
+            " 5\r\n",
+            "5 \r\n",
+            "-5\r\n",
+            "0x5\r\n",
+            "\r\n",
+            "5",
+            "5\n\r\n",
+            "1234567890abcdef\r\n",
+        ] {
+            assert_eq!(size(bad), None, "{bad:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn dechunked_bodies() {
+        let input = b"3;x\r\nabc\r\n4\r\ndefg\r\n0\r\nT: 1\r\n\r\nNEXT";
+        let mut rbuf = input[..2].to_vec();
+        let mut r = &input[2..];
+        let mut out = Vec::new();
+        assert!(copy_dechunked(&mut r, &mut rbuf, &mut out).await.is_ok());
+        assert_eq!(out, b"abcdefg");
+        assert_eq!(
+            [rbuf.as_slice(), r].concat(),
+            b"NEXT",
+            "the bytes after the body are left unread"
+        );
+        let mut rbuf = Vec::new();
+        let mut out = Vec::new();
+        assert!(
+            copy_dechunked(&mut &b"3\r\nabcX"[..], &mut rbuf, &mut out)
+                .await
+                .is_err()
+        );
+    }
 
     async fn chunked(input: &[u8], expect: Result<&[u8], ()>) {
         let mut rbuf = input[..input.len().min(3)].to_vec();
