@@ -399,7 +399,8 @@ fn serve(a: ServeArgs, env: &BTreeMap<String, String>) -> ExitCode {
     let generated = token.is_none() && !a.no_auth;
     let token = token.unwrap_or_else(iterion_netproxy::new_token);
 
-    let (ev_tx, ev_rx) = std::sync::mpsc::channel::<ProxyEvent>();
+    let (ev_tx, ev_rx) = std::sync::mpsc::channel::<EventLine>();
+    let ev_done = ev_tx.clone();
     let ev_tx = std::sync::Mutex::new(ev_tx);
     let mut builder = ProxyConfig::builder()
         .listen(listen)
@@ -447,7 +448,7 @@ fn serve(a: ServeArgs, env: &BTreeMap<String, String>) -> ExitCode {
     if a.events.is_some() {
         builder = builder.on_event(move |ev| {
             if let Ok(tx) = ev_tx.lock() {
-                let _ = tx.send(ev);
+                let _ = tx.send(EventLine::Event(Box::new(ev)));
             }
         });
     }
@@ -468,6 +469,9 @@ fn serve(a: ServeArgs, env: &BTreeMap<String, String>) -> ExitCode {
     let ca_out = a.ca_out.clone();
     let json = a.json;
     let result: Result<()> = runtime.block_on(async move {
+        // Watch the signals before anything is announced: a supervisor may stop the proxy as soon as it reads the
+        // listen line, and that must be the graceful shutdown, not the default action of the signal.
+        let stop = stop_signals()?;
         let proxy = Proxy::start(config).await.context("cannot start the proxy")?;
         // The CA file exists before the lines announcing the proxy are printed.
         if let (Some(path), Some(bundle)) = (&ca_out, proxy.trust_bundle()) {
@@ -484,11 +488,20 @@ fn serve(a: ServeArgs, env: &BTreeMap<String, String>) -> ExitCode {
         }
         out.flush()?;
         drop(out);
-        if let Some(target) = events_target {
-            start_event_writer(&target, ev_rx)?;
-        }
-        wait_for_signal().await?;
+        let writer = match events_target {
+            Some(target) => Some(start_event_writer(&target, ev_rx)?),
+            None => None,
+        };
+        stop.await;
         let stats = proxy.shutdown(grace).await;
+        // `shutdown` handed every queued event to the channel: write them all before exiting.
+        if let Some(writer) = writer {
+            let _ = ev_done.send(EventLine::Done);
+            let deadline = std::time::Instant::now() + EVENTS_FLUSH;
+            while !writer.is_finished() && std::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
         if json {
             eprintln!("{}", serde_json::to_string(&stats)?);
         } else {
@@ -515,8 +528,21 @@ fn serve(a: ServeArgs, env: &BTreeMap<String, String>) -> ExitCode {
     }
 }
 
-/// Write events as JSON lines (`type`, `ts`, then the fields) on a dedicated thread.
-fn start_event_writer(target: &str, rx: std::sync::mpsc::Receiver<ProxyEvent>) -> Result<()> {
+/// What the event writer receives: an event, or the end of the stream (written everything before it).
+enum EventLine {
+    Event(Box<ProxyEvent>),
+    Done,
+}
+
+/// How long the exit waits for the event writer (a consumer that stopped reading `--events -` cannot hold the
+/// process).
+const EVENTS_FLUSH: Duration = Duration::from_secs(5);
+
+/// Write events as JSON lines (`type`, `ts`, then the fields) on a dedicated thread, until [`EventLine::Done`].
+fn start_event_writer(
+    target: &str,
+    rx: std::sync::mpsc::Receiver<EventLine>,
+) -> Result<std::thread::JoinHandle<()>> {
     let mut sink: Box<dyn Write + Send> = if target == "-" {
         Box::new(std::io::stdout())
     } else {
@@ -528,9 +554,9 @@ fn start_event_writer(target: &str, rx: std::sync::mpsc::Receiver<ProxyEvent>) -
                 .with_context(|| format!("cannot open events file {target}"))?,
         )
     };
-    std::thread::spawn(move || {
-        while let Ok(ev) = rx.recv() {
-            let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(&ev) else {
+    Ok(std::thread::spawn(move || {
+        while let Ok(EventLine::Event(ev)) = rx.recv() {
+            let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(&*ev) else {
                 continue;
             };
             let mut line = serde_json::Map::new();
@@ -550,8 +576,7 @@ fn start_event_writer(target: &str, rx: std::sync::mpsc::Receiver<ProxyEvent>) -
                 break;
             }
         }
-    });
-    Ok(())
+    }))
 }
 
 /// The current time as RFC 3339 UTC with milliseconds.
@@ -580,15 +605,17 @@ fn rfc3339_now() -> String {
     )
 }
 
-async fn wait_for_signal() -> Result<()> {
+/// Start watching SIGTERM and SIGINT now; the returned future completes at the first of them.
+fn stop_signals() -> Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-    Ok(())
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }
 
 fn check(a: CheckArgs) -> ExitCode {
