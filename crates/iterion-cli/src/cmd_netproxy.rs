@@ -681,7 +681,7 @@ async fn check_one(
     };
     let target = match Target::parse_lenient(text, Some(443)) {
         Ok(t) => t,
-        Err(_) => return denied_line(text, "invalid target", None),
+        Err(_) => return denied_line(&escape_controls(text), "invalid target", None),
     };
     let resolver = if a.no_resolve { None } else { Some(resolver) };
     let decision = match iterion_netproxy::decide(policy, &target, resolver, &DecideOptions::default()).await
@@ -706,6 +706,20 @@ async fn check_one(
     m.insert("target".into(), text.into());
     m.extend(fields);
     Ok((decision.allowed, serde_json::Value::Object(m).to_string()))
+}
+
+/// An invalid target as given, with control characters (and the Unicode line and paragraph separators) escaped:
+/// a target must not be able to start a line of its own (one line per target, §16.2).
+fn escape_controls(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
