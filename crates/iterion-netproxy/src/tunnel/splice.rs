@@ -39,11 +39,12 @@ const POOL_MAX: usize = 4;
 /// Bytes per read when copying instead of splicing; on the poll function's stack.
 const CHUNK: usize = 64 * 1024;
 
-/// A kernel pipe: read end, write end.
+/// A kernel pipe: read end, write end, and how many buffers (slots) it has.
 #[derive(Debug)]
 struct Pipe {
     r: OwnedFd,
     w: OwnedFd,
+    slots: usize,
 }
 
 thread_local! {
@@ -57,10 +58,21 @@ fn take_pipe() -> io::Result<Pipe> {
         return Ok(p);
     }
     let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
-    // Best effort: a smaller pipe still works.
-    let _ = fcntl(&w, FcntlArg::F_SETPIPE_SZ(PIPE_SIZE as i32));
-    Ok(Pipe { r, w })
+    // Best effort: a smaller pipe still works. F_SETPIPE_SZ answers the capacity the pipe got; a refusal leaves
+    // the default, which is at least one page per slot of the kernel's 16.
+    let bytes = fcntl(&w, FcntlArg::F_SETPIPE_SZ(PIPE_SIZE as i32))
+        .ok()
+        .and_then(|b| usize::try_from(b).ok())
+        .unwrap_or(16 * PAGE);
+    Ok(Pipe {
+        r,
+        w,
+        slots: (bytes / PAGE).max(1),
+    })
 }
+
+/// The unit of pipe capacity: one slot holds at most a page and at least one byte.
+const PAGE: usize = 4096;
 
 /// Return an empty pipe to the pool (closed when the pool is full).
 fn give_back(p: Pipe) {
@@ -69,6 +81,12 @@ fn give_back(p: Pipe) {
             pool.push(p);
         }
     });
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Splice calls that tried to fill a pipe from a socket, on this thread.
+    static FILLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// How many empty pipes this thread's pool holds.
@@ -227,9 +245,28 @@ fn poll_dir(
                 }
             },
         };
+        // A fill that stopped short of both the pipe's bytes and its slots stopped because the socket had
+        // nothing more: report it as `WouldBlock` so tokio clears the read readiness now (the bytes moved are
+        // kept in `short`), instead of learning it from one more splice answering EAGAIN. tokio's own
+        // `poll_read` does the same for short reads; with edge-triggered readiness a byte arriving later wakes
+        // the task again, and one arriving during the call is not lost because tokio clears only the readiness
+        // it saw before the call. The slot bound matters: bytes that came as many tiny segments can fill every
+        // slot of the pipe with a few bytes each while the socket still holds more.
+        let mut short = 0;
         let filled = src.try_io(Interest::READABLE, || {
-            Ok(splice(src.fd(), None, &pipe.w, None, PIPE_SIZE, FLAGS)?)
+            #[cfg(test)]
+            FILLS.set(FILLS.get() + 1);
+            let n = splice(src.fd(), None, &pipe.w, None, PIPE_SIZE, FLAGS)?;
+            if n > 0 && n < pipe.slots && n < PIPE_SIZE {
+                short = n;
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Ok(n)
         });
+        let filled = match filled {
+            Err(e) if would_block(&e) && short > 0 => Ok(short),
+            other => other,
+        };
         match filled {
             Ok(0) => {
                 give_back(pipe);
@@ -506,6 +543,50 @@ mod tests {
         assert_eq!((relay.up.in_pipe, relay.down.in_pipe), (0, 0));
         assert_eq!((relay.up.bytes, relay.down.bytes), (4, 4));
         assert!(pooled() >= 1);
+    }
+
+    #[tokio::test]
+    async fn a_short_fill_clears_readiness_without_a_failed_splice_and_later_bytes_still_flow() {
+        let (mut client_peer, mut client) = tcp_pair().await;
+        let (mut upstream_peer, mut upstream) = tcp_pair().await;
+        let mut relay = Relay::new(
+            Socket::Tcp(&mut client),
+            Socket::Tcp(&mut upstream),
+            Vec::new(),
+            Instant::now(),
+        );
+        let mut before = FILLS.get();
+        let mut b = [0u8; 64];
+        for round in 0..4u8 {
+            // Each round's bytes arrive after the previous fill cleared the readiness: only a new edge from
+            // the kernel can wake the relay.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            client_peer.write_all(&[round; 64]).await.expect("write");
+            tokio::select! {
+                r = &mut relay => panic!("relay ended: {r:?}"),
+                r = upstream_peer.read_exact(&mut b) => { r.expect("read"); }
+            }
+            assert_eq!(b, [round; 64]);
+            if round == 0 {
+                // The first round may also meet an edge the kernel raised before the relay ever polled.
+                before = FILLS.get();
+            }
+        }
+        // One fill per round: the short fill itself told that the socket was drained. Without that, every
+        // round costs a second splice that answers EAGAIN.
+        assert_eq!(FILLS.get() - before, 3);
+        assert_eq!(relay.up.bytes, 256);
+        // End of file still arrives after a short fill.
+        drop(client_peer);
+        let upstream_end = async {
+            let mut rest = Vec::new();
+            let n = upstream_peer.read_to_end(&mut rest).await;
+            upstream_peer.shutdown().await.expect("upstream half-close");
+            n
+        };
+        let (r, n) = tokio::join!(&mut relay, upstream_end);
+        r.expect("relay");
+        assert_eq!(n.expect("read"), 0);
     }
 
     #[tokio::test]
