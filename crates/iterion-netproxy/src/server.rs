@@ -12,7 +12,7 @@ use crate::net::{AsyncIo, BoxIo, Connector, Resolver};
 use crate::response::{CONNECT_ESTABLISHED, ErrorContext, Refusal, error_response, forbidden_response};
 use crate::tls::intercept::{TunnelCtx, tunnel as inspected_tunnel};
 use crate::tls::{Inspector, TrustBundle};
-use crate::tunnel::{TunnelLimits, relay};
+use crate::tunnel::{CloseReason, TunnelLimits, relay};
 use crate::{Credential, Error, Result, forward};
 use iterion_netpolicy::{Decision, SilentDeny, Target};
 use std::net::{IpAddr, SocketAddr};
@@ -113,7 +113,7 @@ impl Proxy {
         };
         let (listener, bound) = match &config.listen {
             Listen::Tcp(addr) => {
-                let l = tokio::net::TcpListener::bind(addr).await.map_err(bind_err)?;
+                let l = bind_tcp(*addr).map_err(bind_err)?;
                 let local = l.local_addr().map_err(bind_err)?;
                 (Listener::Tcp(l), Listen::Tcp(local))
             }
@@ -146,6 +146,23 @@ impl Proxy {
     }
 }
 
+/// A TCP listener whose accepted sockets start with `TCP_NODELAY`: Linux copies the option from the listening
+/// socket to every connection it accepts, which saves one `setsockopt` per connection.
+fn bind_tcp(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    // What `TcpListener::bind` does: a restarted proxy can take its port back while old connections linger.
+    socket.set_reuseaddr(true)?;
+    socket.set_nodelay(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+/// Whether accepted sockets already carry the listener's `TCP_NODELAY` (see [`bind_tcp`]).
+const NODELAY_INHERITED: bool = cfg!(target_os = "linux");
+
 enum Listener {
     Tcp(tokio::net::TcpListener),
     Unix(tokio::net::UnixListener, std::path::PathBuf),
@@ -158,7 +175,9 @@ async fn accept_loop(listener: Listener, sh: Arc<Shared>, tracker: TaskTracker) 
             r = async {
                 match &listener {
                     Listener::Tcp(l) => l.accept().await.map(|(s, _)| {
-                        let _ = s.set_nodelay(true);
+                        if !NODELAY_INHERITED {
+                            let _ = s.set_nodelay(true);
+                        }
                         Box::new(s) as BoxIo
                     }),
                     Listener::Unix(l, _) => l.accept().await.map(|(s, _)| Box::new(s) as BoxIo),
@@ -218,6 +237,8 @@ pub(crate) enum Next {
 pub(crate) async fn serve_connection<S: AsyncIo>(sh: Arc<Shared>, mut client: S) {
     let mut buf: Vec<u8> = Vec::new();
     let mut first = true;
+    // Whether the client's write side still needs a half-close (a tunnel that ended by end of file did it).
+    let mut client_open = true;
     loop {
         let head = match read_head(&sh, &mut client, &mut buf, first).await {
             Ok(Some(h)) => h,
@@ -271,6 +292,13 @@ pub(crate) async fn serve_connection<S: AsyncIo>(sh: Arc<Shared>, mut client: S)
                 let start = Instant::now();
                 let report = relay(&mut client, &mut upstream, early, limits, &sh.hard).await;
                 drop(permit);
+                // After end of file both write sides are shut already; otherwise half-close upstream before
+                // the socket is dropped.
+                if report.reason == CloseReason::Eof {
+                    client_open = false;
+                } else {
+                    let _ = upstream.shutdown().await;
+                }
                 Counters::add(&sh.counters.bytes_up, report.bytes_up);
                 Counters::add(&sh.counters.bytes_down, report.bytes_down);
                 sh.events.emit(ProxyEvent::TunnelClosed {
@@ -280,12 +308,13 @@ pub(crate) async fn serve_connection<S: AsyncIo>(sh: Arc<Shared>, mut client: S)
                     duration_ms: start.elapsed().as_millis() as u64,
                     close_reason: report.reason.as_str().to_owned(),
                 });
-                let _ = upstream.shutdown().await;
                 break;
             }
         }
     }
-    let _ = client.shutdown().await;
+    if client_open {
+        let _ = client.shutdown().await;
+    }
 }
 
 /// Read one request head into `buf` (bytes past the head stay in `buf`). `Ok(None)`: the client closed or stayed
