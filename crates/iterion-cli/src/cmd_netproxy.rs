@@ -619,13 +619,14 @@ fn stop_signals() -> Result<impl std::future::Future<Output = ()>> {
 }
 
 fn check(a: CheckArgs) -> ExitCode {
-    let policy = match compile_policy(&a.policy) {
-        Ok(p) => p,
-        Err(errors) => return usage_errors(&errors),
-    };
-    let resolver = match resolver(&a.policy) {
-        Ok(r) => r,
-        Err(e) => return usage_errors(&[e]),
+    // Every flag error is listed (§16.2), the resolver's with the policy's.
+    let (policy, resolver) = match (compile_policy(&a.policy), resolver(&a.policy)) {
+        (Ok(p), Ok(r)) => (p, r),
+        (policy, resolver) => {
+            let mut errors = policy.err().unwrap_or_default();
+            errors.extend(resolver.err());
+            return usage_errors(&errors);
+        }
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,

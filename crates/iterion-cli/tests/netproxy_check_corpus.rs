@@ -307,6 +307,14 @@ fn bad_rules_are_listed_and_nothing_is_decided() {
          invalid network rule '10.0.0.0/99': the prefix length of an IPv4 range is at most 32",
         2,
     );
+    // A bad --dns-server is listed with the policy errors.
+    check(
+        &["--mode", "nope", "--rule", "*", "--dns-server", "not-an-ip", "x.com"],
+        "invalid network mode 'nope' (want allowlist, denylist or open)\n\
+         invalid network rule '*': a bare '*' is not allowed; use ** for any host\n\
+         invalid --dns-server 'not-an-ip' (want IP or IP:PORT)",
+        2,
+    );
     check(&["--mode", "Allowlist", "x.com"], "invalid network mode 'Allowlist' (want allowlist, denylist or open)", 2);
     check(&["--mode", "", "x.com"], "invalid network mode '' (want allowlist, denylist or open)", 2);
     // A bad rule in a rules file is reported like a --rule.
