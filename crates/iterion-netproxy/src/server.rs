@@ -831,3 +831,24 @@ impl Drop for RunningProxy {
         self.shared.hard.cancel();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn accepted_connections_start_with_nodelay_on_both_families() {
+        for addr in ["127.0.0.1:0", "[::1]:0"] {
+            let Ok(l) = bind_tcp(addr.parse().expect("addr")) else {
+                // No IPv6 loopback in this environment.
+                assert!(addr.starts_with('['), "binding {addr} failed");
+                continue;
+            };
+            let local = l.local_addr().expect("local addr");
+            let (c, a) = tokio::join!(tokio::net::TcpStream::connect(local), l.accept());
+            let (_c, (s, _)) = (c.expect("connect"), a.expect("accept"));
+            // What the accept loop relies on when it skips its own setsockopt.
+            assert_eq!(s.nodelay().ok(), Some(true), "{addr}");
+        }
+    }
+}
