@@ -42,19 +42,28 @@ impl Drop for Serve {
     }
 }
 
-/// Start `serve <args>` (with `--listen 127.0.0.1:0` unless `args` has a `--listen`) and read the `listening on` line (and the `proxy` line when the
-/// token is generated).
+/// Start `serve <args>` (with `--listen 127.0.0.1:0` unless `args` has a `--listen`) and read the `listening on`
+/// line (and the `proxy` line when the token is generated).
 fn serve(args: &[&str]) -> Serve {
+    serve_env(args, None)
+}
+
+/// [`serve`] with `ITERION_NETPROXY_TOKEN` set to `env_token` (removed when `None`).
+fn serve_env(args: &[&str], env_token: Option<&str>) -> Serve {
     let listen: &[&str] = if args.contains(&"--listen") {
         &[]
     } else {
         &["--listen", "127.0.0.1:0"]
     };
-    let mut child = Command::new(env!("CARGO_BIN_EXE_iterion"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_iterion"));
+    match env_token {
+        Some(t) => cmd.env("ITERION_NETPROXY_TOKEN", t),
+        None => cmd.env_remove("ITERION_NETPROXY_TOKEN"),
+    };
+    let mut child = cmd
         .args(["netproxy", "serve"])
         .args(listen)
         .args(args)
-        .env_remove("ITERION_NETPROXY_TOKEN")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -95,9 +104,10 @@ fn serve(args: &[&str]) -> Serve {
         .strip_prefix("listening on ")
         .unwrap_or_else(|| panic!("the first stdout line is 'listening on IP:PORT', got {first:?}"))
         .to_owned();
-    let manual = args
-        .iter()
-        .any(|a| ["--token", "--token-file", "--no-auth"].contains(a));
+    let manual = env_token.is_some()
+        || args
+            .iter()
+            .any(|a| ["--token", "--token-file", "--no-auth"].contains(a));
     if !manual {
         let second = s.line();
         let url = second
@@ -2129,4 +2139,110 @@ fn a_signal_right_after_the_listen_line_is_a_graceful_shutdown() {
         );
         assert!(proxy.stderr().contains("netproxy stopped"), "{}", proxy.stderr());
     }
+}
+
+#[test]
+fn a_token_from_the_environment_is_not_announced() {
+    let proxy = serve_env(&["--events", "-"], Some(TOKEN));
+    let r = proxy.ask(&connect_req("evil.test:443", &bearer()));
+    assert_eq!(r.status, 403, "{}", r.raw);
+    // The second stdout line is already the event: no `proxy` line for a token that was not generated.
+    let ev = proxy.event();
+    assert_eq!(ev["type"], "denied", "{ev}");
+}
+
+#[test]
+fn unspecified_and_localhost_targets_are_refused_in_every_mode() {
+    let up = peer();
+    let port = up.port();
+    let server = dns(&[("localhost", &["127.0.0.1", "::1"]), ("zero.test", &["0.0.0.0"])]);
+    for args in [
+        &["--mode", "open", "--dns-server", &server][..],
+        // Every address passes the name stage; only explicit loopback rules are not enough for 0.0.0.0 and ::.
+        &[
+            "--rule",
+            "**",
+            "--rule",
+            "0.0.0.0/0",
+            "--rule",
+            "::/0",
+            "--rule",
+            "127.0.0.1",
+            "--rule",
+            "::1",
+            "--dns-server",
+            &server,
+        ][..],
+    ] {
+        let proxy = serve_token(args);
+        for target in [
+            format!("0:{port}"),
+            format!("0.0.0.0:{port}"),
+            format!("[::]:{port}"),
+            format!("zero.test:{port}"),
+        ]
+        .into_iter()
+        .chain(args.contains(&"open").then(|| format!("localhost:{port}")))
+        {
+            let r = proxy.ask(&connect_req(&target, &bearer()));
+            assert_eq!(r.status, 403, "{args:?} {target}: {}", r.raw);
+            assert_eq!(
+                r.json()["reason"],
+                "non-global address",
+                "{args:?} {target}: {}",
+                r.raw
+            );
+        }
+    }
+    assert!(
+        !up.was_contacted(),
+        "0.0.0.0 and :: reach this host; none may be dialled"
+    );
+}
+
+#[test]
+fn an_idle_tunnel_is_closed_on_both_sides() {
+    let up = peer();
+    let proxy = serve_token(&["--rule", "127.0.0.1", "--idle-timeout", "1s", "--events", "-"]);
+    let mut c = proxy.connect();
+    c.write_all(connect_req(&up.addr.to_string(), &bearer()).as_bytes())
+        .expect("write");
+    let mut u = up.accept();
+    let mut head = [0u8; 39];
+    c.read_exact(&mut head).expect("answer");
+    assert_eq!(&head, b"HTTP/1.1 200 Connection Established\r\n\r\n");
+    assert!(read_to_eof(&mut c).is_empty(), "the client side is closed");
+    assert!(read_to_eof(&mut u).is_empty(), "the upstream side is closed");
+    let ev = proxy.event();
+    assert_eq!(
+        (ev["type"].as_str(), ev["close_reason"].as_str()),
+        (Some("tunnel_closed"), Some("idle")),
+        "{ev}"
+    );
+}
+
+#[test]
+fn a_dns_server_that_never_answers_is_504_without_an_event() {
+    let silent = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
+    let server = silent.local_addr().expect("addr").to_string();
+    let proxy = serve_token(&[
+        "--rule",
+        "**",
+        "--dns-server",
+        &server,
+        "--dns-timeout",
+        "1s",
+        "--events",
+        "-",
+    ]);
+    let r = proxy.ask(&connect_req("slow.test:443", &bearer()));
+    generated(&r, 504, "dns_timeout", "dns timeout");
+    let marker = proxy.ask(&connect_req("1.2.3.4:443", &bearer()));
+    let ev = proxy.event();
+    assert_eq!(
+        ev["decision_id"].as_str(),
+        marker.header("x-iterion-decision-id"),
+        "{ev}"
+    );
+    drop(silent);
 }
