@@ -11,6 +11,9 @@
 //!   `/proc/<pid>/status` of the proxy process. The proxy runs in a child process (this binary re-executed with
 //!   `--proxy-child`) so the client sockets never count in its RSS.
 //!
+//! `ITERION_BENCH_REFERENCE_PROXY` adds the reference proxy as one more subject (see `start_reference` for how
+//! it is started). After the table the bench prints each §17 target as met, missed or not measured.
+//!
 //! Everything is on loopback and bounded. Run with `cargo xtask bench proxy`; `cargo xtask bench proxy bulk`
 //! (or `rate`, `idle`, several allowed) runs only those measurements, e.g. under `perf`.
 
@@ -149,15 +152,103 @@ async fn run(phases: Phases) -> anyhow::Result<()> {
             }),
         }
     }
-    if let Ok(reference) = std::env::var("ITERION_BENCH_REFERENCE_PROXY") {
-        rows.push(Row {
-            name: "reference".into(),
-            note: format!("not measured: running '{reference}' is not wired into this bench"),
-            ..Row::default()
-        });
+    if let Ok(command) = std::env::var("ITERION_BENCH_REFERENCE_PROXY") {
+        match start_reference(&command) {
+            Ok(s) => {
+                let mut row = measure(&s, source, echo, phases, true).await;
+                if row.note.is_empty() {
+                    row.note = "RSS counts its main process only".into();
+                }
+                rows.push(row);
+            }
+            Err(e) => rows.push(Row {
+                name: "reference".into(),
+                note: format!("not measured: {e}"),
+                ..Row::default()
+            }),
+        }
     }
     print_table(&rows);
+    print_goals(&rows);
     Ok(())
+}
+
+/// The spec's targets (04 §17) against this run's rows: met, missed, or not measured.
+fn print_goals(rows: &[Row]) {
+    let row = |name: &str| rows.iter().find(|r| r.name == name);
+    let Some(ours) = row("iterion-netproxy") else {
+        return;
+    };
+    let verdict = |ok: bool| if ok { "met" } else { "missed" };
+    println!();
+    match (ours.bulk_mib_s, rows.first().and_then(|r| r.bulk_mib_s)) {
+        (Some(v), Some(d)) if d > 0.0 => {
+            println!(
+                "bulk: {:.0} % of direct (target >= 90 %): {}",
+                100.0 * v / d,
+                verdict(v >= 0.9 * d)
+            )
+        }
+        _ => println!("bulk: not measured"),
+    }
+    for other in ["squid", "reference"] {
+        match (ours.rate, row(other).and_then(|r| r.rate)) {
+            (Some(v), Some(o)) if o > 0.0 => {
+                println!(
+                    "tunnels/s: {:.2}x {other} (target >= 2x): {}",
+                    v / o,
+                    verdict(v >= 2.0 * o)
+                )
+            }
+            _ => println!("tunnels/s vs {other}: not measured"),
+        }
+    }
+    match ours.rss_per_tunnel {
+        Some(b) => println!(
+            "RSS per idle tunnel: {:.2} KiB (target <= 8 KiB): {}",
+            b / 1024.0,
+            verdict(b <= 8.0 * 1024.0)
+        ),
+        None => println!("RSS per idle tunnel: not measured"),
+    }
+}
+
+/// Start the reference proxy named by `ITERION_BENCH_REFERENCE_PROXY` on a free loopback port. A command that
+/// contains `{port}` runs through `sh -c` with the port put in its place (e.g. `ref-proxy --listen
+/// 127.0.0.1:{port}`); otherwise the value is a program, run as `PROGRAM PORT`. Either way `PORT` is also in its
+/// environment, and it must accept CONNECT on `127.0.0.1:PORT` without authentication, allowing loopback targets.
+fn start_reference(command: &str) -> anyhow::Result<Subject> {
+    anyhow::ensure!(
+        !command.trim().is_empty(),
+        "ITERION_BENCH_REFERENCE_PROXY is empty"
+    );
+    let port = free_port()?;
+    let mut cmd = if command.contains("{port}") {
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg(format!("exec {}", command.replace("{port}", &port.to_string())));
+        c
+    } else {
+        let mut c = Command::new(command);
+        c.arg(port.to_string());
+        c
+    };
+    let child = cmd
+        .env("PORT", port.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("cannot start '{command}': {e}"))?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let subject = Subject {
+        name: "reference".into(),
+        addr: Some(addr),
+        child: Some(child),
+        _dir: None,
+    };
+    wait_port(addr)?;
+    Ok(subject)
 }
 
 fn fmt(v: Option<f64>, digits: usize) -> String {
