@@ -510,6 +510,8 @@ fn names_resolved_through_a_scripted_server() {
         ("127.0.0.1.nip.io", vec!["127.0.0.1"]),
         ("v6.test", vec!["2606:4700::1111"]),
         ("empty.test", vec![]),
+        ("api.github.com", vec!["140.82.112.5"]),
+        ("gist.github.com", vec!["140.82.112.4"]),
     ]));
     let s = server.to_string();
     let dns = |rules: &[&str], t: &str, expect: &str, code: i32| {
@@ -520,6 +522,12 @@ fn names_resolved_through_a_scripted_server() {
         args.push(t);
         check(&args, expect, code);
     };
+    // The §16.2 / §18.9 lines.
+    dns(&["**.github.com"], "api.github.com", r#"allow api.github.com:443 rule="**.github.com""#, 0);
+    dns(&["**.github.com", "!gist.github.com"], "gist.github.com", r#"deny gist.github.com:443 reason="policy denial" rule="!gist.github.com""#, 1);
+    dns(&["**"], "nosuch.invalid", r#"deny nosuch.invalid:443 reason="dns resolution failed" rule="-""#, 1);
+    // A resolution failure denies in every mode: nothing was checked.
+    check(&["--dns-server", &s, "--mode", "denylist", "example.org"], r#"deny example.org:443 reason="dns resolution failed" rule="-""#, 1);
     dns(&["**"], "metadata.google.internal:80", &ng("metadata.google.internal:80", "169.254.169.254"), 1);
     dns(&["**"], "METADATA.Google.Internal.", &ng("metadata.google.internal:443", "169.254.169.254"), 1);
     dns(&["**", "0.0.0.0/0"], "metadata.google.internal", &ng("metadata.google.internal:443", "169.254.169.254"), 1);
@@ -564,4 +572,23 @@ fn names_resolved_through_a_scripted_server() {
         "{out:?}"
     );
     assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn a_server_that_never_answers_is_a_dns_timeout() {
+    // Bound but never read: every query goes unanswered (spec 04 §8.1: 504 `dns timeout` after 5 s).
+    let silent = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
+    let s = silent.local_addr().expect("udp addr").to_string();
+    check(
+        &["--dns-server", &s, "--rule", "**", "slow.test"],
+        r#"deny slow.test:443 reason="dns timeout" rule="-""#,
+        1,
+    );
+    // The name stage decides first: a refused name is never resolved.
+    check(
+        &["--dns-server", &s, "--rule", "other.test", "slow.test"],
+        &no_match("slow.test:443"),
+        1,
+    );
+    drop(silent);
 }
