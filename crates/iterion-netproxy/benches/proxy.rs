@@ -5,8 +5,8 @@
 //!   subject alike (a shared 2-core machine is noisy), with the CPU time the proxy process and this process
 //!   (source + client) spent per GiB over all runs (`/proc/<pid>/stat`), which load from other work disturbs
 //!   far less than the rate;
-//! - rate: 32 concurrent clients, each looping connect + CONNECT + 64-byte echo + close; tunnels/s, and the CPU
-//!   time the proxy process spent per tunnel;
+//! - rate: 32 concurrent clients, each looping `RATE_ITERATIONS` times connect + CONNECT + 64-byte echo + close;
+//!   tunnels/s, and the CPU time the proxy process and this process (clients + echo server) spent per tunnel;
 //! - idle RSS: `IDLE_TUNNELS` established idle tunnels; (VmRSS with them − VmRSS before) / count, read from
 //!   `/proc/<pid>/status` of the proxy process. The proxy runs in a child process (this binary re-executed with
 //!   `--proxy-child`) so the client sockets never count in its RSS.
@@ -29,7 +29,7 @@ use tokio::net::{TcpListener, TcpStream};
 const BULK_MIB: usize = 1024;
 const BULK_RUNS: usize = 3;
 const CLIENTS: usize = 32;
-const RATE_ITERATIONS: usize = 100;
+const RATE_ITERATIONS: usize = 200;
 const IDLE_TUNNELS: usize = 1000;
 
 fn main() -> anyhow::Result<()> {
@@ -108,8 +108,9 @@ struct Row {
     /// CPU milliseconds per GiB: the proxy process, this process (source + client).
     cpu_ms_gib: (Option<f64>, Option<f64>),
     rate: Option<f64>,
-    /// Proxy CPU microseconds per tunnel in the rate measurement.
-    cpu_us_tunnel: Option<f64>,
+    /// CPU microseconds per tunnel in the rate measurement: the proxy process, this process (clients + echo
+    /// server). Their sum bounds the rate on a machine whose cores they share: cores × 10^6 / sum.
+    cpu_us_tunnel: (Option<f64>, Option<f64>),
     rss_per_tunnel: Option<f64>,
     note: String,
 }
@@ -259,9 +260,9 @@ fn print_table(rows: &[Row]) {
     let base = rows.first().and_then(|r| r.bulk_mib_s);
     println!();
     println!(
-        "| subject | bulk MiB/s ({BULK_MIB} MiB, best of {BULK_RUNS}) | % of direct | CPU ms/GiB proxy | CPU ms/GiB source+client | tunnels/s ({CLIENTS} clients) | CPU µs/tunnel proxy | RSS/idle tunnel ({IDLE_TUNNELS}) | note |"
+        "| subject | bulk MiB/s ({BULK_MIB} MiB, best of {BULK_RUNS}) | % of direct | CPU ms/GiB proxy | CPU ms/GiB source+client | tunnels/s ({CLIENTS} clients) | CPU µs/tunnel proxy | CPU µs/tunnel clients+echo | RSS/idle tunnel ({IDLE_TUNNELS}) | note |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for r in rows {
         let pct = match (r.bulk_mib_s, base) {
             (Some(v), Some(b)) if b > 0.0 => format!("{:.0} %", 100.0 * v / b),
@@ -272,14 +273,15 @@ fn print_table(rows: &[Row]) {
             .map(|b| format!("{:.2} KiB", b / 1024.0))
             .unwrap_or_else(|| "-".into());
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.name,
             fmt(r.bulk_mib_s, 0),
             pct,
             fmt(r.cpu_ms_gib.0, 0),
             fmt(r.cpu_ms_gib.1, 0),
             fmt(r.rate, 0),
-            fmt(r.cpu_us_tunnel, 0),
+            fmt(r.cpu_us_tunnel.0, 0),
+            fmt(r.cpu_us_tunnel.1, 0),
             rss,
             r.note
         );
@@ -315,13 +317,17 @@ async fn measure(s: &Subject, source: SocketAddr, echo: SocketAddr, phases: Phas
         );
     }
     if phases.rate {
-        let before = pid.and_then(cpu_ms);
+        let before = (pid.and_then(cpu_ms), cpu_ms(std::process::id()));
         match rate(s.addr, echo).await {
             Ok(v) => {
                 row.rate = Some(v);
-                if let (Some(b), Some(a)) = (before, pid.and_then(cpu_ms)) {
-                    row.cpu_us_tunnel = Some((a - b) * 1000.0 / (CLIENTS * RATE_ITERATIONS) as f64);
-                }
+                let per_tunnel = |before: Option<f64>, after: Option<f64>| {
+                    Some((after? - before?) * 1000.0 / (CLIENTS * RATE_ITERATIONS) as f64)
+                };
+                row.cpu_us_tunnel = (
+                    per_tunnel(before.0, pid.and_then(cpu_ms)),
+                    per_tunnel(before.1, cpu_ms(std::process::id())),
+                );
             }
             Err(e) => notes.push(format!("rate failed: {e}")),
         }
