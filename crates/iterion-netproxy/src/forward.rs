@@ -140,9 +140,13 @@ fn connection_tokens(headers: &[(String, String)]) -> Vec<String> {
         .collect()
 }
 
+/// Whether `name` is dropped when relaying: a hop-by-hop header, or one named in `Connection`. `Content-Length`
+/// stays whatever `Connection` says: the proxy relays the body by it, so dropping it would let the next hop read
+/// the body as another message (request smuggling, or an undelimited response).
 fn is_hop(name: &str, listed: &[String]) -> bool {
     HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
-        || listed.iter().any(|l| name.eq_ignore_ascii_case(l))
+        || (!name.eq_ignore_ascii_case("content-length")
+            && listed.iter().any(|l| name.eq_ignore_ascii_case(l)))
 }
 
 fn request_bytes(req: &ForwardRequest<'_>) -> Vec<u8> {
@@ -662,6 +666,14 @@ mod tests {
             addresses: &[],
         };
         assert_eq!(String::from_utf8_lossy(&request_bytes(&req)), expect);
+    }
+
+    #[test]
+    fn connection_cannot_remove_content_length() {
+        check_rewrite(
+            "POST http://allowed.test:8080/x HTTP/1.1\r\nConnection: content-length, x-a\r\nContent-Length: 3\r\nX-A: 1\r\n\r\n",
+            "POST /x HTTP/1.1\r\nHost: allowed.test:8080\r\nContent-Length: 3\r\n\r\n",
+        );
     }
 
     #[test]
