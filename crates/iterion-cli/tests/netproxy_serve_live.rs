@@ -2246,3 +2246,52 @@ fn a_dns_server_that_never_answers_is_504_without_an_event() {
     );
     drop(silent);
 }
+
+#[test]
+fn connection_cannot_strip_the_framing_of_a_relayed_message() {
+    // A client that names Content-Length in Connection must not make the proxy drop the header while it still
+    // relays the body: the upstream would read the body as a second request (request smuggling).
+    let (up, seen_rx) = http_upstream(|_| {
+        b"HTTP/1.1 200 OK\r\nConnection: content-length\r\nContent-Length: 5\r\n\r\nhello".to_vec()
+    });
+    let proxy = serve_token(&["--rule", "127.0.0.1"]);
+    let smuggled = "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
+    let c = proxy.connect();
+    let mut w = c.try_clone().expect("clone");
+    let mut r = BufReader::new(c);
+    w.write_all(
+        format!(
+            "POST http://{up}/outer HTTP/1.1\r\n{}Connection: content-length\r\nContent-Length: {}\r\n\r\n{smuggled}",
+            bearer(),
+            smuggled.len()
+        )
+        .as_bytes(),
+    )
+    .expect("write");
+    // The response names Content-Length in Connection too: the client still gets a delimited body.
+    let resp = read_response(&mut r);
+    assert_eq!(
+        (resp.status, resp.body_text().as_str()),
+        (200, "hello"),
+        "{}",
+        resp.raw
+    );
+    let s = seen(&seen_rx);
+    assert!(s.head.starts_with("POST /outer "), "{}", s.head);
+    assert_eq!(
+        s.body,
+        smuggled.as_bytes(),
+        "the body went upstream as the body: {}",
+        s.head
+    );
+    // The next request on the same connection is the next one the upstream sees: nothing was smuggled in between.
+    w.write_all(format!("GET http://{up}/next HTTP/1.1\r\n{}\r\n", bearer()).as_bytes())
+        .expect("write");
+    assert_eq!(read_response(&mut r).status, 200);
+    let next = seen(&seen_rx);
+    assert!(
+        next.head.starts_with("GET /next "),
+        "the upstream saw a smuggled request: {}",
+        next.head
+    );
+}
