@@ -2295,3 +2295,39 @@ fn connection_cannot_strip_the_framing_of_a_relayed_message() {
         next.head
     );
 }
+
+#[test]
+fn every_request_on_a_kept_alive_connection_is_authenticated_on_its_own() {
+    let (up, _seen) = http_upstream(ok_hello);
+    let proxy = serve_token(&["--rule", "127.0.0.1", "--events", "-"]);
+    let c = proxy.connect();
+    let mut w = c.try_clone().expect("clone");
+    let mut r = BufReader::new(c);
+    // Each request is attributed to the node its own credentials name.
+    for node in ["fetch", "plan"] {
+        w.write_all(
+            format!(
+                "GET http://evil.test/{node} HTTP/1.1\r\n{}\r\n",
+                basic(node, TOKEN)
+            )
+            .as_bytes(),
+        )
+        .expect("write");
+        let resp = read_response(&mut r);
+        assert_eq!(resp.status, 403, "{}", resp.raw);
+        let ev = proxy.event();
+        assert_eq!(ev["node_id"], node, "{ev}");
+        // A refusal closes the connection; continue on a new one.
+        let c = proxy.connect();
+        w = c.try_clone().expect("clone");
+        r = BufReader::new(c);
+    }
+    // Authenticated once is not authenticated for the next request.
+    w.write_all(format!("GET http://{up}/1 HTTP/1.1\r\n{}\r\n", bearer()).as_bytes())
+        .expect("write");
+    assert_eq!(read_response(&mut r).status, 200);
+    w.write_all(format!("GET http://{up}/2 HTTP/1.1\r\n\r\n").as_bytes())
+        .expect("write");
+    let resp = read_response(&mut r);
+    assert_eq!(resp.status, 407, "{}", resp.raw);
+}
