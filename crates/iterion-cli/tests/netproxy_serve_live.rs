@@ -2331,3 +2331,50 @@ fn every_request_on_a_kept_alive_connection_is_authenticated_on_its_own() {
     let resp = read_response(&mut r);
     assert_eq!(resp.status, 407, "{}", resp.raw);
 }
+
+#[test]
+fn international_names_are_judged_in_their_ascii_form() {
+    let up = peer();
+    let port = up.port();
+    let server = dns(&[("xn--bcher-kva.example", &["127.0.0.1"])]);
+    let proxy = serve_token(&["--dns-server", &server]);
+    let r = proxy.ask(&connect_req("Bücher.example.:443", &bearer()));
+    assert_eq!(
+        (r.status, r.json()["host"].as_str()),
+        (403, Some("xn--bcher-kva.example")),
+        "{}",
+        r.raw
+    );
+    // N27: a rule in the ASCII form allows the Unicode spelling (with an explicit rule for its loopback address).
+    let proxy = serve_token(&[
+        "--dns-server",
+        &server,
+        "--rule",
+        "xn--bcher-kva.example",
+        "--rule",
+        "127.0.0.1",
+    ]);
+    let mut c = proxy.connect();
+    c.write_all(connect_req(&format!("bücher.example:{port}"), &bearer()).as_bytes())
+        .expect("write");
+    let _u = up.accept();
+    let mut head = [0u8; 39];
+    c.read_exact(&mut head).expect("answer");
+    assert_eq!(&head, b"HTTP/1.1 200 Connection Established\r\n\r\n");
+}
+
+#[test]
+fn silent_deny_patterns_replace_the_default_list() {
+    let proxy = serve_token(&["--silent-deny", "**.quiet.test", "--events", "-"]);
+    for host in ["a.quiet.test", "statsig.anthropic.com"] {
+        let r = proxy.ask(&connect_req(&format!("{host}:443"), &bearer()));
+        assert_eq!(r.status, 403, "{host}: {}", r.raw);
+    }
+    let mut skipped = Vec::new();
+    let ev = proxy.event_of("denied", &mut skipped);
+    assert_eq!(
+        ev["host"], "statsig.anthropic.com",
+        "the default list is replaced: {ev}"
+    );
+    assert!(skipped.iter().all(|e| e["type"] != "denied"), "{skipped:?}");
+}
