@@ -2079,14 +2079,26 @@ fn listens_on_ipv6_loopback_and_unix_sockets() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("proxy.sock");
     let listen = format!("unix:{}", path.display());
-    let proxy = serve_token(&["--listen", &listen]);
+    let mut proxy = serve_token(&["--listen", &listen]);
     assert_eq!(proxy.addr, listen);
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let meta = std::fs::metadata(&path).expect("socket file");
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o666, "§12.1: mode 0666");
     let mut s = std::os::unix::net::UnixStream::connect(&path).expect("connect unix socket");
     s.write_all(connect_req("evil.test:443", &bearer()).as_bytes())
         .expect("write");
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).expect("read");
     assert_eq!(Resp::parse(&raw).status, 403);
+    proxy.signal("TERM");
+    assert_eq!(proxy.exit_code(), Some(0), "{}", proxy.stderr());
+    assert!(!path.exists(), "§12.3: the socket file is removed at shutdown");
+    // A stale socket file is replaced at start.
+    let stale = std::os::unix::net::UnixListener::bind(&path).expect("stale socket");
+    drop(stale);
+    let proxy = serve_token(&["--listen", &listen]);
+    assert_eq!(proxy.addr, listen);
 }
 
 #[test]
