@@ -2390,3 +2390,37 @@ fn silent_deny_patterns_replace_the_default_list() {
     );
     assert!(skipped.iter().all(|e| e["type"] != "denied"), "{skipped:?}");
 }
+
+#[test]
+fn an_upstream_that_never_accepts_is_504_after_the_connect_timeout() {
+    // A listener with a backlog of 0 whose queue is already full: further connection attempts get no answer.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .expect("runtime");
+    let full = rt.block_on(async {
+        let s = tokio::net::TcpSocket::new_v4().expect("socket");
+        s.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        s.listen(0).expect("listen")
+    });
+    let addr = full.local_addr().expect("addr");
+    // Fill the queue until a connection attempt goes unanswered.
+    let mut queued = Vec::new();
+    while let Ok(c) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+        queued.push(c);
+        assert!(queued.len() < 8, "the backlog never filled");
+    }
+    let proxy = serve_token(&["--rule", "127.0.0.1", "--connect-timeout", "1s", "--events", "-"]);
+    let r = proxy.ask(&connect_req(&addr.to_string(), &bearer()));
+    generated(&r, 504, "upstream_connect_timeout", "upstream connect timeout");
+    assert!(r.has("x-iterion-decision-id"), "{}", r.raw);
+    // No denied event: the next one is the marker's.
+    let marker = proxy.ask(&connect_req("evil.test:443", &bearer()));
+    let ev = proxy.event();
+    assert_eq!(
+        ev["decision_id"].as_str(),
+        marker.header("x-iterion-decision-id"),
+        "{ev}"
+    );
+    drop((queued, full, rt));
+}
