@@ -60,7 +60,8 @@ fn render(status: u16, headers: &[(&str, &str)], body: &Value) -> Vec<u8> {
         let v: String = v.chars().filter(|c| !c.is_control()).collect();
         out.push_str(&format!("{k}: {v}\r\n"));
     }
-    out.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    // No Content-Length: the bytes of spec §13.2 have none, and `Connection: close` ends the body.
+    out.push_str("\r\n");
     out.push_str(&body);
     out.into_bytes()
 }
