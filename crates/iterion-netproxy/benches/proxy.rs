@@ -29,7 +29,7 @@ use tokio::net::{TcpListener, TcpStream};
 const BULK_MIB: usize = 1024;
 const BULK_RUNS: usize = 3;
 const CLIENTS: usize = 32;
-const RATE_ITERATIONS: usize = 200;
+const RATE_ITERATIONS: usize = 100;
 const IDLE_TUNNELS: usize = 1000;
 
 fn main() -> anyhow::Result<()> {
