@@ -163,6 +163,9 @@ fn usage_errors(errors: &[String]) -> ExitCode {
 /// Compile the policy from the flags; every error is returned.
 fn compile_policy(p: &PolicyArgs) -> Result<Policy, Vec<String>> {
     let mut rules: Vec<String> = Vec::new();
+    // An unreadable rules file is one problem among the others: the mode, presets and --rule values are still
+    // checked so that one run lists everything to fix.
+    let mut problems: Vec<String> = Vec::new();
     if let Some(path) = &p.rules_file {
         match std::fs::read_to_string(path) {
             Ok(text) => rules.extend(
@@ -171,14 +174,20 @@ fn compile_policy(p: &PolicyArgs) -> Result<Policy, Vec<String>> {
                     .filter(|l| !l.is_empty() && !l.starts_with('#'))
                     .map(str::to_owned),
             ),
-            Err(e) => return Err(vec![format!("cannot read rules file {}: {e}", path.display())]),
+            Err(e) => problems.push(format!("cannot read rules file {}: {e}", path.display())),
         }
     }
     rules.extend(p.rules.iter().cloned());
     let presets: Vec<&str> = p.presets.iter().map(String::as_str).collect();
     let rules: Vec<&str> = rules.iter().map(String::as_str).collect();
-    Policy::compile_str(&p.mode, &presets, &rules)
-        .map_err(|errors| errors.iter().map(ToString::to_string).collect())
+    match Policy::compile_str(&p.mode, &presets, &rules) {
+        Ok(policy) if problems.is_empty() => Ok(policy),
+        Ok(_) => Err(problems),
+        Err(errors) => {
+            problems.extend(errors.iter().map(ToString::to_string));
+            Err(problems)
+        }
+    }
 }
 
 fn resolver(p: &PolicyArgs) -> Result<Arc<dyn Resolver>, String> {

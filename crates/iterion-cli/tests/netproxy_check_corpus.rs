@@ -334,6 +334,12 @@ fn bad_rules_are_listed_and_nothing_is_decided() {
     let out = iterion(&["--rules-file", missing.to_str().expect("utf-8"), "x.com"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert_eq!(text(&out.stdout), "");
+    // An unreadable rules file does not hide the other problems.
+    let out = iterion(&["--rules-file", missing.to_str().expect("utf-8"), "--rule", "a*b.com", "x.com"]);
+    let err = text(&out.stderr);
+    assert_eq!((out.status.code(), text(&out.stdout).as_str()), (Some(2), ""), "{err}");
+    assert!(err.contains("cannot read rules file") && err.contains("missing.txt"), "{err}");
+    assert!(err.contains("invalid network rule 'a*b.com'"), "{err}");
 }
 
 #[test]
