@@ -3,8 +3,8 @@
 //! malformed targets, bad rules and presets. Names are decided with `--no-resolve` or through a scripted UDP DNS
 //! responder on `127.0.0.1:0` (`--dns-server`): no test touches the outside network.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use iterion_test_support::dns::ScriptedDns;
+use std::net::{SocketAddr, UdpSocket};
 use std::process::{Command, Output};
 
 fn iterion(args: &[&str]) -> Output {
@@ -411,114 +411,35 @@ fn json_lines() {
 // ---------------------------------------------------------------------------------------------------------------
 // Names through a scripted DNS server.
 
-const TYPE_A: u16 = 1;
-const TYPE_AAAA: u16 = 28;
-
-/// The question of a DNS query: (name, type, end offset of the question section).
-fn question(q: &[u8]) -> Option<(String, u16, usize)> {
-    let mut i = 12;
-    let mut labels = Vec::new();
-    loop {
-        let len = usize::from(*q.get(i)?);
-        i += 1;
-        if len == 0 {
-            break;
-        }
-        if len & 0xc0 != 0 {
-            return None;
-        }
-        labels.push(String::from_utf8_lossy(q.get(i..i + len)?).to_ascii_lowercase());
-        i += len;
-    }
-    let qtype = u16::from_be_bytes([*q.get(i)?, *q.get(i + 1)?]);
-    Some((labels.join("."), qtype, i + 4))
-}
-
-/// The answer to `q` from `zone` (NXDOMAIN for an unknown name, an empty answer for a known name without
-/// records of the asked type).
-fn answer(q: &[u8], zone: &HashMap<&str, Vec<IpAddr>>) -> Option<Vec<u8>> {
-    if q.len() < 12 || u16::from_be_bytes([q[4], q[5]]) != 1 {
-        return None;
-    }
-    let (name, qtype, end) = question(q)?;
-    let records: Vec<Vec<u8>> = zone
-        .get(name.as_str())
-        .into_iter()
-        .flatten()
-        .filter_map(|ip| match (ip, qtype) {
-            (IpAddr::V4(v4), TYPE_A) => Some(v4.octets().to_vec()),
-            (IpAddr::V6(v6), TYPE_AAAA) => Some(v6.octets().to_vec()),
-            _ => None,
-        })
-        .collect();
-    let rcode: u8 = if zone.contains_key(name.as_str()) { 0 } else { 3 };
-    let mut r = Vec::with_capacity(512);
-    r.extend_from_slice(&q[0..2]);
-    r.push(0x80 | (q[2] & 0x79) | 0x04);
-    r.push(0x80 | rcode);
-    r.extend_from_slice(&1u16.to_be_bytes());
-    r.extend_from_slice(&(records.len() as u16).to_be_bytes());
-    r.extend_from_slice(&[0, 0, 0, 0]);
-    r.extend_from_slice(&q[12..end]);
-    for rdata in records {
-        r.extend_from_slice(&[0xc0, 12]);
-        r.extend_from_slice(&qtype.to_be_bytes());
-        r.extend_from_slice(&1u16.to_be_bytes());
-        r.extend_from_slice(&60u32.to_be_bytes());
-        r.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
-        r.extend_from_slice(&rdata);
-    }
-    Some(r)
-}
-
-/// A UDP responder on `127.0.0.1:0` serving `zone` on a background thread for the life of the test process.
-fn responder(zone: HashMap<&'static str, Vec<&'static str>>) -> SocketAddr {
-    let zone: HashMap<&str, Vec<IpAddr>> = zone
-        .into_iter()
-        .map(|(name, ips)| {
-            (
-                name,
-                ips.iter().map(|s| s.parse().expect("zone address")).collect(),
-            )
-        })
-        .collect();
-    let sock = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
-    let addr = sock.local_addr().expect("udp addr");
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 1500];
-        while let Ok((n, peer)) = sock.recv_from(&mut buf) {
-            if let Some(r) = answer(&buf[..n], &zone) {
-                let _ = sock.send_to(&r, peer);
-            }
-        }
-    });
-    addr
+/// A scripted DNS server serving `zone`; its address.
+fn responder(zone: &[(&str, &[&str])]) -> SocketAddr {
+    ScriptedDns::start(zone).addr()
 }
 
 #[test]
 #[rustfmt::skip]
 fn names_resolved_through_a_scripted_server() {
-    let server = responder(HashMap::from([
-        ("metadata.google.internal", vec!["169.254.169.254"]),
-        ("public.test", vec!["93.184.216.34"]),
-        ("rebind.test", vec!["93.184.216.34", "127.0.0.1"]),
-        ("mapped.test", vec!["::ffff:169.254.169.254"]),
-        ("nat64.test", vec!["64:ff9b::a9fe:a9fe"]),
-        ("nat64-public.test", vec!["64:ff9b::5db8:d822"]),
-        ("sixtofour.test", vec!["2002:7f00:1::1"]),
-        ("teredo.test", vec!["2001:0:4136:e378:8000:63bf:3fff:fdd2"]),
-        ("ula.test", vec!["fd00::1"]),
-        ("zero.test", vec!["0.0.0.0"]),
-        ("cgnat.test", vec!["100.64.0.1"]),
-        ("private.test", vec!["10.1.2.3"]),
-        ("mixed.test", vec!["10.1.2.3", "192.168.1.1"]),
-        ("1.2.3.4.nip.io", vec!["1.2.3.4"]),
-        ("127.0.0.1.nip.io", vec!["127.0.0.1"]),
-        ("v6.test", vec!["2606:4700::1111"]),
-        ("empty.test", vec![]),
-        ("api.github.com", vec!["140.82.112.5"]),
-        ("gist.github.com", vec!["140.82.112.4"]),
-    ]));
+    let server = responder(&[
+        ("metadata.google.internal", &["169.254.169.254"]),
+        ("public.test", &["93.184.216.34"]),
+        ("rebind.test", &["93.184.216.34", "127.0.0.1"]),
+        ("mapped.test", &["::ffff:169.254.169.254"]),
+        ("nat64.test", &["64:ff9b::a9fe:a9fe"]),
+        ("nat64-public.test", &["64:ff9b::5db8:d822"]),
+        ("sixtofour.test", &["2002:7f00:1::1"]),
+        ("teredo.test", &["2001:0:4136:e378:8000:63bf:3fff:fdd2"]),
+        ("ula.test", &["fd00::1"]),
+        ("zero.test", &["0.0.0.0"]),
+        ("cgnat.test", &["100.64.0.1"]),
+        ("private.test", &["10.1.2.3"]),
+        ("mixed.test", &["10.1.2.3", "192.168.1.1"]),
+        ("1.2.3.4.nip.io", &["1.2.3.4"]),
+        ("127.0.0.1.nip.io", &["127.0.0.1"]),
+        ("v6.test", &["2606:4700::1111"]),
+        ("empty.test", &[]),
+        ("api.github.com", &["140.82.112.5"]),
+        ("gist.github.com", &["140.82.112.4"]),
+    ]);
     let s = server.to_string();
     let dns = |rules: &[&str], t: &str, expect: &str, code: i32| {
         let mut args = vec!["--dns-server", s.as_str()];

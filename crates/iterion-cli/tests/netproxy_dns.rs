@@ -2,100 +2,18 @@
 //! `127.0.0.1:0`, run as the built binary: names resolve through that server only, and the SSRF guard judges the
 //! addresses it answered.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use iterion_test_support::dns::ScriptedDns;
+use std::net::SocketAddr;
 use std::process::{Command, Output};
-use std::sync::{Arc, Mutex};
-
-/// The questions the responder saw: (lower-case name without the trailing dot, query type).
-type Log = Arc<Mutex<Vec<(String, u16)>>>;
 
 const TYPE_A: u16 = 1;
 const TYPE_AAAA: u16 = 28;
 
-/// The question of a DNS query: (name, type, end offset of the question section).
-fn question(q: &[u8]) -> Option<(String, u16, usize)> {
-    let mut i = 12;
-    let mut labels = Vec::new();
-    loop {
-        let len = usize::from(*q.get(i)?);
-        i += 1;
-        if len == 0 {
-            break;
-        }
-        // No compression in a question we sent ourselves.
-        if len & 0xc0 != 0 {
-            return None;
-        }
-        labels.push(String::from_utf8_lossy(q.get(i..i + len)?).to_ascii_lowercase());
-        i += len;
-    }
-    let qtype = u16::from_be_bytes([*q.get(i)?, *q.get(i + 1)?]);
-    Some((labels.join("."), qtype, i + 4))
-}
-
-/// The answer to `q`: the question echoed, then the zone's records of the asked type (NXDOMAIN for an unknown
-/// name).
-fn answer(q: &[u8], zone: &HashMap<&str, Vec<IpAddr>>, log: &Log) -> Option<Vec<u8>> {
-    if q.len() < 12 || u16::from_be_bytes([q[4], q[5]]) != 1 {
-        return None;
-    }
-    let (name, qtype, end) = question(q)?;
-    log.lock().ok()?.push((name.clone(), qtype));
-    let records: Vec<Vec<u8>> = match zone.get(name.as_str()) {
-        None => Vec::new(),
-        Some(addrs) => addrs
-            .iter()
-            .filter_map(|ip| match (ip, qtype) {
-                (IpAddr::V4(v4), TYPE_A) => Some(v4.octets().to_vec()),
-                (IpAddr::V6(v6), TYPE_AAAA) => Some(v6.octets().to_vec()),
-                _ => None,
-            })
-            .collect(),
-    };
-    let rcode: u8 = if zone.contains_key(name.as_str()) { 0 } else { 3 };
-    let mut r = Vec::with_capacity(512);
-    r.extend_from_slice(&q[0..2]); // id
-    r.push(0x80 | (q[2] & 0x79) | 0x04); // QR, opcode and RD copied, AA
-    r.push(0x80 | rcode); // RA
-    r.extend_from_slice(&1u16.to_be_bytes());
-    r.extend_from_slice(&(records.len() as u16).to_be_bytes());
-    r.extend_from_slice(&[0, 0, 0, 0]);
-    r.extend_from_slice(&q[12..end]);
-    for rdata in records {
-        r.extend_from_slice(&[0xc0, 12]); // the name in the question
-        r.extend_from_slice(&qtype.to_be_bytes());
-        r.extend_from_slice(&1u16.to_be_bytes()); // IN
-        r.extend_from_slice(&60u32.to_be_bytes());
-        r.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
-        r.extend_from_slice(&rdata);
-    }
-    Some(r)
-}
-
-/// A UDP responder on `127.0.0.1:0` serving `zone` on a background thread for the life of the test process.
-fn responder(zone: HashMap<&'static str, Vec<IpAddr>>) -> (SocketAddr, Log) {
-    let sock = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
-    let addr = sock.local_addr().expect("udp addr");
-    let log: Log = Arc::new(Mutex::new(Vec::new()));
-    let seen = log.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 1500];
-        while let Ok((n, peer)) = sock.recv_from(&mut buf) {
-            if let Some(r) = answer(&buf[..n], &zone, &seen) {
-                let _ = sock.send_to(&r, peer);
-            }
-        }
-    });
-    (addr, log)
-}
-
-fn zone() -> HashMap<&'static str, Vec<IpAddr>> {
-    let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
-    HashMap::from([
-        ("public.test", vec![ip("93.184.216.34")]),
-        ("private.test", vec![ip("10.1.2.3")]),
-        ("rebind.test", vec![ip("93.184.216.34"), ip("fd00::7")]),
+fn responder() -> ScriptedDns {
+    ScriptedDns::start(&[
+        ("public.test", &["93.184.216.34"]),
+        ("private.test", &["10.1.2.3"]),
+        ("rebind.test", &["93.184.216.34", "fd00::7"]),
     ])
 }
 
@@ -116,17 +34,17 @@ fn stdout(out: &Output) -> String {
 
 #[test]
 fn check_resolves_through_the_dns_server() {
-    let (server, log) = responder(zone());
+    let dns = responder();
+    let server = dns.addr();
 
     let out = check(server, &["--rule", "**", "public.test"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(stdout(&out).starts_with("allow public.test:443 "), "{out:?}");
-    let asked: Vec<u16> = log
-        .lock()
-        .expect("log")
-        .iter()
+    let asked: Vec<u16> = dns
+        .questions()
+        .into_iter()
         .filter(|(n, _)| n == "public.test")
-        .map(|(_, t)| *t)
+        .map(|(_, t)| t)
         .collect();
     assert!(asked.contains(&TYPE_A) && asked.contains(&TYPE_AAAA), "{asked:?}");
 
@@ -168,7 +86,8 @@ fn check_resolves_through_the_dns_server() {
 
 #[test]
 fn a_name_the_server_does_not_know_is_a_resolution_failure() {
-    let (server, log) = responder(zone());
+    let dns = responder();
+    let server = dns.addr();
     let out = check(server, &["--rule", "**", "missing.test:443"]);
     assert_ne!(out.status.code(), Some(0), "{out:?}");
     let text = format!(
@@ -178,7 +97,7 @@ fn a_name_the_server_does_not_know_is_a_resolution_failure() {
     );
     assert!(text.contains("dns resolution failed"), "{text}");
     assert!(
-        log.lock().expect("log").iter().any(|(n, _)| n == "missing.test"),
+        dns.questions().iter().any(|(n, _)| n == "missing.test"),
         "the server was asked"
     );
 }

@@ -5,10 +5,10 @@
 //!
 //! Where the specification is silent, the choice made is written next to the assertion.
 
+use iterion_test_support::dns::ScriptedDns;
 use serde_json::Value;
-use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
@@ -561,78 +561,9 @@ fn ok_hello(_: &str) -> Vec<u8> {
 // ---------------------------------------------------------------------------------------------------------------
 // Scripted DNS (UDP on 127.0.0.1:0).
 
-const TYPE_A: u16 = 1;
-const TYPE_AAAA: u16 = 28;
-
-/// Answer one query from `zone` (NXDOMAIN for a name it does not hold).
-fn dns_answer(q: &[u8], zone: &HashMap<&str, Vec<IpAddr>>) -> Option<Vec<u8>> {
-    if q.len() < 12 {
-        return None;
-    }
-    let mut i = 12;
-    let mut labels = Vec::new();
-    loop {
-        let len = usize::from(*q.get(i)?);
-        i += 1;
-        if len == 0 {
-            break;
-        }
-        labels.push(String::from_utf8_lossy(q.get(i..i + len)?).to_ascii_lowercase());
-        i += len;
-    }
-    let name = labels.join(".");
-    let qtype = u16::from_be_bytes([*q.get(i)?, *q.get(i + 1)?]);
-    let end = i + 4;
-    let records: Vec<Vec<u8>> = zone
-        .get(name.as_str())
-        .map(|addrs| {
-            addrs
-                .iter()
-                .filter_map(|ip| match (ip, qtype) {
-                    (IpAddr::V4(v4), TYPE_A) => Some(v4.octets().to_vec()),
-                    (IpAddr::V6(v6), TYPE_AAAA) => Some(v6.octets().to_vec()),
-                    _ => None,
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let rcode: u8 = if zone.contains_key(name.as_str()) { 0 } else { 3 };
-    let mut r = Vec::with_capacity(512);
-    r.extend_from_slice(&q[0..2]);
-    r.push(0x80 | (q[2] & 0x79) | 0x04);
-    r.push(0x80 | rcode);
-    r.extend_from_slice(&1u16.to_be_bytes());
-    r.extend_from_slice(&(records.len() as u16).to_be_bytes());
-    r.extend_from_slice(&[0, 0, 0, 0]);
-    r.extend_from_slice(&q[12..end]);
-    for rdata in records {
-        r.extend_from_slice(&[0xc0, 12]);
-        r.extend_from_slice(&qtype.to_be_bytes());
-        r.extend_from_slice(&1u16.to_be_bytes());
-        r.extend_from_slice(&60u32.to_be_bytes());
-        r.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
-        r.extend_from_slice(&rdata);
-    }
-    Some(r)
-}
-
 /// A scripted DNS server on `127.0.0.1:0`; returns `IP:PORT` for `--dns-server`.
-fn dns(zone: &[(&'static str, &[&str])]) -> String {
-    let zone: HashMap<&'static str, Vec<IpAddr>> = zone
-        .iter()
-        .map(|(n, ips)| (*n, ips.iter().map(|i| i.parse().expect("ip")).collect()))
-        .collect();
-    let sock = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
-    let addr = sock.local_addr().expect("udp addr");
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 1500];
-        while let Ok((n, from)) = sock.recv_from(&mut buf) {
-            if let Some(r) = dns_answer(&buf[..n], &zone) {
-                let _ = sock.send_to(&r, from);
-            }
-        }
-    });
-    addr.to_string()
+fn dns(zone: &[(&str, &[&str])]) -> String {
+    ScriptedDns::start(zone).addr().to_string()
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 //! is set, a missing engine is a failure, never a silent skip.
 
 pub mod conformance;
+pub mod dns;
 pub mod docker_http;
 pub mod docker_image;
 
