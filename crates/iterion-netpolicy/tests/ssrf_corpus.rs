@@ -3,9 +3,12 @@
 //! like addresses, rule-grammar edge cases and last-match-wins orderings. Each expectation is derived from the
 //! specification text; where the text is silent the safer outcome is expected and the choice is noted.
 
+mod common;
+
+use common::{check_rule, describe_rule as rule};
 use std::net::IpAddr;
 
-use iterion_netpolicy::{Mode, Pattern, Policy, Rule, SilentDeny, Target};
+use iterion_netpolicy::{Mode, Policy, Rule, SilentDeny, Target};
 
 const A: Mode = Mode::Allowlist;
 const D: Mode = Mode::Denylist;
@@ -299,31 +302,6 @@ fn ports() {
 // ---------------------------------------------------------------------------------------------------------------
 // Rule grammar (§3)
 
-fn rule(text: &str) -> String {
-    match Rule::parse(text) {
-        Err(e) => e.code().to_owned(),
-        Ok(r) => {
-            let neg = if r.negated() { "!" } else { "" };
-            let pattern = match r.pattern() {
-                Pattern::Exact(h) => format!("exact {h}"),
-                Pattern::OneLabel(s) => format!("one-label {s}"),
-                Pattern::MultiLabel(s) => format!("multi-label {s}"),
-                Pattern::AnyName => "any-name".to_owned(),
-                Pattern::Ip(ip) => format!("ip {ip}"),
-                Pattern::Cidr(net) => format!("cidr {net}"),
-                other => format!("{other:?}"),
-            };
-            let port = r.port().map(|p| format!(" port {p}")).unwrap_or_default();
-            format!("{neg}{pattern}{port}")
-        }
-    }
-}
-
-#[track_caller]
-fn check_rule(input: &str, expect: &str) {
-    assert_eq!(rule(input), expect, "rule {input:?}");
-}
-
 #[test]
 #[rustfmt::skip]
 fn rule_address_spellings() {
@@ -335,7 +313,7 @@ fn rule_address_spellings() {
     for s in ["169.254.169.254", "2852039166", "0xa9fea9fe", "0251.0376.0251.0376", "[::ffff:a9fe:a9fe]"] {
         check_rule(s, "ip 169.254.169.254");
     }
-    check_rule("!0xa9fea9fe", "!ip 169.254.169.254");
+    check_rule("!0xa9fea9fe", "negated ip 169.254.169.254");
     check_rule("127.1:22", "ip 127.0.0.1 port 22");
     check_rule("0:80", "ip 0.0.0.0 port 80");
     check_rule("::1", "ip ::1");
@@ -372,7 +350,7 @@ fn rule_cidrs() {
     check_rule("::1/128", "cidr ::1/128");
     check_rule("fc00::/7", "cidr fc00::/7");
     check_rule("[fe80::/10]:22", "cidr fe80::/10 port 22");
-    check_rule("!10.0.0.0/8:5432", "!cidr 10.0.0.0/8 port 5432");
+    check_rule("!10.0.0.0/8:5432", "negated cidr 10.0.0.0/8 port 5432");
     check_rule("::ffff:0:0/96", "cidr 0.0.0.0/0");
     check_rule("::ffff:169.254.169.254/128", "cidr 169.254.169.254/32");
     check_rule("64:ff9b::/96", "cidr 64:ff9b::/96");
@@ -405,7 +383,7 @@ fn rule_names_and_wildcards() {
     for s in ["localhost", "LOCALHOST", "localhost.", "  localhost  ", "\tlocalhost\n", "ｌｏｃａｌｈｏｓｔ"] {
         check_rule(s, "exact localhost");
     }
-    check_rule("!  LOCALHOST.", "!exact localhost");
+    check_rule("!  LOCALHOST.", "negated exact localhost");
     check_rule("localhost。", "exact localhost");
     check_rule("*.example.com。", "one-label example.com");
     for s in ["localhost。.", "localhost．.", "localhost.。", "**.example.com。.", "*.example.com．."] {
@@ -420,7 +398,7 @@ fn rule_names_and_wildcards() {
     check_rule("**.localhost", "multi-label localhost");
     check_rule("*.localhost:8080", "one-label localhost port 8080");
     check_rule("**:443", "any-name port 443");
-    check_rule("!**", "!any-name");
+    check_rule("!**", "negated any-name");
     check_rule("_dmarc.example.com", "exact _dmarc.example.com");
     check_rule("1.2.3.-4", "exact 1.2.3.-4");
     // `/` followed by a digit is a CIDR (§3.2 step 3 rejects only a non-digit path).

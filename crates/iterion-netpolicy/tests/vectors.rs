@@ -1,39 +1,16 @@
 //! The test vectors of spec 04 §4.3–4.4 and §18.1–18.5, §18.9 (decision parts), as table tests.
 
+mod common;
+
+use common::check_rule;
 use std::net::{IpAddr, SocketAddr};
 
 use iterion_netpolicy::{
-    AddressClass, Decision, Mode, Pattern, Policy, PolicyError, Rule, RuleError, SilentDeny, Target, Warning,
-    classify, preset,
+    AddressClass, Decision, Mode, Policy, PolicyError, Rule, SilentDeny, Target, Warning, classify, preset,
 };
 
 // ---------------------------------------------------------------------------------------------------------------
 // §18.1 rule parsing
-
-fn describe_rule(result: &Result<Rule, RuleError>) -> String {
-    match result {
-        Err(e) => e.code().to_owned(),
-        Ok(rule) => {
-            let neg = if rule.negated() { "negated " } else { "" };
-            let pattern = match rule.pattern() {
-                Pattern::Exact(h) => format!("exact {h}"),
-                Pattern::OneLabel(s) => format!("one-label {s}"),
-                Pattern::MultiLabel(s) => format!("multi-label {s}"),
-                Pattern::AnyName => "any-name".to_owned(),
-                Pattern::Ip(ip) => format!("ip {ip}"),
-                Pattern::Cidr(net) => format!("cidr {net}"),
-                other => format!("{other:?}"),
-            };
-            let port = rule.port().map(|p| format!(" port {p}")).unwrap_or_default();
-            format!("{neg}{pattern}{port}")
-        }
-    }
-}
-
-#[track_caller]
-fn check_rule(input: &str, expect: &str) {
-    assert_eq!(describe_rule(&Rule::parse(input)), expect, "rule {input:?}");
-}
 
 #[test]
 #[rustfmt::skip]
