@@ -354,6 +354,17 @@ fn generated(r: &Resp, status: u16, code: &str, reason: &str) {
     assert_eq!(r.json()["error"], code, "{}", r.raw);
 }
 
+/// `r` is a generated error response with this status and `error` code; `context` names the case on failure.
+#[track_caller]
+fn assert_error(r: &Resp, status: u16, code: &str, context: impl std::fmt::Display) {
+    assert_eq!(
+        (r.status, r.json()["error"].as_str()),
+        (status, Some(code)),
+        "{context}: {}",
+        r.raw
+    );
+}
+
 /// A UUIDv7 in its canonical text form.
 fn is_uuid_v7(s: &str) -> bool {
     let parts: Vec<&str> = s.split('-').collect();
@@ -777,8 +788,7 @@ fn connect_target_forms() {
         "*.allowed.test:443",
     ] {
         let r = proxy.ask(&connect_req(bad, &bearer()));
-        assert_eq!(r.status, 400, "{bad}: {}", r.raw);
-        assert_eq!(r.json()["error"], "invalid_target", "{bad}: {}", r.raw);
+        assert_error(&r, 400, "invalid_target", bad);
         assert!(!r.has("x-iterion-decision-id"), "{bad}: no decision was made");
     }
     // A CONNECT with a body.
@@ -944,12 +954,7 @@ fn ipv6_literal_targets() {
     );
     // An unbracketed IPv6 authority is not host:port.
     let r = proxy.ask(&connect_req(&format!("::1:{port}"), &bearer()));
-    assert_eq!(
-        (r.status, r.json()["error"].as_str()),
-        (400, Some("invalid_target")),
-        "{}",
-        r.raw
-    );
+    assert_error(&r, 400, "invalid_target", "");
     for rule in ["::1", "[::1]", &format!("[::1]:{port}"), "::1/128"] {
         let proxy = serve_token(&["--rule", rule]);
         for spelling in [target.clone(), format!("[0:0:0:0:0:0:0:1]:{port}")] {
@@ -1016,8 +1021,7 @@ fn names_resolve_through_the_dns_server_and_every_address_is_checked() {
     let _ = proxy.event();
     let proxy = serve_token(&["--dns-server", &server, "--rule", "**", "--events", "-"]);
     let r = proxy.ask(&connect_req("nosuch.test:443", &bearer()));
-    assert_eq!(r.status, 502, "{}", r.raw);
-    assert_eq!(r.json()["error"], "dns_failed", "{}", r.raw);
+    assert_error(&r, 502, "dns_failed", "");
     assert_eq!(
         r.header("x-iterion-reason"),
         Some("dns resolution failed"),
@@ -1073,8 +1077,7 @@ fn upstream_refusing_is_502_with_the_decision_id_and_no_denied_event() {
     };
     let proxy = serve_token(&["--rule", "127.0.0.1", "--events", "-"]);
     let r = proxy.ask(&connect_req(&closed.to_string(), &bearer()));
-    assert_eq!(r.status, 502, "{}", r.raw);
-    assert_eq!(r.json()["error"], "upstream_connect_failed", "{}", r.raw);
+    assert_error(&r, 502, "upstream_connect_failed", "");
     let id = r.header("x-iterion-decision-id").expect("a decision was made");
     assert_eq!(r.json()["decision_id"], id);
     assert_eq!(r.json()["host"], "127.0.0.1");
@@ -1640,12 +1643,7 @@ fn requests_the_proxy_refuses_before_deciding() {
         "OPTIONS * HTTP/1.1\r\nHost: allowed.test\r\n",
     ] {
         let r = proxy.ask(&format!("{req}{}\r\n", bearer()));
-        assert_eq!(
-            (r.status, r.json()["error"].as_str()),
-            (400, Some("not_a_proxy_request")),
-            "{}",
-            r.raw
-        );
+        assert_error(&r, 400, "not_a_proxy_request", "");
         assert!(
             r.header("x-iterion-reason")
                 .is_some_and(|h| h.starts_with("not a proxy request")),
@@ -1689,12 +1687,7 @@ fn requests_the_proxy_refuses_before_deciding() {
             "POST http://allowed.test/ HTTP/1.1\r\n{}{framing}\r\nhello",
             bearer()
         ));
-        assert_eq!(
-            (r.status, r.json()["error"].as_str()),
-            (400, Some("bad_request")),
-            "{framing:?}: {}",
-            r.raw
-        );
+        assert_error(&r, 400, "bad_request", format!("{framing:?}"));
     }
     // P21: Upgrade in forward mode.
     let r = proxy.ask(&format!(
@@ -1712,12 +1705,7 @@ fn requests_the_proxy_refuses_before_deciding() {
         "GET http://allowed.test:0443/ HTTP/1.1\r\n{}\r\n",
         bearer()
     ));
-    assert_eq!(
-        (r.status, r.json()["error"].as_str()),
-        (400, Some("invalid_target")),
-        "{}",
-        r.raw
-    );
+    assert_error(&r, 400, "invalid_target", "");
 }
 
 #[test]
@@ -1988,12 +1976,7 @@ fn malformed_chunked_request_bodies_are_400() {
             "POST http://{up}/ HTTP/1.1\r\n{}Transfer-Encoding: chunked\r\n\r\n{body}",
             bearer()
         ));
-        assert_eq!(
-            (r.status, r.json()["error"].as_str()),
-            (400, Some("bad_request")),
-            "{body:?}: {}",
-            r.raw
-        );
+        assert_error(&r, 400, "bad_request", format!("{body:?}"));
     }
 }
 
