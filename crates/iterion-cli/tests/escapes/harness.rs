@@ -1,0 +1,254 @@
+//! The hostile workspace every escape test starts from: a git repository (the untrusted input) with the local
+//! test image as its devcontainer, a HOME of its own (so the default store is `HOME/.iterion` and the agent
+//! home `HOME/.claude`), and an `outside` directory standing for the rest of the host, where markers land when an
+//! attack succeeds.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use iterion_test_support::docker_http::{encode_component, request};
+use iterion_test_support::{engine_required, engine_socket};
+use serde_json::{Value, json};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_iterion");
+pub const IMAGE: &str = "iterion-test/busybox:latest";
+
+/// Whether the engine answers and the local test image is present; under CI a missing engine fails the test.
+pub fn engine_ready(test: &str) -> bool {
+    if !engine_required(test) {
+        return false;
+    }
+    if let Err(e) = iterion_test_support::docker_image::ensure_test_image() {
+        panic!("cannot prepare the local test image: {e}");
+    }
+    true
+}
+
+/// A hostile repository and the host around it. Dropping it force-removes every container of its runs.
+pub struct Hostile {
+    dir: tempfile::TempDir,
+}
+
+impl Hostile {
+    /// A git repository with `.devcontainer/devcontainer.json` naming the local test image.
+    pub fn new() -> Hostile {
+        let dir = tempfile::tempdir().unwrap();
+        let h = Hostile { dir };
+        for d in [h.repo(), h.home(), h.outside()] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        h.write(
+            ".devcontainer/devcontainer.json",
+            &format!("{{ \"name\": \"hostile\", \"image\": \"{IMAGE}\" }}\n"),
+        );
+        let git = Command::new("git")
+            .args(["init", "-q", "-b", "main"])
+            .current_dir(h.repo())
+            .output()
+            .expect("git is installed");
+        assert!(git.status.success(), "git init: {}", String::from_utf8_lossy(&git.stderr));
+        h
+    }
+
+    /// The repository root (the work dir of every command).
+    pub fn repo(&self) -> PathBuf {
+        self.dir.path().join("repo")
+    }
+
+    /// The operator's HOME: the default store is `home/.iterion`, the agent home `home/.claude`.
+    pub fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    /// The default data dir (`HOME/.iterion`).
+    pub fn data_dir(&self) -> PathBuf {
+        self.home().join(".iterion")
+    }
+
+    /// A host directory outside the repository and the data dir; attacks aim their markers here.
+    pub fn outside(&self) -> PathBuf {
+        self.dir.path().join("outside")
+    }
+
+    /// Writes `rel` (relative to the repository), creating its parents.
+    pub fn write(&self, rel: &str, text: &str) -> PathBuf {
+        let p = self.repo().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// `iterion ARGS` in the repository, with this HOME, the default store, and no registry contact.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.args(args)
+            .current_dir(self.repo())
+            .env("HOME", self.home())
+            .env("ITERION_SANDBOX_PULL_POLICY", "never")
+            .env("NO_COLOR", "1")
+            .env_remove("ITERION_SANDBOX_DEFAULT")
+            .env_remove("ITERION_SANDBOX_FLOOR")
+            .env_remove("ITERION_SANDBOX_HOST_STATE")
+            .env_remove("ITERION_SANDBOX_HOST_STATE_GUARD")
+            .env_remove("ITERION_HOME")
+            .env_remove("ITERION_MODE");
+        c
+    }
+
+    /// Runs `iterion ARGS` to completion.
+    pub fn iterion(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    /// Writes `name` (a workflow) into the repository and runs it with `--json`.
+    pub fn run_workflow(&self, name: &str, text: &str) -> Output {
+        self.write(name, text);
+        self.iterion(&["run", name, "--json"])
+    }
+
+    /// Every run directory of the default store (any project), oldest name first.
+    pub fn run_dirs(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        collect_run_dirs(&self.data_dir(), &mut out);
+        out.sort();
+        out
+    }
+
+    /// The run ids of the store.
+    pub fn run_ids(&self) -> Vec<String> {
+        self.run_dirs()
+            .iter()
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect()
+    }
+
+    /// `run.json` of the run with this id.
+    pub fn doc(&self, id: &str) -> Value {
+        let dir = self.run_dir(id);
+        serde_json::from_slice(&std::fs::read(dir.join("run.json")).unwrap()).unwrap()
+    }
+
+    /// The run directory of `id`.
+    pub fn run_dir(&self, id: &str) -> PathBuf {
+        self.run_dirs()
+            .into_iter()
+            .find(|p| p.file_name().is_some_and(|n| n == id))
+            .unwrap_or_else(|| panic!("no run {id} under {}", self.data_dir().display()))
+    }
+
+    /// The events of the run with this id.
+    pub fn events(&self, id: &str) -> Vec<Value> {
+        std::fs::read_to_string(self.run_dir(id).join("events.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+impl Default for Hostile {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for Hostile {
+    fn drop(&mut self) {
+        for id in self.run_ids() {
+            for c in containers_of(&id) {
+                if let Some(sock) = engine_socket() {
+                    let _ = request(
+                        &sock,
+                        "DELETE",
+                        &format!("/containers/{c}?force=1&v=1"),
+                        None,
+                        b"",
+                        Duration::from_secs(10),
+                    );
+                }
+            }
+        }
+        // Containers may leave root-owned files in the repository; removal is best effort.
+        let _ = Command::new("chmod")
+            .args(["-R", "u+rwX"])
+            .arg(self.dir.path())
+            .output();
+    }
+}
+
+/// Every directory holding a `run.json` below `root`.
+fn collect_run_dirs(root: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(root) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let Ok(ft) = e.file_type() else { continue };
+        if !ft.is_dir() {
+            continue;
+        }
+        let p = e.path();
+        if p.join("run.json").is_file() {
+            out.push(p);
+        } else {
+            collect_run_dirs(&p, out);
+        }
+    }
+}
+
+/// Ids of the containers (any state) labelled with `run_id`.
+pub fn containers_of(run_id: &str) -> Vec<String> {
+    let Some(sock) = engine_socket() else {
+        return Vec::new();
+    };
+    let filters = json!({"label": [format!("iterion.io/run-id={run_id}")]}).to_string();
+    let Ok(r) = request(
+        &sock,
+        "GET",
+        &format!("/containers/json?all=1&filters={}", encode_component(&filters)),
+        None,
+        b"",
+        Duration::from_secs(10),
+    ) else {
+        return Vec::new();
+    };
+    let list: Vec<Value> = serde_json::from_str(&r.text()).unwrap_or_default();
+    list.iter()
+        .filter_map(|c| c["Id"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The `type` of each event.
+pub fn types(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// The first event of type `t`, failing the test when there is none.
+pub fn first<'a>(events: &'a [Value], t: &str) -> &'a Value {
+    events
+        .iter()
+        .find(|e| e["type"] == t)
+        .unwrap_or_else(|| panic!("no {t} in {:?}", types(events)))
+}
+
+/// The stored output of node `id` (its `node_finished` event's `data.output`).
+pub fn node_output<'a>(events: &'a [Value], id: &str) -> &'a Value {
+    &events
+        .iter()
+        .find(|e| e["type"] == "node_finished" && e["node_id"] == id)
+        .unwrap_or_else(|| panic!("node {id} did not finish: {:?}", types(events)))["data"]["output"]
+}
+
+/// stdout and stderr of an output, for assertion messages.
+pub fn show(out: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
