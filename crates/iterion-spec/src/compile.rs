@@ -564,6 +564,7 @@ impl<'a> Compiler<'a> {
             compaction,
             budget,
             worktree: wt,
+            worktree_span: worktree.as_ref().map(|w| w.span),
             sandbox,
         };
 

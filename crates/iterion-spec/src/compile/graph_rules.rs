@@ -21,8 +21,8 @@ pub(super) struct Full {
     pub(super) loop_target: Vec<bool>,
     /// `(from, to)` per edge in this numbering ([`NO_NODE`] for an unknown name)
     pub(super) ends: Vec<(u32, u32)>,
-    /// nodes reachable (through one edge or more) from a node, computed once per node asked about
-    reach: RefCell<FxMap<u32, Vec<bool>>>,
+    /// search state reused by every availability query: (stamp, visit stamps, stack)
+    search: RefCell<(u32, Vec<u32>, Vec<u32>)>,
 }
 
 impl Full {
@@ -62,7 +62,7 @@ impl Full {
             loop_end,
             loop_target,
             ends,
-            reach: RefCell::new(FxMap::default()),
+            search: RefCell::new((0, vec![0; n + 2], Vec::new())),
         }
     }
 
@@ -82,19 +82,33 @@ impl Full {
         if p == c {
             return itself || self.loop_target[c];
         }
-        let mut cache = self.reach.borrow_mut();
-        let seen = cache.entry(p as u32).or_insert_with(|| {
-            let mut seen = vec![false; self.succ.len()];
-            let mut stack: Vec<u32> = self.succ[p].iter().map(|x| x.0).collect();
-            while let Some(x) = stack.pop() {
-                if std::mem::replace(&mut seen[x as usize], true) {
-                    continue;
-                }
-                stack.extend(self.succ[x as usize].iter().map(|s| s.0));
+        // a depth-first search that stops at `c`; the visit marks are stamps, so nothing is cleared per query
+        let mut guard = self.search.borrow_mut();
+        let (stamp, seen, stack) = &mut *guard;
+        *stamp = stamp.wrapping_add(1);
+        if *stamp == 0 {
+            seen.iter_mut().for_each(|x| *x = 0);
+            *stamp = 1;
+        }
+        let cur = *stamp;
+        stack.clear();
+        stack.extend(self.succ[p].iter().map(|x| x.0));
+        while let Some(x) = stack.pop() {
+            let x = x as usize;
+            if x == c {
+                return true;
             }
-            seen
-        });
-        seen[c]
+            if std::mem::replace(&mut seen[x], cur) == cur {
+                continue;
+            }
+            stack.extend(
+                self.succ[x]
+                    .iter()
+                    .map(|s| s.0)
+                    .filter(|&m| seen[m as usize] != cur),
+            );
+        }
+        false
     }
 
     /// Every node reached from `entry` through edges of any kind (`entry` included).
