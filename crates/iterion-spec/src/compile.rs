@@ -1001,20 +1001,22 @@ impl<'a> Compiler<'a> {
                     }
                 }
             }
+            // the reference validator's numbering: C004 for every tool shape problem
             NodeKind::Tool => {
                 if n.command.is_some() == n.script.is_some() {
                     self.err(
-                        "C088",
+                        "C004",
                         n.name.span,
                         format!("tool '{name}' must set exactly one of command or script"),
                     );
                 }
                 if let Some(l) = &n.language {
-                    if n.script.is_none() {
-                        self.err("C089", l.span, format!("tool '{name}': language requires script"));
-                    } else if !LANGUAGES.contains(&l.value.as_str()) {
+                    if n.script.is_none() && n.command.is_some() {
+                        self.err("C004", l.span, format!("tool '{name}': language requires script"));
+                    }
+                    if !LANGUAGES.contains(&l.value.as_str()) {
                         self.err(
-                            "C089",
+                            "C004",
                             l.span,
                             format!("tool '{name}': unknown language '{}'", l.value),
                         );

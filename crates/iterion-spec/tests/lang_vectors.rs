@@ -625,10 +625,13 @@ fn c11_tools() {
             expect,
         );
     };
-    t("  command: \"a\"\n  script: \"b\"\n", "C088@1:6");
-    t("  output: x\n", "C088@1:6 C002@2:11");
-    t("  command: \"a\"\n  language: sh\n", "C089@3:13");
-    t("  script: \"a\"\n  language: cobol\n", "C089@3:13");
+    // the reference validator's numbering: C004 for every tool shape problem (these were C088/C089)
+    t("  command: \"a\"\n  script: \"b\"\n", "C004@1:6");
+    t("  output: x\n", "C004@1:6 C002@2:11");
+    t("  command: \"a\"\n  language: sh\n", "C004@3:13");
+    t("  script: \"a\"\n  language: cobol\n", "C004@3:13");
+    // an unknown language is reported even without a script; a missing script only next to a command
+    t("  language: cobol\n", "C004@1:6 C004@2:13");
 }
 
 #[test]
