@@ -159,9 +159,9 @@ impl Compiler<'_> {
         let mut users: Vec<Vec<usize>> = vec![Vec::new(); w.prompts.len()];
         for (i, n) in w.nodes.iter().enumerate() {
             for (p, _) in prompt_props(n, w) {
+                // nodes come in order, so a repeated use by the same node is the last one
                 if let Some(pi) = w.prompt_index(&p.value)
                     && users[pi].last() != Some(&i)
-                    && !users[pi].contains(&i)
                 {
                     users[pi].push(i);
                 }
