@@ -33,7 +33,7 @@ pub enum Command {
 /// Runs the parsed command. `env` is the process environment, read once by `main`.
 pub fn dispatch(cli: Cli, env: &BTreeMap<String, String>) -> ExitCode {
     match cli.command {
-        Command::Validate(args) => crate::cmd_validate::run(args),
+        Command::Validate(args) => crate::cmd_validate::run(args, env),
         Command::Run(args) => crate::cmd_run::run(args, env),
         Command::Resume(args) => crate::cmd_run::resume(args, env),
         Command::Runs(args) => crate::cmd_runs::run(args, env),

@@ -140,7 +140,13 @@ fn run_doctor(args: DoctorArgs, env: &BTreeMap<String, String>) -> ExitCode {
     };
     let loaded = match &inputs.workflow {
         Some(p) => match doctor::checks::load(p) {
-            Ok(l) => Some(l),
+            // a file `iterion run` would refuse fails the strict battery too (workflow_compiles)
+            Ok(mut l) => {
+                if !l.checked.has_errors() {
+                    crate::cmd_validate::add_refusals(&mut l.checked, env);
+                }
+                Some(l)
+            }
             Err(m) => {
                 eprintln!("{m}");
                 return ExitCode::from(2);

@@ -1,4 +1,10 @@
-//! `iterion validate FILE…`: parse and compile workflow files and print every diagnostic.
+//! `iterion validate FILE…`: parse and compile workflow files, check that `iterion run` would execute them,
+//! and print every diagnostic.
+//!
+//! Checks, in order: the language (lexing, parsing, compiling); the MCP server names a workflow uses, which
+//! may also come from the `.mcp.json` next to the file (not read when `ITERION_MCP_AUTOLOAD` is `0` or
+//! `false`); then, when the file is valid, the executability check `iterion run` applies (`X…`: constructs
+//! the language has but this version does not execute). `--syntax-only` stops after the language.
 //!
 //! Exit codes: 0 when no file has an error-severity diagnostic, 1 when any has, 2 when a file cannot be read
 //! (usage errors are exit 2 through clap). Every file is processed even when an earlier one fails.
@@ -7,8 +13,9 @@ use crate::render;
 use iterion_spec::diag::{Diagnostic, Severity};
 use iterion_spec::model::{SandboxDecl, Workflow};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// The most diagnostics printed per file in human output (01 §9.1); the rest are counted.
@@ -23,6 +30,52 @@ pub struct ValidateArgs {
     /// Print one JSON object per file, one per line.
     #[arg(long)]
     pub json: bool,
+    /// Check only the language (lexing, parsing, compiling), not whether `iterion run` would execute it.
+    #[arg(long)]
+    pub syntax_only: bool,
+}
+
+/// The text of the `.mcp.json` next to a workflow file, unless `ITERION_MCP_AUTOLOAD` is `0` or `false` or
+/// there is no such file.
+pub(crate) fn project_mcp_json(file: &Path, env: &BTreeMap<String, String>) -> Option<String> {
+    if env
+        .get("ITERION_MCP_AUTOLOAD")
+        .is_some_and(|v| v == "0" || v.eq_ignore_ascii_case("false"))
+    {
+        return None;
+    }
+    let dir = file
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::read_to_string(dir.join(".mcp.json")).ok()
+}
+
+/// Checks a workflow file the way `iterion validate` does: the language and the project's MCP servers, then
+/// (unless `syntax_only`, and only for a file without errors) the executability check of `iterion run`.
+pub(crate) fn check_file(
+    bytes: &[u8],
+    path: &Path,
+    label: &str,
+    env: &BTreeMap<String, String>,
+    syntax_only: bool,
+) -> iterion_spec::Checked {
+    let mcp = project_mcp_json(path, env);
+    let mut checked = iterion_spec::check_project(bytes, label, mcp.as_deref());
+    if !syntax_only && !checked.has_errors() {
+        add_refusals(&mut checked, env);
+    }
+    checked
+}
+
+/// Adds the `X…` diagnostics of the executability check of `iterion run` for every compiled workflow.
+pub(crate) fn add_refusals(checked: &mut iterion_spec::Checked, env: &BTreeMap<String, String>) {
+    for w in &checked.workflows {
+        checked
+            .diagnostics
+            .extend(iterion_runtime::exec::check_executable(w, env));
+    }
+    iterion_spec::diag::sort(&mut checked.diagnostics);
 }
 
 #[derive(Serialize)]
@@ -88,7 +141,7 @@ fn json_diag(d: &Diagnostic) -> JsonDiag<'_> {
 }
 
 /// Runs the command, writing results to stdout and problems with files to stderr.
-pub fn run(args: ValidateArgs) -> ExitCode {
+pub fn run(args: ValidateArgs, env: &BTreeMap<String, String>) -> ExitCode {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut worst = 0u8;
@@ -102,7 +155,7 @@ pub fn run(args: ValidateArgs) -> ExitCode {
                 continue;
             }
         };
-        let checked = iterion_spec::check_bytes(&bytes, &label);
+        let checked = check_file(&bytes, path, &label, env, args.syntax_only);
         let failed = checked.has_errors();
         if failed {
             worst = worst.max(1);

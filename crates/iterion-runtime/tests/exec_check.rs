@@ -154,11 +154,13 @@ fn x003_memory_and_inherited_capabilities() {
 
 #[test]
 fn worktree_auto_is_refused_not_ignored() {
+    // blamed on the `worktree:` value (6:13), not on the workflow name as it used to be: `validate` shows
+    // this diagnostic, and the caret must point at what to change
     check(
         "tool t:\n  command: `true`\n\nworkflow w:\n  entry: t\n  worktree: auto\n  t -> done\n",
         &[],
         &[
-            "test.bot:4:10: error[X004]: 'worktree: auto' is not supported in this version; remove it to run in the checkout itself",
+            "test.bot:6:13: error[X004]: 'worktree: auto' is not supported in this version; remove it to run in the checkout itself",
         ],
     );
     check(

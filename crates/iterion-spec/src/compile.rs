@@ -1,19 +1,23 @@
 //! Compilation (01 §3–§6, §9.3): resolves references, checks the graph rules, templates, expressions and
 //! sandbox declarations, and builds the [`Workflow`] model.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::ast::{Ast, CursorDecl, Decl, WorkflowDecl};
 use crate::diag::Diagnostic;
 use crate::expr::parse_expr;
 use crate::model::{
-    Attachment, Budget, Condition, Cursor, CursorLevels, Edge, LoopCap, McpServer, McpTransport, Node,
-    NodeKind, Preset, Prompt, SandboxDecl, SandboxKind, SandboxScope, Schema, Span, Spanned, Var, VarType,
-    Workflow, Worktree,
+    Attachment, Budget, Cursor, CursorLevels, Edge, McpServer, McpTransport, Node, NodeKind, Preset, Prompt,
+    SandboxDecl, SandboxKind, SandboxScope, Schema, Span, Spanned, Var, VarType, Workflow, Worktree,
 };
-use crate::template::{PlaceholderRef, Segment, parse_template};
 use crate::values;
+
+mod graph_rules;
+mod project;
+mod refs;
+
+pub use project::{ProjectMcpServer, check_project, project_mcp_refs, read_mcp_json};
 
 /// Compiles a parsed file. Returns the compiled workflow (only the first `workflow` of a file is compiled,
 /// `C007`; none gives `C006`) and every compile diagnostic, sorted by position.
@@ -128,7 +132,6 @@ struct Keep {
     nodes: Vec<bool>,
 }
 
-const BACKENDS: &[&str] = &["claw", "claude_code", "codex"];
 const EFFORTS: &[&str] = &["low", "medium", "high", "xhigh", "max"];
 const LANGUAGES: &[&str] = &["sh", "bash", "js", "node", "py", "python", "python3"];
 
@@ -172,15 +175,9 @@ fn is_playwright_mcp(m: &McpServer) -> bool {
     let Some(cmd) = m.command.as_deref() else {
         return false;
     };
-    let cmd = cmd.to_ascii_lowercase();
-    if cmd.contains("playwright-mcp") || cmd.contains("playwright_mcp") || cmd.contains("@playwright/mcp") {
-        return true;
-    }
-    let program = cmd.split_whitespace().next().unwrap_or("");
-    (program == "npx" || program.ends_with("/npx"))
-        && m.args
-            .iter()
-            .any(|a| a.to_ascii_lowercase().contains("@playwright/mcp"))
+    cmd.contains("playwright-mcp")
+        || cmd.contains("playwright_mcp")
+        || (cmd == "npx" && m.args.iter().any(|a| a.contains("@playwright/mcp")))
 }
 
 fn is_literal(s: &str) -> bool {
@@ -480,7 +477,7 @@ impl<'a> Compiler<'a> {
             }
             for m in &a.accept_mime {
                 if !valid_mime(m) {
-                    self.err("C053", a.name.span, format!("invalid accept_mime '{m}'"));
+                    self.err("C052", a.name.span, format!("invalid accept_mime '{m}'"));
                 }
             }
             attachments.push(a);
@@ -496,7 +493,7 @@ impl<'a> Compiler<'a> {
                             format!("preset '{}' sets undeclared var '{}'", p.name.value, var.value),
                         );
                     }
-                    Some(v) if !value_fits(v.ty, val) => {
+                    Some(v) if !preset_fits(v.ty, val) => {
                         self.err(
                             "C071",
                             var.span,
@@ -519,17 +516,8 @@ impl<'a> Compiler<'a> {
         // cursors
         let cursors: Vec<Cursor> = cursors.into_iter().map(|c| self.cursor(c)).collect();
 
-        // workflow properties written with spans the model does not keep
-        if let Some(b) = &default_backend
-            && is_literal(&b.value)
-            && !BACKENDS.contains(&b.value.as_str())
-        {
-            self.err(
-                "C087",
-                b.span,
-                format!("unknown backend '{}' (want claw, claude_code or codex)", b.value),
-            );
-        }
+        // workflow properties written with spans the model does not keep (an unknown backend name is not
+        // a language error: the run refuses it)
         let mut wt = Worktree::None;
         if let Some(w) = &worktree {
             match w.value.as_str() {
@@ -576,27 +564,19 @@ impl<'a> Compiler<'a> {
             compaction,
             budget,
             worktree: wt,
+            worktree_span: worktree.as_ref().map(|w| w.span),
             sandbox,
         };
 
         let ix = Ix::new(&w);
-        if let Some(m) = &w.mcp {
-            self.mcp_refs(m, &ix);
-        }
 
         // entry
         match &w.entry {
             None => {
                 self.err("C008", name_span, "workflow entry is missing or not a node: ''");
             }
-            Some(e) if e.value == "done" || e.value == "fail" => {
-                self.err(
-                    "C042",
-                    e.span,
-                    format!("'{}' is a terminal node and cannot be the entry", e.value),
-                );
-            }
-            Some(e) if ix.node(&e.value).is_none() => {
+            // `entry: done` is not C008 (the other nodes are then unreachable, C016)
+            Some(e) if ix.node(&e.value).is_none() && e.value != "done" && e.value != "fail" => {
                 self.err(
                     "C008",
                     e.span,
@@ -606,13 +586,13 @@ impl<'a> Compiler<'a> {
             Some(_) => {}
         }
 
-        let g = Graph::new(&ix);
-        for (i, n) in w.nodes.iter().enumerate() {
-            self.node(i, n, &ix, &g);
+        let full = graph_rules::Full::new(&ix);
+        for n in &w.nodes {
+            self.node(n, &ix);
         }
-        self.edges(&ix, &g);
-        self.templates(&ix, &g);
-        drop(g);
+        self.graph_rules(&ix, &full);
+        self.references(&ix, &full);
+        drop(full);
         drop(ix);
         self.board_capabilities(&w);
         self.capability_names(&w);
@@ -628,24 +608,15 @@ impl<'a> Compiler<'a> {
         w
     }
 
-    /// `C082`: a board capability cannot reach the board from inside the sandbox. Applies when the workflow
-    /// block declares an active sandbox (mode auto or inline, 01 §6.4) to the workflow's `capabilities` and to
-    /// those of every node that does not opt out with its own `sandbox: none` (such a node runs on the host).
+    /// `C082`: a board capability cannot reach the board from inside the sandbox. Applies to the capabilities
+    /// of every node when the workflow block declares an active sandbox (mode auto or inline, 01 §6.4).
     fn board_capabilities(&mut self, w: &Workflow) {
         let active = |d: &SandboxDecl| matches!(d.derive_kind(), SandboxKind::Auto | SandboxKind::Inline);
         if !w.sandbox.as_ref().is_some_and(active) {
             return;
         }
-        let nodes = w
-            .nodes
-            .iter()
-            .filter(|n| {
-                n.sandbox
-                    .as_ref()
-                    .is_none_or(|d| d.derive_kind() != SandboxKind::Off)
-            })
-            .filter_map(|n| n.capabilities.as_ref());
-        for c in w.capabilities.iter().chain(nodes).flatten() {
+        let nodes = w.nodes.iter().filter_map(|n| n.capabilities.as_ref());
+        for c in nodes.flatten() {
             if is_board_capability(&c.value) {
                 self.warn(
                     "C082",
@@ -665,7 +636,7 @@ impl<'a> Compiler<'a> {
     fn capability_names(&mut self, w: &Workflow) {
         let nodes = w.nodes.iter().filter_map(|n| n.capabilities.as_ref());
         for c in w.capabilities.iter().chain(nodes).flatten() {
-            if !is_literal(&c.value) {
+            if c.value.is_empty() {
                 continue;
             }
             if !is_capability_shape(&c.value) {
@@ -684,21 +655,20 @@ impl<'a> Compiler<'a> {
         }
     }
 
-    /// `C060`: a Playwright MCP server (a command naming `playwright-mcp` / `playwright_mcp`, or `npx` with an
-    /// `@playwright/mcp` argument) under a workflow sandbox whose inline image literal is not a browser image
-    /// (its name contains neither `sandbox-browser` nor `sandbox-full-browser`): the browser would be missing
-    /// inside the sandbox and the server would fail at its first call.
+    /// `C060`: a Playwright MCP server (a command naming `playwright-mcp` / `playwright_mcp`, or exactly `npx`
+    /// with an `@playwright/mcp` argument) under an active workflow sandbox (auto or inline) whose image name
+    /// contains neither `sandbox-browser` nor `sandbox-full-browser` (no image at all counts as no browser):
+    /// the browser would be missing inside the sandbox and the server would fail at its first call.
     fn browser_image(&mut self, w: &Workflow) {
-        let Some(image) = w
+        let Some(d) = w
             .sandbox
             .as_ref()
-            .filter(|d| d.derive_kind() == SandboxKind::Inline)
-            .and_then(|d| d.image.as_ref())
-            .filter(|i| is_literal(&i.value))
+            .filter(|d| matches!(d.derive_kind(), SandboxKind::Auto | SandboxKind::Inline))
         else {
             return;
         };
-        let lower = image.value.to_ascii_lowercase();
+        let image = d.image.as_ref().map_or("", |i| i.value.as_str());
+        let lower = image.to_ascii_lowercase();
         if lower.contains("sandbox-browser") || lower.contains("sandbox-full-browser") {
             return;
         }
@@ -708,12 +678,14 @@ impl<'a> Compiler<'a> {
                 m.name.span,
                 format!("mcp_server '{}' needs a browser sandbox image", m.name.value),
             );
+            let what = if image.is_empty() {
+                "the sandbox has no browser image".to_string()
+            } else {
+                format!("the sandbox image '{image}' has no browser")
+            };
             self.hint(
                 i,
-                &format!(
-                    "the sandbox image '{}' has no browser; use an image whose name contains sandbox-browser or sandbox-full-browser",
-                    image.value
-                ),
+                &format!("{what}; use an image whose name contains sandbox-browser or sandbox-full-browser"),
             );
         }
     }
@@ -739,17 +711,76 @@ impl<'a> Compiler<'a> {
         if let Some(p) = problem {
             self.err("C025", m.name.span, format!("mcp_server '{name}': {p}"));
         }
-        if let Some((_, t)) = m.auth.iter().find(|(k, _)| k == "type")
-            && t != "oauth2"
-        {
+        self.mcp_auth(m);
+    }
+
+    /// `C038`, when an `auth` block is present: `type` is required and must be `oauth2`; then `auth_url` and
+    /// `token_url` are required absolute http(s) URLs with a host, `revoke_url` one when set, and `client_id`
+    /// is required.
+    fn mcp_auth(&mut self, m: &McpServer) {
+        if m.auth.is_empty() && m.auth_scopes.is_empty() {
+            return;
+        }
+        let name = &m.name.value;
+        let get = |k: &str| m.auth.iter().find(|(x, _)| x == k).map(|(_, v)| v.as_str());
+        match get("type") {
+            None | Some("") => {
+                self.err(
+                    "C038",
+                    m.name.span,
+                    format!("mcp_server '{name}': auth block missing 'type'"),
+                );
+                return;
+            }
+            Some("oauth2") => {}
+            Some(t) => {
+                self.err(
+                    "C038",
+                    m.name.span,
+                    format!("mcp_server '{name}': unsupported auth type '{t}' (only \"oauth2\")"),
+                );
+                return;
+            }
+        }
+        let is_url = |u: &str| {
+            ["http://", "https://"].iter().any(|p| {
+                u.get(..p.len()).is_some_and(|x| x.eq_ignore_ascii_case(p))
+                    && u[p.len()..]
+                        .split(['/', '?', '#'])
+                        .next()
+                        .is_some_and(|h| !h.is_empty())
+            })
+        };
+        for (key, required) in [("auth_url", true), ("token_url", true), ("revoke_url", false)] {
+            match get(key).filter(|v| !v.is_empty()) {
+                None if required => {
+                    self.err(
+                        "C038",
+                        m.name.span,
+                        format!("mcp_server '{name}': oauth2 auth needs {key}"),
+                    );
+                }
+                Some(u) if !is_url(u) => {
+                    self.err(
+                        "C038",
+                        m.name.span,
+                        format!("mcp_server '{name}': {key} '{u}' is not an absolute http(s) URL"),
+                    );
+                }
+                _ => {}
+            }
+        }
+        if get("client_id").is_none_or(str::is_empty) {
             self.err(
                 "C038",
                 m.name.span,
-                format!("unsupported MCP auth type '{t}' (only \"oauth2\")"),
+                format!("mcp_server '{name}': oauth2 auth needs client_id"),
             );
         }
     }
 
+    /// `C085`: the first problem of a cursor declaration; such a cursor is left out (its invocations then
+    /// draw `C083`).
     fn cursor(&mut self, c: CursorDecl) -> Cursor {
         let CursorDecl {
             name,
@@ -758,39 +789,17 @@ impl<'a> Compiler<'a> {
             bands,
         } = c;
         let levels = match (values, bands) {
-            (Some(v), None) => Some(CursorLevels::Values(
-                v.into_iter().map(|(k, d)| (k.value, d.value)).collect(),
+            (Some(v), None) => cursor_values(v),
+            (None, Some(b)) => cursor_bands(b),
+            _ => Err((
+                name.span,
+                "exactly one of values or bands is required".to_string(),
             )),
-            (None, Some(b)) => {
-                let mut out = Vec::new();
-                let mut ok = true;
-                for (k, d) in b {
-                    match parse_band(&k.value) {
-                        Some((lo, hi)) => out.push((lo, hi, d.value)),
-                        None => {
-                            ok = false;
-                            self.err(
-                                "C085",
-                                k.span,
-                                format!(
-                                    "cursor '{}': malformed band '{}' (want \"LO..HI\")",
-                                    name.value, k.value
-                                ),
-                            );
-                        }
-                    }
-                }
-                ok.then_some(CursorLevels::Bands(out))
-            }
-            _ => {
-                self.err(
-                    "C085",
-                    name.span,
-                    format!(
-                        "cursor '{}': exactly one of values or bands is required",
-                        name.value
-                    ),
-                );
+        };
+        let levels = match levels {
+            Ok(l) => Some(l),
+            Err((span, msg)) => {
+                self.err("C085", span, format!("cursor '{}': {msg}", name.value));
                 None
             }
         };
@@ -801,23 +810,26 @@ impl<'a> Compiler<'a> {
         }
     }
 
+    /// `C043`: 0 means "inherit" for both values; otherwise `threshold` is in (0, 1] and `preserve_recent`
+    /// is not negative.
     fn compaction(&mut self, c: &crate::model::Compaction, span: Span) {
         if let Some(t) = c.threshold
+            && t != 0.0
             && !(t > 0.0 && t <= 1.0)
         {
             self.err(
                 "C043",
                 span,
-                format!("invalid compaction: threshold {t} must be in (0, 1]"),
+                format!("invalid compaction: threshold {t} must be 0 (inherit) or in (0, 1]"),
             );
         }
         if let Some(p) = c.preserve_recent
-            && p < 1
+            && p < 0
         {
             self.err(
                 "C043",
                 span,
-                "invalid compaction: preserve_recent must be at least 1",
+                "invalid compaction: preserve_recent must not be negative (0 inherits)",
             );
         }
     }
@@ -838,14 +850,6 @@ impl<'a> Compiler<'a> {
         }
     }
 
-    fn mcp_refs(&mut self, m: &crate::model::McpBlock, w: &Ix<'_>) {
-        for s in m.servers.iter().flatten() {
-            if !w.mcp_servers.iter().any(|x| x.name.value == s.value) {
-                self.err("C025", s.span, format!("mcp_server '{}': not declared", s.value));
-            }
-        }
-    }
-
     // ----------------------------------------------------------------------------------------------------
     // nodes
     // ----------------------------------------------------------------------------------------------------
@@ -858,30 +862,19 @@ impl<'a> Compiler<'a> {
         }
     }
 
-    fn prompt_ref(&mut self, w: &Ix<'_>, r: &Option<Spanned<String>>) {
-        if let Some(r) = r
-            && w.prompt(&r.value).is_none()
-        {
-            self.err("C003", r.span, format!("unknown prompt '{}'", r.value));
-        }
-    }
-
-    fn node(&mut self, i: usize, n: &Node, w: &Ix<'_>, g: &Graph<'_>) {
+    fn node(&mut self, n: &Node, w: &Ix<'_>) {
         let name = n.name.value.as_str();
         self.schema_ref(w, &n.input);
         self.schema_ref(w, &n.output);
-        self.prompt_ref(w, &n.system);
-        self.prompt_ref(w, &n.user);
-        self.prompt_ref(w, &n.instructions);
-        self.prompt_ref(w, &n.interaction_prompt);
+        self.prompt_refs(n, w);
         if let Some(c) = &n.compaction {
             self.compaction(c, n.name.span);
         }
-        if let Some(m) = &n.mcp {
-            self.mcp_refs(m, w);
-        }
+        let llm_router = n.kind == NodeKind::Router && graph_rules::router_mode(n) == "llm";
+        // C027 is skipped for any value holding a `$` (an environment reference, expanded at run time)
         if let Some(r) = &n.reasoning_effort
-            && is_literal(&r.value)
+            && (matches!(n.kind, NodeKind::Agent | NodeKind::Judge) || llm_router)
+            && !r.value.contains('$')
             && !EFFORTS.contains(&r.value.as_str())
         {
             self.err(
@@ -893,50 +886,51 @@ impl<'a> Compiler<'a> {
                 ),
             );
         }
-        if let Some(b) = &n.backend
-            && is_literal(&b.value)
-            && !BACKENDS.contains(&b.value.as_str())
+        if (matches!(n.kind, NodeKind::Agent | NodeKind::Judge) || llm_router)
+            && let Some(b) = n.backend.as_ref().filter(|b| b.value == "codex")
         {
-            self.err(
-                "C087",
+            self.warn(
+                "C030",
                 b.span,
-                format!("unknown backend '{}' (want claw, claude_code or codex)", b.value),
+                "backend codex is discouraged (it cannot run inside the iterion sandbox)",
             );
         }
-        let backend = n
-            .backend
-            .as_ref()
-            .or(w.default_backend.as_ref())
-            .map_or("claw", |b| b.value.as_str());
         match n.kind {
             NodeKind::Agent | NodeKind::Judge => {
-                if backend == "claw" && n.model.is_none() {
-                    self.err(
+                // with an explicit backend the model is that backend's default; with neither, the backend is
+                // picked on the host at run time (a warning: the file itself is valid)
+                if n.model.is_none() && n.backend.is_none() {
+                    let i = self.warn(
                         "C018",
                         n.name.span,
-                        format!("node '{name}' needs a model for backend 'claw'"),
+                        format!(
+                            "node '{name}' sets neither model nor backend; the host's default backend is used"
+                        ),
+                    );
+                    self.hint(
+                        i,
+                        "set model: or backend: to make the file independent of the host",
                     );
                 }
-                if backend == "codex" {
-                    let span = n.backend.as_ref().map_or(n.name.span, |b| b.span);
-                    self.warn(
-                        "C030",
-                        span,
-                        "backend codex is discouraged (it cannot run inside the iterion sandbox)",
-                    );
-                }
-                if let Some(m) = &n.memory {
-                    if m.enabled == Some(true) && m.scope.is_none() {
+                if let Some(m) = &n.memory
+                    && m.enabled == Some(true)
+                {
+                    if m.scope.as_deref().is_none_or(str::is_empty) {
                         self.err("C048", n.name.span, "memory is enabled but has no scope");
                     }
-                    if is_literal(backend) && backend != "claw" {
-                        self.warn("C047", n.name.span, "memory is only used by the claw backend");
+                    if let Some(b) = n.backend.as_ref().filter(|b| b.value != "claw") {
+                        self.warn(
+                            "C047",
+                            b.span,
+                            format!("memory is only used by the claw backend, not '{}'", b.value),
+                        );
                     }
                 }
                 if let Some(c) = &n.cursors {
                     self.cursor_settings(c, w);
                 }
                 if let (Some(mt), Some(b)) = (n.max_tokens, w.budget.as_ref().and_then(|b| b.max_tokens))
+                    && b > 0
                     && mt > b
                 {
                     self.warn(
@@ -945,30 +939,33 @@ impl<'a> Compiler<'a> {
                         format!("max_tokens of '{name}' exceeds the workflow budget"),
                     );
                 }
+                // an explicit `await:` makes the node a convergence point: a session cannot be carried over
                 if let Some(s) = &n.session
-                    && matches!(s.value.as_str(), "inherit" | "fork")
-                    && g.converging(i)
+                    && matches!(s.value.as_str(), "inherit" | "inherit_if_available" | "fork")
+                    && let Some(a) = n
+                        .await_mode
+                        .as_ref()
+                        .filter(|a| matches!(a.value.as_str(), "wait_all" | "best_effort"))
                 {
-                    self.err(
+                    let i = self.err(
                         "C009",
                         s.span,
                         format!(
-                            "session '{}' on node '{name}', which several branches converge on",
-                            s.value
+                            "node '{name}' has session '{}' but await '{}' (a convergence point)",
+                            s.value, a.value
                         ),
                     );
+                    self.hint(i, "use session: fresh or session: artifacts_only");
                 }
             }
             NodeKind::Router => {
-                let mode = n.router_mode.as_ref().map_or("fan_out_all", |m| m.value.as_str());
-                if mode != "llm" {
-                    let llm_only: [(&str, Option<Span>); 7] = [
+                if !llm_router {
+                    let llm_only: [(&str, Option<Span>); 6] = [
                         ("model", n.model.as_ref().map(|x| x.span)),
                         ("backend", n.backend.as_ref().map(|x| x.span)),
-                        ("provider", n.provider.as_ref().map(|x| x.span)),
                         ("system", n.system.as_ref().map(|x| x.span)),
                         ("user", n.user.as_ref().map(|x| x.span)),
-                        ("multi", n.multi.map(|_| n.name.span)),
+                        ("multi: true", n.multi.filter(|m| *m).map(|_| n.name.span)),
                         ("reasoning_effort", n.reasoning_effort.as_ref().map(|x| x.span)),
                     ];
                     for (prop, span) in llm_only {
@@ -976,65 +973,50 @@ impl<'a> Compiler<'a> {
                             self.err("C023", span, format!("'{prop}' is only valid on llm routers"));
                         }
                     }
-                }
-                let out: Vec<&Edge> = w.edges_from(i).collect();
-                match mode {
-                    "round_robin" if out.len() < 2 => {
-                        self.err(
-                            "C020",
-                            n.name.span,
-                            format!("round_robin router '{name}' needs at least 2 edges"),
-                        );
-                    }
-                    "llm" => {
-                        if out.len() < 2 {
-                            self.err(
-                                "C021",
-                                n.name.span,
-                                format!("llm router '{name}' needs at least 2 edges"),
-                            );
-                        }
-                        for e in out.iter().filter(|e| e.condition.is_some()) {
-                            self.err(
-                                "C022",
-                                e.span,
-                                format!("edges of llm router '{name}' must not use 'when'"),
-                            );
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            NodeKind::Human => {
-                let interaction = n
-                    .interaction
-                    .as_ref()
-                    .or(w.interaction.as_ref())
-                    .map_or("human", |i| i.value.as_str());
-                if matches!(interaction, "llm" | "llm_or_human")
-                    && (n.model.is_none() && n.interaction_model.is_none() || n.output.is_none())
-                {
-                    self.err(
+                } else if n.model.is_none() && n.backend.is_none() {
+                    self.warn(
                         "C018",
                         n.name.span,
-                        format!("node '{name}' needs a model for backend '{backend}'"),
+                        format!("llm router '{name}' sets neither model nor backend; the built-in default is used at run time"),
                     );
                 }
             }
+            NodeKind::Human => {
+                if matches!(refs::interaction(n, w), "llm" | "llm_or_human") {
+                    if n.model.is_none() && n.interaction_model.is_none() {
+                        self.err(
+                            "C018",
+                            n.name.span,
+                            format!(
+                                "human '{name}' with an llm interaction needs interaction_model or model"
+                            ),
+                        );
+                    }
+                    if n.output.is_none() {
+                        self.err(
+                            "C018",
+                            n.name.span,
+                            format!("human '{name}' with an llm interaction needs an output schema"),
+                        );
+                    }
+                }
+            }
+            // the reference validator's numbering: C004 for every tool shape problem
             NodeKind::Tool => {
                 if n.command.is_some() == n.script.is_some() {
                     self.err(
-                        "C088",
+                        "C004",
                         n.name.span,
                         format!("tool '{name}' must set exactly one of command or script"),
                     );
                 }
                 if let Some(l) = &n.language {
-                    if n.script.is_none() {
-                        self.err("C089", l.span, format!("tool '{name}': language requires script"));
-                    } else if !LANGUAGES.contains(&l.value.as_str()) {
+                    if n.script.is_none() && n.command.is_some() {
+                        self.err("C004", l.span, format!("tool '{name}': language requires script"));
+                    }
+                    if !LANGUAGES.contains(&l.value.as_str()) {
                         self.err(
-                            "C089",
+                            "C004",
                             l.span,
                             format!("tool '{name}': unknown language '{}'", l.value),
                         );
@@ -1056,19 +1038,28 @@ impl<'a> Compiler<'a> {
         }
     }
 
+    /// `C083` (warning) for an undeclared (or left out) cursor; `C084` for a value that does not fit it. A
+    /// value holding `${…}` is expanded at run time and not checked.
     fn cursor_settings(&mut self, c: &crate::model::CursorSettings, w: &Ix<'_>) {
         for (k, v) in &c.values {
-            let Some(cur) = w.cursors.iter().find(|x| x.name.value == k.value) else {
+            let Some(levels) = w
+                .cursors
+                .iter()
+                .find(|x| x.name.value == k.value)
+                .and_then(|x| x.levels.as_ref())
+            else {
                 self.warn("C083", k.span, format!("unknown cursor '{}'", k.value));
                 continue;
             };
-            let ok = match &cur.levels {
-                Some(CursorLevels::Values(levels)) => levels.iter().any(|(n, _)| *n == v.value),
-                Some(CursorLevels::Bands(bands)) => v
-                    .value
-                    .parse::<f64>()
-                    .is_ok_and(|x| bands.iter().any(|(lo, hi, _)| *lo <= x && x <= *hi)),
-                None => true,
+            if v.value.contains("${") && v.value.contains('}') {
+                continue;
+            }
+            let ok = match (v.value.trim().parse::<f64>(), levels) {
+                (Ok(x), _) if !(0.0..=1.0).contains(&x) => false,
+                (Ok(x), CursorLevels::Bands(bands)) => bands.iter().any(|(lo, hi, _)| *lo <= x && x <= *hi),
+                (Ok(_), CursorLevels::Values(_)) => true,
+                (Err(_), CursorLevels::Values(levels)) => levels.iter().any(|(n, _)| *n == v.value),
+                (Err(_), CursorLevels::Bands(_)) => false,
             };
             if !ok {
                 self.err(
@@ -1080,402 +1071,19 @@ impl<'a> Compiler<'a> {
         }
     }
 
-    fn expression(&mut self, e: &Spanned<String>) {
-        if let Err(err) = parse_expr(&e.value) {
-            let span = inner_span(e, err.offset, 1);
-            self.err("C040", span, format!("invalid expression: {}", err.detail));
-        }
-    }
-
-    // ----------------------------------------------------------------------------------------------------
-    // edges and graph rules (01 §4.3–§4.5)
-    // ----------------------------------------------------------------------------------------------------
-
-    fn edges(&mut self, w: &Ix<'_>, g: &Graph<'_>) {
-        for (e, &(from, to)) in w.edges.iter().zip(&w.ends) {
-            for (end, role, ix) in [(&e.from, "source", from), (&e.to, "target", to)] {
-                let terminal = end.value == "done" || end.value == "fail";
-                if terminal && role == "source" {
-                    self.err(
-                        "C042",
-                        end.span,
-                        format!("'{}' is a terminal node and cannot be an edge source", end.value),
-                    );
-                } else if !terminal && ix == NO_NODE {
-                    self.err(
-                        "C001",
-                        end.span,
-                        format!("edge refers to unknown node '{}'", end.value),
-                    );
-                }
-            }
-            match &e.condition {
-                Some(Condition::Field { field, .. }) => {
-                    if let Some(src) = w.node_at(from) {
-                        match src.output.as_ref().and_then(|o| w.schema(&o.value)) {
-                            None => {
-                                if src.output.is_none() {
-                                    self.warn(
-                                        "C032",
-                                        field.span,
-                                        format!(
-                                            "'{}' has no output schema; '{}' is not checked",
-                                            src.name.value, field.value
-                                        ),
-                                    );
-                                }
-                            }
-                            Some(s) => match s.field(&field.value) {
-                                None => {
-                                    self.err(
-                                        "C014",
-                                        field.span,
-                                        format!(
-                                            "condition field '{}' is not in the output schema of '{}'",
-                                            field.value, src.name.value
-                                        ),
-                                    );
-                                }
-                                Some(f) if f.ty != VarType::Bool => {
-                                    self.err(
-                                        "C013",
-                                        field.span,
-                                        format!(
-                                            "condition field '{}' of node '{}' is not bool",
-                                            field.value, src.name.value
-                                        ),
-                                    );
-                                }
-                                Some(_) => {}
-                            },
-                        }
-                    }
-                }
-                Some(Condition::Expr { text }) if !text.value.trim().is_empty() => self.expression(text),
-                _ => {}
-            }
-        }
-        // per-source rules
-        let mut loops: FxMap<&str, &Edge> = FxMap::default();
-        for e in &w.edges {
-            if let Some(l) = &e.loop_spec {
-                match &l.cap.value {
-                    LoopCap::Literal(n) if *n < 1 => {
-                        self.err(
-                            "C026",
-                            l.cap.span,
-                            format!("loop '{}' cap must be at least 1", l.name.value),
-                        );
-                    }
-                    LoopCap::Template(t) => {
-                        let single = matches!(parse_template(t).as_deref(), Ok([Segment::Placeholder(_)]));
-                        if !single {
-                            self.err(
-                                "C004",
-                                l.cap.span,
-                                format!("invalid template '{t}': a loop cap must be exactly one placeholder"),
-                            );
-                        }
-                    }
-                    _ => {}
-                }
-                match loops.get(l.name.value.as_str()) {
-                    Some(prev) => {
-                        let pc = &prev.loop_spec.as_ref().map(|p| p.cap.value.clone());
-                        if pc.as_ref() != Some(&l.cap.value) {
-                            let fmt = |c: &LoopCap| match c {
-                                LoopCap::Literal(n) => n.to_string(),
-                                LoopCap::Template(t) => format!("\"{t}\""),
-                            };
-                            let a = pc.as_ref().map(fmt).unwrap_or_default();
-                            self.err(
-                                "C005",
-                                l.cap.span,
-                                format!(
-                                    "loop '{}' has conflicting caps ({a} vs {})",
-                                    l.name.value,
-                                    fmt(&l.cap.value)
-                                ),
-                            );
-                        }
-                    }
-                    None => {
-                        loops.insert(&l.name.value, e);
-                    }
-                }
-            }
-        }
-        for (i, n) in w.nodes.iter().enumerate() {
-            if n.kind == NodeKind::Router {
-                continue;
-            }
-            let name = n.name.value.as_str();
-            let out = || w.edges_from(i);
-            let mut uncond = 0;
-            for e in out() {
-                if e.is_unconditional() {
-                    uncond += 1;
-                    if uncond == 2 {
-                        self.err(
-                            "C010",
-                            e.span,
-                            format!("node '{name}' has more than one unconditional non-loop edge"),
-                        );
-                    }
-                }
-            }
-            let mut seen: Vec<&Condition> = Vec::new();
-            for e in out() {
-                if let Some(c) = &e.condition {
-                    if seen.iter().any(|s| same_condition(s, c)) {
-                        self.err(
-                            "C011",
-                            e.span,
-                            format!(
-                                "node '{name}' has overlapping conditions: {}",
-                                describe_condition(c)
-                            ),
-                        );
-                    } else {
-                        seen.push(c);
-                    }
-                }
-            }
-            let has_cond = out().any(|e| e.condition.is_some());
-            let has_fallback = out().any(|e| e.is_unconditional());
-            if has_cond && !has_fallback && !exhaustive_pair(&seen) {
-                let span = out()
-                    .find(|e| e.condition.is_some())
-                    .map_or(n.name.span, |e| e.span);
-                self.err(
-                    "C012",
-                    span,
-                    format!("node '{name}' has conditional edges but no fallback edge"),
-                );
-            }
-        }
-        // with-key collisions
-        let mut into: FxMap<(&str, &str), &str> = FxMap::default();
-        for e in &w.edges {
-            for entry in &e.with.entries {
-                let k = (e.to.value.as_str(), entry.key.value.as_str());
-                match into.get(&k) {
-                    Some(prev_from) if *prev_from != e.from.value => {
-                        self.err(
-                            "C028",
-                            entry.key.span,
-                            format!(
-                                "input key '{}' of '{}' is mapped by several edges",
-                                entry.key.value, e.to.value
-                            ),
-                        );
-                    }
-                    Some(_) => {}
-                    None => {
-                        into.insert(k, &e.from.value);
-                    }
-                }
-            }
-        }
-        // cycles without loop edge
-        for (cycle, edge) in g.cycles_without_loop() {
-            self.err(
-                "C019",
-                edge,
-                format!("cycle {} has no loop edge (add 'as NAME(N)')", cycle.join(" -> ")),
-            );
-        }
-        // reachability
-        if let Some(entry) = &w.entry
-            && let Some(e) = w.node_index(&entry.value)
-        {
-            let reach = g.reachable(e);
-            for (i, n) in w.nodes.iter().enumerate() {
-                if !reach[i] {
-                    self.err(
-                        "C016",
-                        n.name.span,
-                        format!(
-                            "node '{}' is not reachable from entry '{}'",
-                            n.name.value, entry.value
-                        ),
-                    );
-                }
+    /// `C040` when an expression does not parse; returns whether it parses.
+    fn expression(&mut self, e: &Spanned<String>) -> bool {
+        match parse_expr(&e.value) {
+            Ok(_) => true,
+            Err(err) => {
+                let span = inner_span(e, err.offset, 1);
+                self.err("C040", span, format!("invalid expression: {}", err.detail));
+                false
             }
         }
     }
 
-    // ----------------------------------------------------------------------------------------------------
-    // templates (01 §5.1)
-    // ----------------------------------------------------------------------------------------------------
-
-    fn templates(&mut self, w: &Ix<'_>, g: &Graph<'_>) {
-        let publishes: HashSet<&str> = w
-            .nodes
-            .iter()
-            .filter_map(|n| n.publish.as_ref().map(|p| p.value.as_str()))
-            .collect();
-        let ctx = TplCtx { w, g, publishes };
-        // prompt bodies: consumers are the nodes that use them, each once, in node order
-        let uses = || {
-            w.nodes.iter().enumerate().flat_map(|(i, n)| {
-                let mut refs = [NO_NODE; 4];
-                let props = [&n.system, &n.user, &n.instructions, &n.interaction_prompt];
-                for (k, r) in props.into_iter().enumerate() {
-                    if let Some(p) = r.as_ref().and_then(|r| w.prompt_index(&r.value)) {
-                        let p = p as u32;
-                        if !refs[..k].contains(&p) {
-                            refs[k] = p;
-                        }
-                    }
-                }
-                refs.into_iter()
-                    .filter(|&p| p != NO_NODE)
-                    .map(move |p| (p, i as u32))
-            })
-        };
-        let users = Csr::build(w.prompts.len(), uses);
-        for (pi, p) in w.prompts.iter().enumerate() {
-            let v = (p.body.as_str(), p.body_span);
-            let us = users.of(pi);
-            if us.is_empty() {
-                self.template(&ctx, v, None, false);
-            }
-            for &u in us {
-                self.template(&ctx, v, Some(u as usize), false);
-            }
-        }
-        for (i, n) in w.nodes.iter().enumerate() {
-            for v in [&n.command, &n.script].into_iter().flatten() {
-                self.template(&ctx, (&v.value, v.span), Some(i), false);
-            }
-        }
-        for (e, &(from, _)) in w.edges.iter().zip(&w.ends) {
-            let src = (from != NO_NODE).then_some(from as usize);
-            for entry in &e.with.entries {
-                let v = &entry.value;
-                self.template(&ctx, (&v.value, v.span), src, true);
-            }
-        }
-    }
-
-    /// Checks one template-bearing string (its text and span). `consumer` is the index of the node on whose
-    /// behalf it is rendered; `inclusive` lets the consumer read its own output (edge mappings run after the
-    /// source finished). Diagnostics keep the order of the template errors first, then the placeholders.
-    fn template(&mut self, ctx: &TplCtx<'_>, v: (&str, Span), consumer: Option<usize>, inclusive: bool) {
-        let mark = self.diags.len();
-        let mut errs = Vec::new();
-        crate::template::walk(
-            v.0,
-            |p| self.placeholder(ctx, v, p, consumer, inclusive),
-            |e| errs.push(e),
-        );
-        if errs.is_empty() {
-            return;
-        }
-        let placeholders = self.diags.split_off(mark);
-        for e in errs {
-            let span = inner_span_of(v.0, v.1, e.offset, 2);
-            self.err(
-                "C004",
-                span,
-                format!("invalid template '{}': {}", e.text, e.detail),
-            );
-        }
-        self.diags.extend(placeholders);
-    }
-
-    fn placeholder(
-        &mut self,
-        ctx: &TplCtx<'_>,
-        v: (&str, Span),
-        p: &PlaceholderRef<'_>,
-        consumer: Option<usize>,
-        inclusive: bool,
-    ) {
-        // spans and texts are only computed for a diagnostic
-        let span = || inner_span_of(v.0, v.1, p.start, p.end - p.start);
-        let w = ctx.w;
-        match p.path[0] {
-            "outputs" => {
-                let target = p.path[1];
-                let Some(ti) = w.node_index(target) else {
-                    self.err(
-                        "C029",
-                        span(),
-                        format!("template refers to unknown node '{target}'"),
-                    );
-                    return;
-                };
-                let tn = &w.nodes[ti];
-                let is_history = p.path.get(2).is_some_and(|s| *s == "history");
-                if let Some(ci) = consumer {
-                    let cname = w.nodes[ci].name.value.as_str();
-                    let ok = (inclusive && ci == ti) || ctx.g.reaches(ti, ci);
-                    if !ok {
-                        self.err(
-                            "C036",
-                            span(),
-                            format!("'{cname}' may run before '{target}' has produced output"),
-                        );
-                    }
-                    if is_history && !ctx.g.reaches(ci, ci) {
-                        self.err("C017", span(), "'.history' used outside a loop body");
-                    }
-                }
-                if let Some(f) = p.path.get(2).filter(|_| !is_history) {
-                    match tn.output.as_ref().and_then(|o| w.schema(&o.value)) {
-                        Some(s) if s.field(f).is_none() => {
-                            self.err(
-                                "C031",
-                                span(),
-                                format!("field '{f}' is not in the output schema of '{target}'"),
-                            );
-                        }
-                        Some(_) => {}
-                        None if tn.output.is_none() => {
-                            self.warn(
-                                "C032",
-                                span(),
-                                format!(
-                                    "'{target}' has no output schema; '{}' is not checked",
-                                    p.path.join(".")
-                                ),
-                            );
-                        }
-                        None => {}
-                    }
-                }
-            }
-            "vars" if w.var(p.path[1]).is_none() => {
-                self.err("C033", span(), format!("undeclared var '{}'", p.path[1]));
-            }
-            "input" => {
-                if let (Some(c), Some(f)) = (consumer.map(|i| &w.nodes[i]), p.path.get(1))
-                    && !inclusive
-                    && let Some(s) = c.input.as_ref().and_then(|i| w.schema(&i.value))
-                    && s.field(f).is_none()
-                {
-                    self.err(
-                        "C034",
-                        span(),
-                        format!("field '{f}' is not in the input schema of '{}'", c.name.value),
-                    );
-                }
-            }
-            "artifacts" if !ctx.publishes.contains(p.path[1]) => {
-                self.err(
-                    "C035",
-                    span(),
-                    format!("no node publishes artifact '{}'", p.path[1]),
-                );
-            }
-            "attachments" if !w.attachments.iter().any(|a| a.name.value == *p.path[1]) => {
-                self.err("C052", span(), format!("unknown attachment '{}'", p.path[1]));
-            }
-            _ => {}
-        }
-    }
+    // edges and graph rules (01 §4.3–§4.5): graph_rules.rs; templates (01 §5.1): refs.rs
 
     // ----------------------------------------------------------------------------------------------------
     // sandbox (01 §6)
@@ -1755,12 +1363,6 @@ impl<'a> Compiler<'a> {
     }
 }
 
-struct TplCtx<'w> {
-    w: &'w Ix<'w>,
-    g: &'w Graph<'w>,
-    publishes: HashSet<&'w str>,
-}
-
 /// `(offset, len, message)` for every devcontainer-style variable that is unsupported or names a `localEnv`
 /// variable outside the allowlist (01 §6.7, §7.4).
 pub fn sandbox_variable_warnings(s: &str) -> Vec<(usize, usize, String)> {
@@ -1815,63 +1417,10 @@ pub fn sandbox_variable_warnings(s: &str) -> Vec<(usize, usize, String)> {
     out
 }
 
-fn same_condition(a: &Condition, b: &Condition) -> bool {
-    match (a, b) {
-        (
-            Condition::Field {
-                field: f1,
-                negated: n1,
-            },
-            Condition::Field {
-                field: f2,
-                negated: n2,
-            },
-        ) => f1.value == f2.value && n1 == n2,
-        (Condition::Expr { text: t1 }, Condition::Expr { text: t2 }) => {
-            t1.value.split_whitespace().eq(t2.value.split_whitespace())
-        }
-        _ => false,
-    }
-}
-
-fn describe_condition(c: &Condition) -> String {
-    match c {
-        Condition::Field { field, negated } => {
-            format!("when {}{}", if *negated { "not " } else { "" }, field.value)
-        }
-        Condition::Expr { text } => format!("when \"{}\"", text.value),
-    }
-}
-
-fn exhaustive_pair(conds: &[&Condition]) -> bool {
-    conds.iter().any(|a| {
-        conds.iter().any(|b| match (a, b) {
-            (
-                Condition::Field {
-                    field: f1,
-                    negated: false,
-                },
-                Condition::Field {
-                    field: f2,
-                    negated: true,
-                },
-            ) => f1.value == f2.value,
-            _ => false,
-        })
-    })
-}
-
+/// An `accept_mime` entry: some text, a `/`, some text (`image/*`; nothing else is checked).
 fn valid_mime(m: &str) -> bool {
-    let Some((t, s)) = m.split_once('/') else {
-        return false;
-    };
-    let part = |p: &str| {
-        p == "*"
-            || (!p.is_empty()
-                && p.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"!#$&^_.+-".contains(&b)))
-    };
-    part(t) && part(s)
+    m.split_once('/')
+        .is_some_and(|(t, s)| !t.is_empty() && !s.is_empty())
 }
 
 /// Whether a JSON value fits a var type (used for presets, `C071`).
@@ -1891,11 +1440,66 @@ pub fn value_fits(ty: VarType, v: &serde_json::Value) -> bool {
     }
 }
 
+/// Whether a preset value fits its var's type (`C071`): a `string`, `json` or `string[]` var takes a string
+/// literal, a `float` an int or a float.
+fn preset_fits(ty: VarType, v: &serde_json::Value) -> bool {
+    match ty {
+        VarType::String | VarType::Json | VarType::StringList => v.is_string(),
+        VarType::Bool => v.is_boolean(),
+        VarType::Int => v.is_i64() || v.is_u64(),
+        VarType::Float => v.is_number(),
+    }
+}
+
+type CursorEntries = Vec<(Spanned<String>, Spanned<String>)>;
+
+/// `values:` of a cursor: names and prompts are not empty, names are unique.
+fn cursor_values(v: CursorEntries) -> Result<CursorLevels, (Span, String)> {
+    let mut out: Vec<(String, String)> = Vec::with_capacity(v.len());
+    for (k, d) in v {
+        if k.value.is_empty() || d.value.is_empty() {
+            return Err((k.span, "a value needs a name and a prompt".into()));
+        }
+        if out.iter().any(|(n, _)| *n == k.value) {
+            return Err((k.span, format!("duplicate value '{}'", k.value)));
+        }
+        out.push((k.value, d.value));
+    }
+    Ok(CursorLevels::Values(out))
+}
+
+/// `bands:` of a cursor: keys `LO..HI` with 0 ≤ LO ≤ HI ≤ 1, no two bands overlapping (ends included).
+fn cursor_bands(b: CursorEntries) -> Result<CursorLevels, (Span, String)> {
+    let mut out: Vec<(f64, f64, String)> = Vec::with_capacity(b.len());
+    for (k, d) in b {
+        let Some((lo, hi)) = parse_band(&k.value) else {
+            return Err((k.span, format!("malformed band '{}' (want \"LO..HI\")", k.value)));
+        };
+        if lo < 0.0 || hi > 1.0 {
+            return Err((k.span, format!("band '{}' is outside 0..1", k.value)));
+        }
+        if lo > hi {
+            return Err((k.span, format!("band '{}' has LO above HI", k.value)));
+        }
+        if let Some((plo, phi, _)) = out.iter().find(|(plo, phi, _)| lo <= *phi && *plo <= hi) {
+            return Err((k.span, format!("band '{}' overlaps band '{plo}..{phi}'", k.value)));
+        }
+        out.push((lo, hi, d.value));
+    }
+    Ok(CursorLevels::Bands(out))
+}
+
+/// `LO..HI` with decimal numbers.
 fn parse_band(k: &str) -> Option<(f64, f64)> {
     let (lo, hi) = k.split_once("..")?;
-    let lo: f64 = lo.trim().parse().ok()?;
-    let hi: f64 = hi.trim().parse().ok()?;
-    (lo.is_finite() && hi.is_finite() && lo <= hi).then_some((lo, hi))
+    let num = |x: &str| {
+        let x = x.trim();
+        let digits = x.strip_prefix('-').unwrap_or(x);
+        (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit() || b == b'.'))
+            .then(|| x.parse::<f64>().ok())
+            .flatten()
+    };
+    Some((num(lo)?, num(hi)?))
 }
 
 /// Parses a Go-style duration (`90s`, `1h30m`, `1.5h`): one or more `<number><unit>` with units `ns`, `us`,
@@ -2038,11 +1642,6 @@ impl<'w> Ix<'w> {
         self.node_ix.get(name).map(|i| *i as usize)
     }
 
-    /// The node at `i`, unless `i` is [`NO_NODE`].
-    fn node_at(&self, i: u32) -> Option<&'w Node> {
-        (i != NO_NODE).then(|| &self.w.nodes[i as usize])
-    }
-
     fn schema(&self, name: &str) -> Option<&'w Schema> {
         self.schema_ix.get(name).copied()
     }
@@ -2063,153 +1662,6 @@ impl<'w> Ix<'w> {
     fn edges_from(&self, i: usize) -> impl Iterator<Item = &'w Edge> + '_ {
         let edges = &self.w.edges;
         self.out.of(i).iter().map(move |&e| &edges[e as usize])
-    }
-}
-
-/// The node graph by index (terminals excluded), with reachability queries that stop early and reuse one
-/// visit-stamp array and one stack, so checking many template references stays near-linear on typical
-/// graphs.
-struct Graph<'w> {
-    /// successors through any edge
-    succ: Csr<u32>,
-    /// successors through non-loop edges, with the edge index
-    succ_no_loop: Csr<(u32, u32)>,
-    /// whether non-loop edges from more than one distinct source enter the node
-    converging: Vec<bool>,
-    nodes: &'w [Node],
-    edges: &'w [Edge],
-    stamp: std::cell::RefCell<(u32, Vec<u32>, Vec<u32>)>,
-}
-
-impl<'w> Graph<'w> {
-    fn new(w: &Ix<'w>) -> Graph<'w> {
-        let n = w.nodes.len();
-        let both = || {
-            w.ends
-                .iter()
-                .enumerate()
-                .filter(|(_, (a, b))| *a != NO_NODE && *b != NO_NODE)
-        };
-        let succ = Csr::build(n, || both().map(|(_, &(a, b))| (a, b)));
-        let non_loop = || both().filter(|(i, _)| w.edges[*i].loop_spec.is_none());
-        let succ_no_loop = Csr::build(n, || non_loop().map(|(i, &(a, b))| (a, (b, i as u32))));
-        let mut first_pred = vec![NO_NODE; n];
-        let mut converging = vec![false; n];
-        for (_, &(a, b)) in non_loop() {
-            let f = &mut first_pred[b as usize];
-            if *f == NO_NODE {
-                *f = a;
-            } else if *f != a {
-                converging[b as usize] = true;
-            }
-        }
-        Graph {
-            succ,
-            succ_no_loop,
-            converging,
-            nodes: &w.w.nodes,
-            edges: &w.w.edges,
-            stamp: std::cell::RefCell::new((0, vec![0; n], Vec::new())),
-        }
-    }
-
-    /// Whether `to` is reachable from `from` through at least one edge (`stop` = `None` marks everything
-    /// reachable and returns false).
-    fn search(&self, from: usize, stop: Option<usize>, mark: &mut dyn FnMut(usize)) -> bool {
-        let mut guard = self.stamp.borrow_mut();
-        let (stamp, seen, stack) = &mut *guard;
-        *stamp = stamp.wrapping_add(1);
-        if *stamp == 0 {
-            seen.iter_mut().for_each(|x| *x = 0);
-            *stamp = 1;
-        }
-        let cur = *stamp;
-        stack.clear();
-        stack.extend_from_slice(self.succ.of(from));
-        while let Some(n) = stack.pop() {
-            let n = n as usize;
-            if seen[n] == cur {
-                continue;
-            }
-            seen[n] = cur;
-            mark(n);
-            if Some(n) == stop {
-                return true;
-            }
-            stack.extend(
-                self.succ
-                    .of(n)
-                    .iter()
-                    .copied()
-                    .filter(|&m| seen[m as usize] != cur),
-            );
-        }
-        false
-    }
-
-    fn reaches(&self, a: usize, b: usize) -> bool {
-        self.search(a, Some(b), &mut |_| {})
-    }
-
-    fn reachable(&self, entry: usize) -> Vec<bool> {
-        let mut seen = vec![false; self.nodes.len()];
-        seen[entry] = true;
-        self.search(entry, None, &mut |n| seen[n] = true);
-        seen
-    }
-
-    fn converging(&self, i: usize) -> bool {
-        self.converging[i]
-    }
-
-    /// Cycles made only of non-loop edges: `(node names with the first repeated at the end, closing edge)`.
-    fn cycles_without_loop(&self) -> Vec<(Vec<String>, Span)> {
-        #[derive(Clone, Copy, PartialEq)]
-        enum C {
-            White,
-            Grey,
-            Black,
-        }
-        let n = self.nodes.len();
-        let mut color = vec![C::White; n];
-        let mut out = Vec::new();
-        let mut stack: Vec<(usize, usize)> = Vec::new();
-        for start in 0..n {
-            if color[start] != C::White {
-                continue;
-            }
-            stack.clear();
-            stack.push((start, 0));
-            color[start] = C::Grey;
-            while let Some(top) = stack.last_mut() {
-                let (node, idx) = (top.0, top.1);
-                top.1 += 1;
-                match self.succ_no_loop.of(node).get(idx) {
-                    None => {
-                        color[node] = C::Black;
-                        stack.pop();
-                    }
-                    Some(&(to, edge)) => match color[to as usize] {
-                        C::White => {
-                            color[to as usize] = C::Grey;
-                            stack.push((to as usize, 0));
-                        }
-                        C::Grey => {
-                            let to = to as usize;
-                            let pos = stack.iter().position(|(m, _)| *m == to).unwrap_or(0);
-                            let mut cyc: Vec<String> = stack[pos..]
-                                .iter()
-                                .map(|(m, _)| self.nodes[*m].name.value.clone())
-                                .collect();
-                            cyc.push(self.nodes[to].name.value.clone());
-                            out.push((cyc, self.edges[edge as usize].span));
-                        }
-                        C::Black => {}
-                    },
-                }
-            }
-        }
-        out
     }
 }
 

@@ -40,7 +40,7 @@ pub mod resolved;
 pub mod template;
 pub mod values;
 
-pub use compile::{Checked, check, check_bytes, compile};
+pub use compile::{Checked, check, check_bytes, check_project, compile};
 pub use expr::parse_expression;
 pub use lexer::lex;
 pub use parser::parse;

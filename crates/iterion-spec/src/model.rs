@@ -993,6 +993,9 @@ pub struct Workflow {
     pub budget: Option<Budget>,
     /// `worktree:`.
     pub worktree: Worktree,
+    /// Where `worktree:` is written (`None` when absent), for diagnostics about it.
+    #[serde(skip)]
+    pub worktree_span: Option<Span>,
     /// The workflow-level `sandbox:` declaration.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxDecl>,

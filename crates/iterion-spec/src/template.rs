@@ -143,9 +143,9 @@ pub(crate) fn walk<'s>(
             i = close + 2;
             continue;
         }
-        let inner = s[inner_start..close].trim_matches(' ');
+        let inner = s[inner_start..close].trim();
         let (raw, path_text) = match inner.strip_prefix('!') {
-            Some(p) => (true, p),
+            Some(p) => (true, p.trim()),
             None => (false, inner),
         };
         match check_path(path_text, &mut segs) {
@@ -165,27 +165,14 @@ pub(crate) fn walk<'s>(
     }
 }
 
-fn is_ident(seg: &str) -> bool {
-    let mut c = seg.chars();
-    matches!(c.next(), Some(f) if f == '_' || f.is_alphabetic()) && c.all(|x| x == '_' || x.is_alphanumeric())
-}
-
-/// Splits and checks a placeholder path into `segs` (cleared first).
+/// Splits and checks a placeholder path into `segs` (cleared first): at least two dot-separated parts, the
+/// first a namespace. Nothing else is checked here (`{{outputs.a.ok.deep-er}}` and `{{run.anything}}` are
+/// well formed; what the names refer to is the compiler's business).
 fn check_path<'s>(p: &'s str, segs: &mut Vec<&'s str>) -> Result<(), String> {
     segs.clear();
-    if p.is_empty() {
-        return Err("empty placeholder".into());
-    }
     segs.extend(p.split('.'));
-    for (i, seg) in segs.iter().enumerate() {
-        let ok = if i == 0 {
-            is_ident(seg)
-        } else {
-            is_ident(seg) || (!seg.is_empty() && seg.bytes().all(|b| b.is_ascii_digit()))
-        };
-        if !ok {
-            return Err(format!("invalid path segment '{seg}'"));
-        }
+    if segs.len() < 2 {
+        return Err("a placeholder is a namespace and a name, e.g. {{input.name}}".into());
     }
     let ns = segs[0];
     if !NAMESPACES.contains(&ns) {
@@ -193,33 +180,6 @@ fn check_path<'s>(p: &'s str, segs: &mut Vec<&'s str>) -> Result<(), String> {
             "unknown namespace '{ns}' (want {})",
             NAMESPACES.join(", ")
         ));
-    }
-    let n = segs.len();
-    match ns {
-        "run" if segs.get(1) != Some(&"id") || n != 2 => {
-            return Err("the run namespace only has 'run.id'".into());
-        }
-        "loop" => {
-            let ok = n >= 3
-                && match segs[2] {
-                    "iteration" | "max" => n == 3,
-                    "previous_output" => true,
-                    _ => false,
-                };
-            if !ok {
-                return Err("want loop.NAME.iteration, loop.NAME.max or loop.NAME.previous_output".into());
-            }
-        }
-        "attachments" => {
-            let ok = n == 2 || (n == 3 && matches!(segs[2], "path" | "url" | "mime" | "size" | "sha256"));
-            if !ok {
-                return Err("want attachments.NAME[.path|.url|.mime|.size|.sha256]".into());
-            }
-        }
-        "vars" | "outputs" | "artifacts" if n < 2 => {
-            return Err(format!("'{ns}' needs a name after it"));
-        }
-        _ => {}
     }
     Ok(())
 }
@@ -370,8 +330,19 @@ mod tests {
         );
         check("x {{input.a", "C004@2: unterminated '{{'");
         check("{{input.{{x}}}}", "C004@0: '{{' inside a placeholder");
-        check("{{run.x}}", "C004@0: the run namespace only has 'run.id'");
-        check("{{}}", "C004@0: empty placeholder");
+        // only the namespace and the number of parts are checked (as the reference validator does)
+        check("{{run.x}}", "P(run.x)");
+        check("{{loop.l}}", "P(loop.l)");
+        check("{{outputs.a.ok.deep-er}}", "P(outputs.a.ok.deep-er)");
+        check("{{input.k.sub field}}", "P(input.k.sub field)");
+        check(
+            "{{}}",
+            "C004@0: a placeholder is a namespace and a name, e.g. {{input.name}}",
+        );
+        check(
+            "{{attachments}}",
+            "C004@0: a placeholder is a namespace and a name, e.g. {{input.name}}",
+        );
         check("${x.y} \\{{input.a}}", "T(${x.y} \\) P(input.a)");
     }
 

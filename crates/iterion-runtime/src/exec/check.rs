@@ -117,16 +117,18 @@ pub fn check_executable(workflow: &Workflow, env: &BTreeMap<String, String>) -> 
         out.push(at(
             "X004",
             file,
-            wspan,
+            workflow.worktree_span.unwrap_or(wspan),
             "'worktree: auto' is not supported in this version; remove it to run in the checkout itself"
                 .into(),
         ));
     }
-    if workflow.mcp.is_some() {
+    if let Some(m) = &workflow.mcp {
+        // the block keeps no position of its own: blame its first server name when it has one
+        let span = m.servers.iter().flatten().next().map_or(wspan, |s| s.span);
         out.push(at(
             "X004",
             file,
-            wspan,
+            span,
             "'mcp' is not supported in this version".into(),
         ));
     }

@@ -146,6 +146,7 @@ pub fn workflow(sandbox: Option<SandboxDecl>, nodes: Vec<(&str, NodeKind, Option
         compaction: None,
         budget: None,
         worktree: Worktree::None,
+        worktree_span: None,
         sandbox,
     }
 }

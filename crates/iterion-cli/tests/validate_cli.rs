@@ -1,0 +1,160 @@
+//! `iterion validate` as a binary: the project's `.mcp.json`, the executability check of `iterion run`
+//! (`X…`, positioned on the construct that is refused), `--syntax-only`, and `sandbox doctor --strict`
+//! failing on the same refusals.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(rel)
+}
+
+/// Runs `iterion ARGS` without any inherited `ITERION_*` variable, plus `env`.
+fn iterion(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_iterion"));
+    c.args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("ITERION_") {
+            c.env_remove(k);
+        }
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run iterion")
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().expect("exit code")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A tool-only workflow `iterion run` executes, with `extra` workflow properties (indented by two).
+fn workflow(extra: &str) -> String {
+    format!("tool t:\n  command: \"true\"\n\nworkflow w:\n  entry: t\n{extra}  t -> done\n")
+}
+
+#[test]
+fn mcp_servers_of_the_project_file_are_known() {
+    let t28 = repo("fixtures/fidelity/t28dir/t28_mcp_server_from_project_mcp_json.bot");
+    let t28 = t28.to_str().expect("utf-8");
+    let o = iterion(&["validate", "--syntax-only", t28], &[]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    // turned off: the name is unknown
+    for off in ["0", "false"] {
+        let o = iterion(
+            &["validate", "--syntax-only", t28],
+            &[("ITERION_MCP_AUTOLOAD", off)],
+        );
+        assert_eq!(code(&o), 1, "{}", stdout(&o));
+        assert!(
+            stdout(&o).contains("error[C025]: mcp: node 'a': unknown MCP server 'fromproject'"),
+            "{}",
+            stdout(&o)
+        );
+    }
+    let t27 = repo("fixtures/fidelity/t27_mcp_unknown_server.bot");
+    let o = iterion(&["validate", "--syntax-only", t27.to_str().expect("utf-8")], &[]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("unknown MCP server 'ghost'"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn validate_reports_what_run_refuses_at_its_position() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ok = dir.path().join("ok.bot");
+    std::fs::write(&ok, workflow("")).expect("write");
+    let o = iterion(&["validate", ok.to_str().expect("utf-8")], &[]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+
+    // `worktree: auto` is on line 6: the caret is there, not on the workflow name (line 4)
+    let wt = dir.path().join("wt.bot");
+    std::fs::write(&wt, workflow("  worktree: auto\n")).expect("write");
+    let wt = wt.to_str().expect("utf-8");
+    let o = iterion(&["validate", wt], &[]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("wt.bot:6:13: error[X004]: 'worktree: auto' is not supported"),
+        "{out}"
+    );
+    assert!(out.contains("invalid (1 error(s)"), "{out}");
+    // the language alone is fine
+    let o = iterion(&["validate", "--syntax-only", wt], &[]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    // JSON: the same diagnostic
+    let o = iterion(&["validate", "--json", wt], &[]);
+    assert_eq!(code(&o), 1);
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(doc["ok"], false);
+    assert_eq!(doc["diagnostics"][0]["code"], "X004");
+    assert_eq!(doc["diagnostics"][0]["line"], 6);
+
+    // an agent on the default backend (claw): refused by run, so by validate
+    let agent = dir.path().join("agent.bot");
+    std::fs::write(
+        &agent,
+        "agent a:\n  model: \"m\"\n  system: p\n\nprompt p:\n  hi\n\nworkflow w:\n  entry: a\n  a -> done\n",
+    )
+    .expect("write");
+    let agent = agent.to_str().expect("utf-8");
+    let o = iterion(&["validate", agent], &[]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert!(stdout(&o).contains("error[X002]"), "{}", stdout(&o));
+    assert_eq!(code(&iterion(&["validate", "--syntax-only", agent], &[])), 0);
+}
+
+#[test]
+fn doctor_strict_fails_on_what_run_refuses() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // no engine reachable and a local target: the battery passes for a workflow run accepts
+    let sock = format!("unix://{}", dir.path().join("absent.sock").display());
+    let home = dir.path().display().to_string();
+    let env = [
+        ("DOCKER_HOST", sock.as_str()),
+        ("CONTAINER_HOST", sock.as_str()),
+        ("XDG_RUNTIME_DIR", home.as_str()),
+        ("HOME", home.as_str()),
+    ];
+    let status = |doc: &serde_json::Value, id: &str| {
+        doc["checks"]
+            .as_array()
+            .expect("checks")
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("no check {id}"))
+            .clone()
+    };
+    let run = |name: &str, extra: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, workflow(extra)).expect("write");
+        let args = [
+            "sandbox",
+            "doctor",
+            "--strict",
+            p.to_str().expect("utf-8"),
+            "--json",
+            "--target",
+            "local",
+        ];
+        let o = iterion(&args, &env);
+        let doc: serde_json::Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("json ({e}): {}", stdout(&o)));
+        (code(&o), doc)
+    };
+    let (c, doc) = run("ok.bot", "");
+    assert_eq!(c, 0, "{doc}");
+    assert_eq!(status(&doc, "workflow_compiles")["status"], "pass");
+    let (c, doc) = run("wt.bot", "  worktree: auto\n");
+    assert_eq!(c, 1, "{doc}");
+    let check = status(&doc, "workflow_compiles");
+    assert_eq!(check["status"], "fail", "{check}");
+    assert!(check.to_string().contains("X004"), "{check}");
+}
