@@ -362,7 +362,11 @@ where
                     .on_diagnostic(Level::Debug, &format!("dropping an undecodable event: {e}")),
             },
             kind::RESULT => {
-                let mut result: TaskResult = envelope.decode().map_err(|e| protocol(e.to_string()))?;
+                // Every field is optional, so a result without data is an empty (successful) one.
+                let mut result: TaskResult = match envelope.data() {
+                    None => TaskResult::default(),
+                    Some(_) => envelope.decode().map_err(|e| protocol(e.to_string()))?,
+                };
                 if result.backend_name.is_empty() {
                     result.backend_name = DEFAULT_BACKEND_NAME.to_string();
                 }
