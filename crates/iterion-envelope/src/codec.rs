@@ -142,7 +142,7 @@ impl Decoder {
                 None => {
                     self.scanned = self.buf.len() - self.start;
                     // A line of `limit` bytes may still be followed by CR before its LF.
-                    if self.scanned > self.limit + 1 {
+                    if self.scanned > self.limit.saturating_add(1) {
                         return Err(self.poison(Poison::LineTooLong { limit: self.limit }));
                     }
                     return Ok(None);
