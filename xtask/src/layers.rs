@@ -251,14 +251,22 @@ mod tests {
     #[test]
     fn envelope_may_name_tokio_only_behind_a_non_default_feature() {
         let envelope = |features: Value, optional: bool| {
-            meta(json!([{"id": "e", "name": "iterion-envelope", "features": features,
-                "dependencies": [{"name": "tokio", "kind": null, "optional": optional}]}]))
+            meta(
+                json!([{"id": "e", "name": "iterion-envelope", "features": features,
+                "dependencies": [{"name": "tokio", "kind": null, "optional": optional}]}]),
+            )
         };
         let ok = envelope(json!({"default": [], "tokio": ["dep:tokio"]}), true);
         assert!(check_metadata(&ok).unwrap().is_empty());
-        let by_default = envelope(json!({"default": ["async"], "async": ["tokio"], "tokio": ["dep:tokio"]}), true);
+        let by_default = envelope(
+            json!({"default": ["async"], "async": ["tokio"], "tokio": ["dep:tokio"]}),
+            true,
+        );
         let p = check_metadata(&by_default).unwrap();
-        assert!(p.len() == 1 && p[0].contains("default features pull in tokio"), "{p:#?}");
+        assert!(
+            p.len() == 1 && p[0].contains("default features pull in tokio"),
+            "{p:#?}"
+        );
         let always = envelope(json!({"default": []}), false);
         assert_eq!(check_metadata(&always).unwrap().len(), 1);
     }

@@ -245,7 +245,10 @@ pub(crate) fn decode_line(line: &[u8]) -> std::result::Result<Envelope, String> 
 
 fn preview(line: &[u8]) -> String {
     let head = &line[..line.len().min(PREVIEW_CHARS * 4)];
-    String::from_utf8_lossy(head).chars().take(PREVIEW_CHARS).collect()
+    String::from_utf8_lossy(head)
+        .chars()
+        .take(PREVIEW_CHARS)
+        .collect()
 }
 
 /// Reads envelopes from a blocking byte source.

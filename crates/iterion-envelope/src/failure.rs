@@ -69,7 +69,10 @@ pub fn node_failure(
             } else {
                 &result.error_code
             };
-            (format!("claw backend: runner: {}", result.error), code.to_string())
+            (
+                format!("claw backend: runner: {}", result.error),
+                code.to_string(),
+            )
         }
         Err(Error::RunnerExited) => {
             let message = match exit_status {
@@ -83,7 +86,9 @@ pub fn node_failure(
             format!("claw backend: envelope protocol: {detail}"),
             error_code::ENVELOPE_PROTOCOL_ERROR.to_string(),
         ),
-        Err(e @ Error::HandshakeFailed { .. }) => (format!("claw backend: {e}"), RUNNER_INCOMPATIBLE.to_string()),
+        Err(e @ Error::HandshakeFailed { .. }) => {
+            (format!("claw backend: {e}"), RUNNER_INCOMPATIBLE.to_string())
+        }
         Err(Error::Cancelled { .. }) => ("claw backend: cancelled".to_string(), CANCELLED.to_string()),
         Err(e) => (
             format!("claw backend: envelope protocol: {}", error_chain(e)),

@@ -56,8 +56,9 @@ impl Hello {
 pub fn accept_launcher_hello(
     first: &Envelope,
     supported: &RangeInclusive<u32>,
-) -> std::result::Result<u32, TaskResult> {
-    let protocol_error = |msg: String| TaskResult::failure(msg, error_code::ENVELOPE_PROTOCOL_ERROR);
+) -> std::result::Result<u32, Box<TaskResult>> {
+    let protocol_error =
+        |msg: String| Box::new(TaskResult::failure(msg, error_code::ENVELOPE_PROTOCOL_ERROR));
     if first.kind() != kind::HELLO {
         return Err(protocol_error(format!("expected hello, got {}", first.kind())));
     }
@@ -71,20 +72,24 @@ pub fn accept_launcher_hello(
         )));
     }
     if hello.role != Role::Launcher {
-        return Err(protocol_error("hello from a runner, expected the launcher".to_string()));
+        return Err(protocol_error(
+            "hello from a runner, expected the launcher".to_string(),
+        ));
     }
     let (Some(min), Some(max)) = (hello.min_version, hello.max_version) else {
-        return Err(protocol_error("hello without min_version and max_version".to_string()));
+        return Err(protocol_error(
+            "hello without min_version and max_version".to_string(),
+        ));
     };
     choose_version(min..=max, supported).ok_or_else(|| {
-        TaskResult::failure(
+        Box::new(TaskResult::failure(
             format!(
                 "unsupported protocol versions {min}..{max} (runner supports {}..{})",
                 supported.start(),
                 supported.end()
             ),
             error_code::PROTOCOL_VERSION_MISMATCH,
-        )
+        ))
     })
 }
 

@@ -21,8 +21,8 @@ use crate::handshake::{SUPPORTED, accept_runner_hello};
 use crate::io::{AsyncReader, SharedWriter};
 use crate::tools::{NO_ASK_USER_HANDLER, NO_TOOL_DISPATCHER, oversized_tool_output};
 use crate::wire::{
-    AskUser, AskUserAnswer, Cancel, DEFAULT_BACKEND_NAME, Event, Hello, Task, TaskResult, ToolCall, ToolOutcome,
-    ToolResult, kind,
+    AskUser, AskUserAnswer, Cancel, DEFAULT_BACKEND_NAME, Event, Hello, Task, TaskResult, ToolCall,
+    ToolOutcome, ToolResult, kind,
 };
 
 /// Default bound on tool handlers running at once.
@@ -148,7 +148,11 @@ where
     outcome
 }
 
-async fn drain<R: AsyncRead + Unpin, H: Handler>(mut reader: AsyncReader<R>, handler: Arc<H>, after_result: bool) {
+async fn drain<R: AsyncRead + Unpin, H: Handler>(
+    mut reader: AsyncReader<R>,
+    handler: Arc<H>,
+    after_result: bool,
+) {
     let budget = if after_result {
         DRAIN_AFTER_RESULT
     } else {
@@ -159,7 +163,10 @@ async fn drain<R: AsyncRead + Unpin, H: Handler>(mut reader: AsyncReader<R>, han
             match reader.read().await {
                 Ok(Some(envelope)) if after_result => handler.on_diagnostic(
                     Level::Warning,
-                    &format!("ignoring {:?} envelope received after the result", envelope.kind()),
+                    &format!(
+                        "ignoring {:?} envelope received after the result",
+                        envelope.kind()
+                    ),
                 ),
                 Ok(Some(_)) => {}
                 Ok(None) => return,
@@ -197,7 +204,11 @@ where
         .await
 }
 
-async fn handshake<R, W>(reader: &mut AsyncReader<R>, writer: &SharedWriter<W>, options: &Options) -> Result<u32>
+async fn handshake<R, W>(
+    reader: &mut AsyncReader<R>,
+    writer: &SharedWriter<W>,
+    options: &Options,
+) -> Result<u32>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -374,7 +385,9 @@ where
                 if running > 0 {
                     self.handler.on_diagnostic(
                         Level::Warning,
-                        &format!("runner sent its result with {running} request(s) unanswered; cancelling them"),
+                        &format!(
+                            "runner sent its result with {running} request(s) unanswered; cancelling them"
+                        ),
                     );
                 }
                 self.work.abort_all();
@@ -459,19 +472,26 @@ async fn answer_ask_user<W, H>(
         Ok(answers) => AskUserAnswer { answers },
         Err(message) => AskUserAnswer::error(message),
     };
-    let reply = Envelope::new(kind::ASK_USER_ANSWER, Some(id.clone()), &answer).and_then(|e| match encode(&e) {
-        Err(Error::EnvelopeTooLarge { size, .. }) => {
-            let answer = AskUserAnswer::error(format!("answers too large for the envelope channel ({size} bytes)"));
-            encode(&Envelope::new(kind::ASK_USER_ANSWER, Some(id.clone()), &answer)?)
-        }
-        other => other,
-    });
+    let reply =
+        Envelope::new(kind::ASK_USER_ANSWER, Some(id.clone()), &answer).and_then(|e| match encode(&e) {
+            Err(Error::EnvelopeTooLarge { size, .. }) => {
+                let answer = AskUserAnswer::error(format!(
+                    "answers too large for the envelope channel ({size} bytes)"
+                ));
+                encode(&Envelope::new(kind::ASK_USER_ANSWER, Some(id.clone()), &answer)?)
+            }
+            other => other,
+        });
     reply_and_release(&writer, reply, &id, &outstanding, &failures).await;
 }
 
 /// The encoded `tool_result` line; an oversized one is replaced by an error reply.
 fn tool_result_line(id: &str, outcome: ToolOutcome) -> Result<Vec<u8>> {
-    let envelope = Envelope::new(kind::TOOL_RESULT, Some(id.to_string()), &ToolResult::from(outcome))?;
+    let envelope = Envelope::new(
+        kind::TOOL_RESULT,
+        Some(id.to_string()),
+        &ToolResult::from(outcome),
+    )?;
     match encode(&envelope) {
         Err(Error::EnvelopeTooLarge { size, .. }) => {
             let error = ToolResult::from(ToolOutcome::Error(oversized_tool_output(size)));

@@ -48,8 +48,12 @@ pub use codec::{Decoder, LINE_CAP, PREVIEW_CHARS, READ_CHUNK, Reader, Writer, en
 pub use envelope::Envelope;
 pub use error::{Error, Result};
 pub use failure::{CANCELLED, NodeFailure, RUNNER_INCOMPATIBLE, STDERR_TAIL_BYTES, StderrTail, node_failure};
-pub use handshake::{RUNNER_CAPABILITIES, SUPPORTED, VERSION, accept_launcher_hello, accept_runner_hello, choose_version};
-pub use tools::{NO_ASK_USER_HANDLER, NO_TOOL_DISPATCHER, advertised_tool, oversized_tool_output, unimplemented_tool};
+pub use handshake::{
+    RUNNER_CAPABILITIES, SUPPORTED, VERSION, accept_launcher_hello, accept_runner_hello, choose_version,
+};
+pub use tools::{
+    NO_ASK_USER_HANDLER, NO_TOOL_DISPATCHER, advertised_tool, oversized_tool_output, unimplemented_tool,
+};
 pub use wire::{
     ANSWER_ERROR_KEY, AskUser, AskUserAnswer, AskUserOption, AskUserQuestion, AskUserToolFail, Cancel,
     DEFAULT_BACKEND_NAME, Event, Hello, PROTOCOL, Role, Task, TaskResult, ToolCall, ToolDef, ToolOutcome,

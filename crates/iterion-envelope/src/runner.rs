@@ -111,7 +111,7 @@ where
     };
     let version = match accept_launcher_hello(&first, &options.supported) {
         Ok(version) => version,
-        Err(result) => return refuse(result, 2).await,
+        Err(result) => return refuse(*result, 2).await,
     };
     let hello = Hello::runner(version, options.software.clone(), &options.capabilities);
     writer.send(&hello.to_envelope()?).await?;
@@ -121,14 +121,20 @@ where
         let envelope = match reader.read().await {
             Ok(Some(envelope)) => envelope,
             Ok(None) => {
-                return refuse(protocol_error("launcher closed the envelope channel before task".into()), 2).await;
+                return refuse(
+                    protocol_error("launcher closed the envelope channel before task".into()),
+                    2,
+                )
+                .await;
             }
             Err(e) => return refuse(protocol_error(format!("reading before task: {e}")), 2).await,
         };
         match envelope.kind() {
             kind::SESSION_REPLAY => {
                 if replay.is_some() {
-                    (options.diagnostics)("several session_replay envelopes before the task; keeping the last");
+                    (options.diagnostics)(
+                        "several session_replay envelopes before the task; keeping the last",
+                    );
                 }
                 replay = envelope.data().map(RawValue::to_owned);
             }
@@ -144,7 +150,11 @@ where
                 }
             },
             other => {
-                return refuse(protocol_error(format!("unexpected envelope {other:?} before task")), 2).await;
+                return refuse(
+                    protocol_error(format!("unexpected envelope {other:?} before task")),
+                    2,
+                )
+                .await;
             }
         }
     };
@@ -237,7 +247,9 @@ impl<W: AsyncWrite + Unpin + Send + 'static> Channel<W> {
             name: name.to_string(),
             input,
         };
-        let reply = self.request("call", &self.shared.next_call, kind::TOOL_CALL, &call).await?;
+        let reply = self
+            .request("call", &self.shared.next_call, kind::TOOL_CALL, &call)
+            .await?;
         Ok(reply.decode::<ToolResult>()?.outcome())
     }
 
@@ -245,18 +257,28 @@ impl<W: AsyncWrite + Unpin + Send + 'static> Channel<W> {
     pub async fn run_tool(&self, name: &str, input: Option<Value>) -> ToolOutcome {
         match self.call_tool(name, input).await {
             Ok(outcome) => outcome,
-            Err(Error::Data { detail, .. }) => ToolOutcome::Error(format!("dispatcher: decode tool_result: {detail}")),
+            Err(Error::Data { detail, .. }) => {
+                ToolOutcome::Error(format!("dispatcher: decode tool_result: {detail}"))
+            }
             Err(e) => ToolOutcome::Error(format!("dispatcher: tool_call: {e}")),
         }
     }
 
     /// Asks the user through the launcher and waits for the answers.
     pub async fn ask_user(&self, request: &AskUser) -> Result<AskUserAnswer> {
-        let reply = self.request("ask", &self.shared.next_ask, kind::ASK_USER, request).await?;
+        let reply = self
+            .request("ask", &self.shared.next_ask, kind::ASK_USER, request)
+            .await?;
         reply.decode()
     }
 
-    async fn request(&self, prefix: &str, counter: &AtomicU64, kind: &str, payload: &impl Serialize) -> Result<Envelope> {
+    async fn request(
+        &self,
+        prefix: &str,
+        counter: &AtomicU64,
+        kind: &str,
+        payload: &impl Serialize,
+    ) -> Result<Envelope> {
         if self.shared.finished.load(Ordering::SeqCst) {
             return Err(Error::Finished);
         }
@@ -306,7 +328,10 @@ impl<W: AsyncWrite + Unpin + Send + 'static> Channel<W> {
 
     async fn best_effort(&self, envelope: &Envelope) {
         if self.shared.finished.load(Ordering::SeqCst) {
-            (self.shared.diagnostics)(&format!("{} not sent: the result was already written", envelope.kind()));
+            (self.shared.diagnostics)(&format!(
+                "{} not sent: the result was already written",
+                envelope.kind()
+            ));
             return;
         }
         if let Err(e) = self.shared.writer.send(envelope).await {
@@ -332,7 +357,10 @@ impl<W: AsyncWrite + Unpin + Send + 'static> Channel<W> {
                         error_code::EXECUTION_FAILED,
                     )
                 };
-                (encode(&Envelope::new(kind::RESULT, None, &replacement)?)?, replacement)
+                (
+                    encode(&Envelope::new(kind::RESULT, None, &replacement)?)?,
+                    replacement,
+                )
             }
             Err(e) => return Err(e),
         };
@@ -374,7 +402,9 @@ async fn route_replies<R: AsyncRead + Unpin, W>(mut reader: AsyncReader<R>, shar
     for (_, slot) in slots {
         let error = match &end {
             None => Error::LauncherClosed,
-            Some(detail) => Error::ReadFailed { detail: detail.clone() },
+            Some(detail) => Error::ReadFailed {
+                detail: detail.clone(),
+            },
         };
         let _ = slot.send(Err(error));
     }
@@ -393,7 +423,10 @@ fn route<W>(envelope: Envelope, shared: &Shared<W>) {
         return;
     };
     let Some(slot) = shared.pending().slots.remove(&id) else {
-        (shared.diagnostics)(&format!("dropping {:?} for {id:?}, which is not pending", envelope.kind()));
+        (shared.diagnostics)(&format!(
+            "dropping {:?} for {id:?}, which is not pending",
+            envelope.kind()
+        ));
         return;
     };
     let expected = if id.starts_with("ask-") {

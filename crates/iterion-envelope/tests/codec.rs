@@ -199,12 +199,17 @@ fn render_error(e: &Error) -> String {
 }
 
 fn check(input: &[u8], expect: &[&str]) {
-    assert_eq!(frames(input), expect, "input {:?}", String::from_utf8_lossy(input));
+    assert_eq!(
+        frames(input),
+        expect,
+        "input {:?}",
+        String::from_utf8_lossy(input)
+    );
 }
 
-const EN3: &str = r#"{"type":"tool_call","id":"call-1","data":{"name":"mcp.github.search","input":{"q":"iterion"}}}"#;
-const EN11: &str =
-    r#"{"type":"result","data":{"output":{"fixed":true},"tokens":1834,"duration_ms":5120,"backend_name":"claw"}}"#;
+const EN3: &str =
+    r#"{"type":"tool_call","id":"call-1","data":{"name":"mcp.github.search","input":{"q":"iterion"}}}"#;
+const EN11: &str = r#"{"type":"result","data":{"output":{"fixed":true},"tokens":1834,"duration_ms":5120,"backend_name":"claw"}}"#;
 
 fn line_of(len: usize) -> Vec<u8> {
     let (head, tail) = (r#"{"type":"event","data":""#, r#""}"#);
@@ -218,7 +223,8 @@ fn line_of(len: usize) -> Vec<u8> {
 #[test]
 fn fr_framing() {
     let call = r#"tool_call call-1 {"name":"mcp.github.search","input":{"q":"iterion"}}"#;
-    let result = r#"result - {"output":{"fixed":true},"tokens":1834,"duration_ms":5120,"backend_name":"claw"}"#;
+    let result =
+        r#"result - {"output":{"fixed":true},"tokens":1834,"duration_ms":5120,"backend_name":"claw"}"#;
     // FR1
     check(b"", &["eof"]);
     // FR2: exactly the cap
@@ -267,7 +273,10 @@ fn fr_framing() {
     check(EN11.as_bytes(), &[result, "eof"]);
     // FR11
     let frames = frames(&b"\xFF\xFE\n"[..]);
-    assert!(frames[0].starts_with("error Malformed line 1: not valid UTF-8"), "{frames:?}");
+    assert!(
+        frames[0].starts_with("error Malformed line 1: not valid UTF-8"),
+        "{frames:?}"
+    );
     assert!(frames[0].ends_with("[\u{FFFD}\u{FFFD}]"), "{frames:?}");
     // line numbers count blank lines; a malformed line after a good one
     check(
@@ -295,8 +304,14 @@ fn fr_preview_is_the_first_256_characters() {
 #[test]
 fn fr3_endless_line_is_refused() {
     let mut reader = Reader::new(std::io::repeat(b'a'));
-    assert!(matches!(reader.read(), Err(Error::LineTooLong { limit: LINE_CAP })));
-    assert!(matches!(reader.read(), Err(Error::LineTooLong { limit: LINE_CAP })));
+    assert!(matches!(
+        reader.read(),
+        Err(Error::LineTooLong { limit: LINE_CAP })
+    ));
+    assert!(matches!(
+        reader.read(),
+        Err(Error::LineTooLong { limit: LINE_CAP })
+    ));
 }
 
 #[test]
@@ -324,7 +339,10 @@ fn io_error_poisons_the_reader() {
     let mut reader = Reader::new(Broken);
     for _ in 0..2 {
         let err = reader.read().unwrap_err();
-        assert!(matches!(&err, Error::Io(e) if e.to_string() == "disk on fire"), "{err:?}");
+        assert!(
+            matches!(&err, Error::Io(e) if e.to_string() == "disk on fire"),
+            "{err:?}"
+        );
     }
 }
 
@@ -335,7 +353,11 @@ fn launcher_hello(min: u32, max: u32, protocol: &str) -> Envelope {
 }
 
 /// The runner's answer to a first envelope: the chosen version, or the result it writes before exiting 2.
-fn check_runner_accepts(first: Envelope, supported: std::ops::RangeInclusive<u32>, expect: Result<u32, (&str, &str)>) {
+fn check_runner_accepts(
+    first: Envelope,
+    supported: std::ops::RangeInclusive<u32>,
+    expect: Result<u32, (&str, &str)>,
+) {
     let got = accept_launcher_hello(&first, &supported);
     match (got, expect) {
         (Ok(v), Ok(e)) => assert_eq!(v, e),
@@ -398,7 +420,9 @@ fn hs_launcher_side() {
     check_launcher_accepts(env(kind::RESULT, None, &legacy), Err("incompatible runner")); // HS4
     assert_eq!(
         runner("iterion.envelope", 1).data_json(),
-        Some(r#"{"protocol":"iterion.envelope","role":"runner","version":1,"software":"test","capabilities":["cancel","event"]}"#)
+        Some(
+            r#"{"protocol":"iterion.envelope","role":"runner","version":1,"software":"test","capabilities":["cancel","event"]}"#
+        )
     );
 }
 

@@ -10,7 +10,8 @@ use std::time::Duration;
 use common::{Peer, Recorder, patiently, pipes, show};
 use iterion_envelope::launcher::{self, Handler, Level, NoHandler, Options};
 use iterion_envelope::{
-    Error, Task, TaskResult, ToolDef, ToolOutcome, ToolResult, advertised_tool, error_code, kind, node_failure,
+    Error, Task, TaskResult, ToolDef, ToolOutcome, ToolResult, advertised_tool, error_code, kind,
+    node_failure,
 };
 use serde_json::json;
 use tokio::sync::{Notify, Semaphore};
@@ -37,7 +38,10 @@ fn options() -> Options {
 fn start<H: Handler>(handler: Arc<H>, options: Options) -> (JoinHandle<Result<TaskResult, Error>>, Peer) {
     let (ends, peer) = pipes();
     let task = task();
-    let run = tokio::spawn(async move { launcher::run(ends.read, ends.write, handler, &task, None, options).await });
+    let run =
+        tokio::spawn(
+            async move { launcher::run(ends.read, ends.write, handler, &task, None, options).await },
+        );
     (run, peer)
 }
 
@@ -58,23 +62,36 @@ async fn check_tool_reply<H: Handler>(handler: Arc<H>, call: &str, expect: &str)
 
 #[tokio::test]
 async fn mx1_tool_call_is_dispatched_and_the_result_returned() {
-    let handler = Arc::new(Recorder::with_tool(|name, _| async move { ToolOutcome::Output(format!("ok:{name}")) }));
+    let handler = Arc::new(Recorder::with_tool(|name, _| async move {
+        ToolOutcome::Output(format!("ok:{name}"))
+    }));
     let (run, mut peer) = start(Arc::clone(&handler), options());
     let hello = peer.expect(kind::HELLO).await;
     assert_eq!(
         hello.data_json(),
-        Some(r#"{"protocol":"iterion.envelope","role":"launcher","min_version":1,"max_version":1,"software":"iterion test"}"#)
+        Some(
+            r#"{"protocol":"iterion.envelope","role":"launcher","min_version":1,"max_version":1,"software":"iterion test"}"#
+        )
     );
-    peer.line(r#"{"type":"hello","data":{"protocol":"iterion.envelope","role":"runner","version":1}}"#).await; // HS1
+    peer.line(r#"{"type":"hello","data":{"protocol":"iterion.envelope","role":"runner","version":1}}"#)
+        .await; // HS1
     let sent = peer.expect(kind::TASK).await;
     assert_eq!(sent.decode::<Task>().unwrap(), task());
-    peer.line(r#"{"type":"tool_call","id":"call-1","data":{"name":"Bash","input":{"command":"echo hi"}}}"#).await;
+    peer.line(r#"{"type":"tool_call","id":"call-1","data":{"name":"Bash","input":{"command":"echo hi"}}}"#)
+        .await;
     let reply = peer.expect(kind::TOOL_RESULT).await;
-    assert_eq!(show(&reply), r#"{"type":"tool_result","id":"call-1","data":{"output":"ok:Bash"}}"#);
-    peer.line(r#"{"type":"result","data":{"tokens":42,"backend_name":"claw"}}"#).await;
+    assert_eq!(
+        show(&reply),
+        r#"{"type":"tool_result","id":"call-1","data":{"output":"ok:Bash"}}"#
+    );
+    peer.line(r#"{"type":"result","data":{"tokens":42,"backend_name":"claw"}}"#)
+        .await;
     let result = outcome(run).await.unwrap();
     assert_eq!((result.tokens, result.backend_name.as_str()), (42, "claw"));
-    assert_eq!(handler.calls(), vec![("Bash".to_string(), Some(json!({"command": "echo hi"})))]);
+    assert_eq!(
+        handler.calls(),
+        vec![("Bash".to_string(), Some(json!({"command": "echo hi"})))]
+    );
     peer.expect_eof().await; // stdin closed after the result
 }
 
@@ -123,21 +140,28 @@ async fn mx5_events_and_captures_in_order() {
     let handler = Arc::new(Recorder::default());
     let (run, mut peer) = start(Arc::clone(&handler), options());
     peer.runner_bootstrap().await;
-    peer.line(r#"{"type":"event","data":{"type":"tool_called"}}"#).await;
-    peer.line(r#"{"type":"event","data":{"payload":"not an event"}}"#).await; // undecodable: dropped
-    peer.line(r#"{"type":"session_capture","data":[{"role":"user"}]}"#).await;
+    peer.line(r#"{"type":"event","data":{"type":"tool_called"}}"#)
+        .await;
+    peer.line(r#"{"type":"event","data":{"payload":"not an event"}}"#)
+        .await; // undecodable: dropped
+    peer.line(r#"{"type":"session_capture","data":[{"role":"user"}]}"#)
+        .await;
     peer.line(r#"{"type":"result","data":{"tokens":7}}"#).await;
     let result = outcome(run).await.unwrap();
     assert_eq!(result.tokens, 7);
     assert_eq!(result.backend_name, "claw"); // RT4: filled by the launcher
-    assert_eq!(handler.log(), ["event:tool_called", r#"capture:[{"role":"user"}]"#]);
+    assert_eq!(
+        handler.log(),
+        ["event:tool_called", r#"capture:[{"role":"user"}]"#]
+    );
 }
 
 #[tokio::test]
 async fn mx6_ask_user_without_handler() {
     let (run, mut peer) = start(Arc::new(NoHandler), options());
     peer.runner_bootstrap().await;
-    peer.line(r#"{"type":"ask_user","id":"ask-1","data":{"questions":[{"question":"Proceed?"}]}}"#).await;
+    peer.line(r#"{"type":"ask_user","id":"ask-1","data":{"questions":[{"question":"Proceed?"}]}}"#)
+        .await;
     let reply = peer.expect(kind::ASK_USER_ANSWER).await;
     assert_eq!(
         show(&reply),
@@ -155,9 +179,13 @@ async fn ask_user_with_answers() {
     });
     let (run, mut peer) = start(handler, options());
     peer.runner_bootstrap().await;
-    peer.line(r#"{"type":"ask_user","id":"ask-1","data":{"questions":[{"question":"Proceed?"}]}}"#).await;
+    peer.line(r#"{"type":"ask_user","id":"ask-1","data":{"questions":[{"question":"Proceed?"}]}}"#)
+        .await;
     let reply = peer.expect(kind::ASK_USER_ANSWER).await;
-    assert_eq!(show(&reply), r#"{"type":"ask_user_answer","id":"ask-1","data":{"answers":{"Proceed?":"yes"}}}"#);
+    assert_eq!(
+        show(&reply),
+        r#"{"type":"ask_user_answer","id":"ask-1","data":{"answers":{"Proceed?":"yes"}}}"#
+    );
     peer.line(r#"{"type":"result"}"#).await;
     outcome(run).await.unwrap();
 }
@@ -177,16 +205,25 @@ async fn mx7_a_slow_tool_does_not_delay_later_replies() {
     }));
     let (run, mut peer) = start(handler, options());
     peer.runner_bootstrap().await;
-    peer.line(r#"{"type":"tool_call","id":"call-1","data":{"name":"a","input":{"slow":true}}}"#).await;
-    peer.line(r#"{"type":"tool_call","id":"call-2","data":{"name":"b"}}"#).await;
-    peer.line(r#"{"type":"tool_call","id":"call-3","data":{"name":"c"}}"#).await;
-    let mut early = [peer.expect(kind::TOOL_RESULT).await, peer.expect(kind::TOOL_RESULT).await]
-        .map(|e| e.id().unwrap().to_string());
+    peer.line(r#"{"type":"tool_call","id":"call-1","data":{"name":"a","input":{"slow":true}}}"#)
+        .await;
+    peer.line(r#"{"type":"tool_call","id":"call-2","data":{"name":"b"}}"#)
+        .await;
+    peer.line(r#"{"type":"tool_call","id":"call-3","data":{"name":"c"}}"#)
+        .await;
+    let mut early = [
+        peer.expect(kind::TOOL_RESULT).await,
+        peer.expect(kind::TOOL_RESULT).await,
+    ]
+    .map(|e| e.id().unwrap().to_string());
     early.sort();
     assert_eq!(early, ["call-2", "call-3"]);
     release.notify_one();
     let last = peer.expect(kind::TOOL_RESULT).await;
-    assert_eq!(show(&last), r#"{"type":"tool_result","id":"call-1","data":{"output":"done:a"}}"#);
+    assert_eq!(
+        show(&last),
+        r#"{"type":"tool_result","id":"call-1","data":{"output":"done:a"}}"#
+    );
     peer.line(r#"{"type":"result"}"#).await;
     outcome(run).await.unwrap();
 }
@@ -212,7 +249,10 @@ async fn mx8_at_most_eight_handlers_at_once() {
     let (run, mut peer) = start(handler, options());
     peer.runner_bootstrap().await;
     for n in 1..=20 {
-        peer.line(&format!(r#"{{"type":"tool_call","id":"call-{n}","data":{{"name":"t"}}}}"#)).await;
+        peer.line(&format!(
+            r#"{{"type":"tool_call","id":"call-{n}","data":{{"name":"t"}}}}"#
+        ))
+        .await;
     }
     patiently("8 handlers running", async {
         while running.load(Ordering::SeqCst) < 8 {
@@ -239,10 +279,13 @@ async fn mx8_at_most_eight_handlers_at_once() {
 
 #[tokio::test]
 async fn mx9_oversized_tool_output_becomes_an_error() {
-    let handler = Arc::new(Recorder::with_tool(|_, _| async { ToolOutcome::Output("x".repeat(5 << 20)) }));
+    let handler = Arc::new(Recorder::with_tool(|_, _| async {
+        ToolOutcome::Output("x".repeat(5 << 20))
+    }));
     let (run, mut peer) = start(handler, options());
     peer.runner_bootstrap().await;
-    peer.line(r#"{"type":"tool_call","id":"call-1","data":{"name":"cat"}}"#).await;
+    peer.line(r#"{"type":"tool_call","id":"call-1","data":{"name":"cat"}}"#)
+        .await;
     let reply: ToolResult = peer.expect(kind::TOOL_RESULT).await.decode().unwrap();
     assert_eq!(
         reply.error,
@@ -269,7 +312,12 @@ async fn mx10_runner_exits_without_result() {
 
 /// The runner breaks the protocol after the task; `expect` is the multiplexer's error detail.
 async fn check_protocol_error(lines: &[&str], expect: &str) {
-    let (run, mut peer) = start(Arc::new(Recorder::with_tool(|_, _| async { ToolOutcome::Output(String::new()) })), options());
+    let (run, mut peer) = start(
+        Arc::new(Recorder::with_tool(|_, _| async {
+            ToolOutcome::Output(String::new())
+        })),
+        options(),
+    );
     peer.runner_bootstrap().await;
     for line in lines {
         peer.line(line).await;
@@ -282,7 +330,11 @@ async fn check_protocol_error(lines: &[&str], expect: &str) {
 
 #[tokio::test]
 async fn mx11_protocol_errors() {
-    check_protocol_error(&[r#"{"type":"tool_call","data":{"name":"x"}}"#], "tool_call without id").await;
+    check_protocol_error(
+        &[r#"{"type":"tool_call","data":{"name":"x"}}"#],
+        "tool_call without id",
+    )
+    .await;
     check_protocol_error(
         &[
             r#"{"type":"tool_call","id":"call-1","data":{"name":"x"}}"#,
@@ -316,8 +368,14 @@ async fn mx12_misdirected_types_are_ignored() {
     assert_eq!(
         diagnostics,
         [
-            (Level::Debug, "ignoring \"task\" envelope from the runner".to_string()),
-            (Level::Debug, "ignoring \"future_type\" envelope from the runner".to_string())
+            (
+                Level::Debug,
+                "ignoring \"task\" envelope from the runner".to_string()
+            ),
+            (
+                Level::Debug,
+                "ignoring \"future_type\" envelope from the runner".to_string()
+            )
         ]
     );
 }
@@ -349,7 +407,8 @@ async fn mx13_cancel_with_the_runners_result() {
     let cancel = options.cancel.clone();
     let (run, mut peer) = start(Arc::clone(&handler), options);
     peer.runner_bootstrap().await;
-    peer.line(r#"{"type":"tool_call","id":"call-1","data":{"name":"Bash"}}"#).await;
+    peer.line(r#"{"type":"tool_call","id":"call-1","data":{"name":"Bash"}}"#)
+        .await;
     patiently("the handler runs", async {
         while handler.calls().is_empty() {
             tokio::task::yield_now().await;
@@ -358,9 +417,13 @@ async fn mx13_cancel_with_the_runners_result() {
     .await;
     cancel.cancel("signal SIGINT");
     let sent = peer.expect(kind::CANCEL).await;
-    assert_eq!(show(&sent), r#"{"type":"cancel","data":{"reason":"signal SIGINT"}}"#);
+    assert_eq!(
+        show(&sent),
+        r#"{"type":"cancel","data":{"reason":"signal SIGINT"}}"#
+    );
     patiently("handler cancelled", dropped.notified()).await;
-    peer.line(r#"{"type":"result","data":{"error":"cancelled: signal SIGINT","error_code":"CANCELLED"}}"#).await;
+    peer.line(r#"{"type":"result","data":{"error":"cancelled: signal SIGINT","error_code":"CANCELLED"}}"#)
+        .await;
     match outcome(run).await {
         Err(Error::Cancelled { result: Some(r) }) => assert_eq!(r.error_code, error_code::CANCELLED),
         other => panic!("expected Cancelled with a result, got {other:?}"),
@@ -395,7 +458,10 @@ async fn mx14_malformed_line_then_a_flood_never_blocks_the_runner() {
         peer
     });
     match outcome(run).await {
-        Err(Error::Protocol { detail }) => assert!(detail == "malformed envelope on line 2: not a JSON object (line starts with \"not-json\")", "{detail}"),
+        Err(Error::Protocol { detail }) => assert!(
+            detail == "malformed envelope on line 2: not a JSON object (line starts with \"not-json\")",
+            "{detail}"
+        ),
         other => panic!("expected Protocol, got {other:?}"),
     }
     let mut peer = patiently("the flood is drained", flood).await.unwrap();
@@ -413,7 +479,10 @@ async fn mx15_envelope_after_result_is_a_warning() {
     patiently("warning", handler.diagnosed.notified()).await;
     assert_eq!(
         handler.diagnostics(),
-        [(Level::Warning, "ignoring \"event\" envelope received after the result".to_string())]
+        [(
+            Level::Warning,
+            "ignoring \"event\" envelope received after the result".to_string()
+        )]
     );
     assert!(handler.log().is_empty());
 }
@@ -430,7 +499,9 @@ async fn check_handshake(answer: Option<&str>, timeout: Duration, expect: &str) 
         None => {}
     }
     match outcome(run).await {
-        Err(Error::HandshakeFailed { detail }) => assert!(detail.contains(expect), "{detail:?} lacks {expect:?}"),
+        Err(Error::HandshakeFailed { detail }) => {
+            assert!(detail.contains(expect), "{detail:?} lacks {expect:?}")
+        }
         other => panic!("expected HandshakeFailed, got {other:?}"),
     }
     drop(peer);
@@ -454,7 +525,12 @@ async fn hs_launcher_handshake_failures() {
     )
     .await;
     // HS5: no answer within the timeout
-    check_handshake(None, Duration::from_millis(100), "no hello from the runner within 100ms").await;
+    check_handshake(
+        None,
+        Duration::from_millis(100),
+        "no hello from the runner within 100ms",
+    )
+    .await;
     // HS6: output closed before hello
     check_handshake(None, long, "runner output ended before its hello").await;
     // HS11
@@ -472,7 +548,8 @@ async fn hs_launcher_handshake_failures() {
 async fn result_error_becomes_the_node_error() {
     let (run, mut peer) = start(Arc::new(NoHandler), options());
     peer.runner_bootstrap().await;
-    peer.line(r#"{"type":"result","data":{"error":"429 from provider","error_code":"RATE_LIMITED"}}"#).await;
+    peer.line(r#"{"type":"result","data":{"error":"429 from provider","error_code":"RATE_LIMITED"}}"#)
+        .await;
     let outcome = outcome(run).await;
     let failure = node_failure(&outcome, Some(1), "").unwrap();
     assert_eq!(failure.message, "claw backend: runner: 429 from provider");

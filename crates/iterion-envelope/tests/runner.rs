@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use common::{Peer, patiently, pipes, show};
 use iterion_envelope::runner::{self, Bootstrap, RunnerOptions};
 use iterion_envelope::{
-    AskUser, AskUserQuestion, AskUserToolFail, Envelope, Error, SharedWriter, TaskResult, ToolCall, ToolOutcome,
-    kind,
+    AskUser, AskUserQuestion, AskUserToolFail, Envelope, Error, SharedWriter, TaskResult, ToolCall,
+    ToolOutcome, kind,
 };
 use serde_json::json;
 use tokio::io::{DuplexStream, WriteHalf};
@@ -79,7 +79,9 @@ async fn hs1_and_hs2_runner_picks_the_highest_common_version() {
     assert_eq!(outcome.unwrap().version, 2);
     assert_eq!(
         written,
-        [r#"{"type":"hello","data":{"protocol":"iterion.envelope","role":"runner","version":2,"software":"iterion test","capabilities":["cancel","event","session_capture"]}}"#]
+        [
+            r#"{"type":"hello","data":{"protocol":"iterion.envelope","role":"runner","version":2,"software":"iterion test","capabilities":["cancel","event","session_capture"]}}"#
+        ]
     );
 }
 
@@ -143,7 +145,10 @@ async fn hs_runner_refusals() {
     .await;
     // cancel before the task: cancelled result, exit 1
     check_refused(
-        &[HELLO_1_1, r#"{"type":"cancel","data":{"reason":"signal SIGTERM"}}"#],
+        &[
+            HELLO_1_1,
+            r#"{"type":"cancel","data":{"reason":"signal SIGTERM"}}"#,
+        ],
         1..=1,
         &[
             RUNNER_HELLO_1,
@@ -243,7 +248,9 @@ async fn rc2_rc3_rc5_replies_become_tool_outcomes() {
     // RC5
     check_reply(
         r#"{"type":"ask_user_answer","id":"{id}","data":{"answers":{}}}"#,
-        ToolOutcome::Error(r#"dispatcher: tool_call: runner: unexpected reply type "ask_user_answer" for call-1"#.into()),
+        ToolOutcome::Error(
+            r#"dispatcher: tool_call: runner: unexpected reply type "ask_user_answer" for call-1"#.into(),
+        ),
     )
     .await;
     // undecodable data
@@ -279,8 +286,10 @@ async fn rc6_reply_for_an_unknown_id_is_dropped() {
     let c = Arc::clone(&channel);
     let call = tokio::spawn(async move { c.call_tool("Bash", None).await });
     peer.expect(kind::TOOL_CALL).await;
-    peer.line(r#"{"type":"tool_result","id":"call-99","data":{"output":"stray"}}"#).await;
-    peer.line(r#"{"type":"tool_result","id":"call-1","data":{"output":"mine"}}"#).await;
+    peer.line(r#"{"type":"tool_result","id":"call-99","data":{"output":"stray"}}"#)
+        .await;
+    peer.line(r#"{"type":"tool_result","id":"call-1","data":{"output":"mine"}}"#)
+        .await;
     let outcome = patiently("call", call).await.unwrap().unwrap();
     assert_eq!(outcome, ToolOutcome::Output("mine".into()));
     assert_eq!(
@@ -293,7 +302,8 @@ async fn rc6_reply_for_an_unknown_id_is_dropped() {
 async fn rc7_cancel_after_task_ends_with_a_cancelled_result() {
     let (runner, mut peer, _) = started().await;
     let channel = runner.channel;
-    peer.line(r#"{"type":"cancel","data":{"reason":"signal SIGINT"}}"#).await;
+    peer.line(r#"{"type":"cancel","data":{"reason":"signal SIGINT"}}"#)
+        .await;
     patiently("cancelled", channel.cancelled()).await;
     let reason = channel.cancel_reason().unwrap();
     let exit = channel.finish(&TaskResult::cancelled(&reason)).await.unwrap();
@@ -303,7 +313,10 @@ async fn rc7_cancel_after_task_ends_with_a_cancelled_result() {
         r#"{"type":"result","data":{"error":"cancelled: signal SIGINT","error_code":"CANCELLED"}}"#
     );
     // every later operation fails
-    assert!(matches!(channel.finish(&TaskResult::default()).await, Err(Error::Finished)));
+    assert!(matches!(
+        channel.finish(&TaskResult::default()).await,
+        Err(Error::Finished)
+    ));
     assert!(matches!(channel.call_tool("x", None).await, Err(Error::Finished)));
 }
 
@@ -312,7 +325,9 @@ async fn rc8_oversized_capture_is_not_sent_and_the_task_continues() {
     let (runner, mut peer, diagnosed) = started().await;
     let channel = runner.channel;
     channel.capture_session(&json!(["x".repeat(5 << 20)])).await;
-    channel.emit_event("llm_request", json!({"model": "m"}).as_object().cloned()).await;
+    channel
+        .emit_event("llm_request", json!({"model": "m"}).as_object().cloned())
+        .await;
     assert_eq!(
         show(&peer.next().await),
         r#"{"type":"event","data":{"type":"llm_request","payload":{"model":"m"}}}"#
@@ -363,7 +378,8 @@ async fn ask_user_round_trip() {
         show(&request),
         r#"{"type":"ask_user","id":"ask-1","data":{"questions":[{"question":"Proceed?"}]}}"#
     );
-    peer.line(r#"{"type":"ask_user_answer","id":"ask-1","data":{"answers":{"Proceed?":"yes"}}}"#).await;
+    peer.line(r#"{"type":"ask_user_answer","id":"ask-1","data":{"answers":{"Proceed?":"yes"}}}"#)
+        .await;
     let answer = patiently("ask", ask).await.unwrap().unwrap();
     assert_eq!(answer.answers["Proceed?"], "yes");
 }
@@ -381,7 +397,8 @@ async fn fr12_concurrent_writers_never_interleave() {
                         name: format!("tool-{w}"),
                         input: Some(json!({"n": n, "pad": "p".repeat(997)})),
                     };
-                    let envelope = Envelope::new(kind::TOOL_CALL, Some(format!("call-{w}-{n}")), &call).unwrap();
+                    let envelope =
+                        Envelope::new(kind::TOOL_CALL, Some(format!("call-{w}-{n}")), &call).unwrap();
                     writer.send(&envelope).await.unwrap();
                 }
             })

@@ -33,7 +33,10 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Tap<W> {
         while let Some(end) = this.partial.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = this.partial.drain(..=end).collect();
             let text = String::from_utf8_lossy(&line[..end]).into_owned();
-            this.log.lock().unwrap().push(format!("{} {text}", this.direction));
+            this.log
+                .lock()
+                .unwrap()
+                .push(format!("{} {text}", this.direction));
         }
         Poll::Ready(Ok(n))
     }
@@ -99,12 +102,18 @@ async fn complete_transcript_version_1() {
         let boot = runner::bootstrap(runner_in, runner_out, options).await.unwrap();
         let channel = boot.channel;
         channel
-            .emit_event("llm_request", json!({"model": "claude-sonnet-4-5"}).as_object().cloned())
+            .emit_event(
+                "llm_request",
+                json!({"model": "claude-sonnet-4-5"}).as_object().cloned(),
+            )
             .await;
         // `bash` is a builtin: it runs where the runner runs and produces no envelope.
-        let sent = channel.run_tool("notify_team", Some(json!({"text": "fixing"}))).await;
+        let sent = channel
+            .run_tool("notify_team", Some(json!({"text": "fixing"})))
+            .await;
         assert_eq!(sent, ToolOutcome::Output("sent".into()));
-        let snapshot = json!([{"role": "user", "content": [{"type": "text", "text": boot.task.user_prompt}]}]);
+        let snapshot =
+            json!([{"role": "user", "content": [{"type": "text", "text": boot.task.user_prompt}]}]);
         channel.capture_session(&snapshot).await;
         let result = TaskResult {
             output: json!({"fixed": true}).as_object().cloned(),
@@ -116,7 +125,9 @@ async fn complete_transcript_version_1() {
         channel.finish(&result).await.unwrap()
     });
 
-    let handler = Arc::new(Recorder::with_tool(|_, _| async { ToolOutcome::Output("sent".into()) }));
+    let handler = Arc::new(Recorder::with_tool(|_, _| async {
+        ToolOutcome::Output("sent".into())
+    }));
     let result = patiently(
         "multiplexer",
         launcher::run(
@@ -134,7 +145,10 @@ async fn complete_transcript_version_1() {
 
     assert_eq!(result.tokens, 1834);
     assert_eq!(result.output, json!({"fixed": true}).as_object().cloned());
-    assert_eq!(handler.calls(), vec![("notify_team".to_string(), Some(json!({"text": "fixing"})))]);
+    assert_eq!(
+        handler.calls(),
+        vec![("notify_team".to_string(), Some(json!({"text": "fixing"})))]
+    );
     assert_eq!(
         handler.log(),
         [

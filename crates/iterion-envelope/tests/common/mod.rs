@@ -57,7 +57,9 @@ impl Peer {
 
     /// Sends raw bytes.
     pub async fn raw(&mut self, bytes: &[u8]) {
-        patiently("peer write", self.write.write_all(bytes)).await.unwrap();
+        patiently("peer write", self.write.write_all(bytes))
+            .await
+            .unwrap();
     }
 
     /// The next envelope, which must exist.
@@ -78,7 +80,11 @@ impl Peer {
     /// Asserts the other side closed its output.
     pub async fn expect_eof(&mut self) {
         let next = patiently("peer read", self.reader.read()).await.unwrap();
-        assert!(next.is_none(), "expected end of stream, got {}", show(&next.unwrap()));
+        assert!(
+            next.is_none(),
+            "expected end of stream, got {}",
+            show(&next.unwrap())
+        );
     }
 
     /// Plays the runner's half of the handshake and reads the task.
@@ -100,7 +106,8 @@ pub fn show(envelope: &Envelope) -> String {
     String::from_utf8(line).unwrap().trim_end().to_string()
 }
 
-pub type ToolFn = Arc<dyn Fn(String, Option<Value>) -> Pin<Box<dyn Future<Output = ToolOutcome> + Send>> + Send + Sync>;
+pub type ToolFn =
+    Arc<dyn Fn(String, Option<Value>) -> Pin<Box<dyn Future<Output = ToolOutcome> + Send>> + Send + Sync>;
 
 /// A launcher handler that records everything; tools run `tool` when set, else the crate's default.
 #[derive(Default)]
@@ -151,14 +158,20 @@ impl Handler for Recorder {
         }
     }
 
-    fn on_ask_user(&self, request: AskUser) -> impl Future<Output = Result<BTreeMap<String, String>, String>> + Send {
+    fn on_ask_user(
+        &self,
+        request: AskUser,
+    ) -> impl Future<Output = Result<BTreeMap<String, String>, String>> + Send {
         let _ = request;
         let answers = self.answers.clone();
         async move { answers.ok_or_else(|| iterion_envelope::NO_ASK_USER_HANDLER.to_string()) }
     }
 
     fn on_session_capture(&self, snapshot: &RawValue) {
-        self.log.lock().unwrap().push(format!("capture:{}", snapshot.get()));
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("capture:{}", snapshot.get()));
     }
 
     fn on_event(&self, event: Event) {
@@ -166,7 +179,10 @@ impl Handler for Recorder {
     }
 
     fn on_diagnostic(&self, level: Level, message: &str) {
-        self.diagnostics.lock().unwrap().push((level, message.to_string()));
+        self.diagnostics
+            .lock()
+            .unwrap()
+            .push((level, message.to_string()));
         self.diagnosed.notify_one();
     }
 }
