@@ -31,6 +31,10 @@ pub const DEFAULT_MAX_CONCURRENT_TOOL_CALLS: usize = 8;
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default wait for the runner's `result` after `cancel`.
 pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
+/// How long the caller waits for the runner to exit after a `result` before killing it.
+pub const EXIT_WAIT_AFTER_RESULT: Duration = Duration::from_secs(10);
+/// How long the caller waits for the runner to exit after stdin was closed on cancellation or error.
+pub const KILL_AFTER_CLOSE: Duration = Duration::from_secs(5);
 /// How long the runner's output is drained after a `result`.
 pub const DRAIN_AFTER_RESULT: Duration = Duration::from_secs(10);
 /// How long the runner's output is drained after an error.
@@ -124,8 +128,10 @@ impl Options {
 /// Runs one task on a runner: `hello`, the optional `session_replay`, `task`, then dispatch until `result`.
 ///
 /// `reader` is the runner's stdout, `writer` its stdin. Before returning, the runner's stdin is closed and its
-/// stdout is drained in a background task (so the runner never blocks on a full pipe); the caller waits for the
-/// process and kills it if it does not exit. See [`crate::node_failure`] for turning the outcome into a node error.
+/// stdout is drained in a background task (so the runner never blocks on a full pipe). The caller then waits for
+/// the process — [`EXIT_WAIT_AFTER_RESULT`] after a result, [`KILL_AFTER_CLOSE`] after a cancellation or an
+/// error — and kills it through its exec handle if it has not exited. See [`crate::node_failure`] for turning
+/// the outcome into a node error.
 pub async fn run<R, W, H>(
     reader: R,
     writer: W,
