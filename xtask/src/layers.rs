@@ -98,6 +98,9 @@ const CONFINED: &[(&str, &[&str])] = &[
 
 /// Crates that must stay pure: no async runtime, no sockets.
 const PURE: &[&str] = &["iterion-spec", "iterion-envdeny", "iterion-netpolicy"];
+/// L0 crates that are pure in their default build: an impure dependency must be optional and enabled only by
+/// a non-default feature (iterion-envelope's `tokio` feature carries the multiplexer and the runner channel).
+const PURE_BY_DEFAULT: &[&str] = &["iterion-envelope"];
 const IMPURE_DEPS: &[&str] = &[
     "tokio",
     "hyper",
@@ -179,9 +182,42 @@ fn check_metadata(meta: &Value) -> Result<Vec<String>> {
             if PURE.contains(&name) && IMPURE_DEPS.contains(&dep_name) {
                 problems.push(format!("{name} is a pure L0 crate but depends on {dep_name}"));
             }
+            if PURE_BY_DEFAULT.contains(&name) && IMPURE_DEPS.contains(&dep_name) {
+                let optional = dep["optional"].as_bool().unwrap_or(false);
+                if !optional || default_features_enable(pkg, dep_name) {
+                    problems.push(format!(
+                        "{name} must be pure in its default build but its default features pull in {dep_name}"
+                    ));
+                }
+            }
         }
     }
     Ok(problems)
+}
+
+/// Whether the `default` feature of `pkg`, followed through the features it enables, turns on the optional
+/// dependency `dep` (`dep:x`, `x` or `x/feature`).
+fn default_features_enable(pkg: &Value, dep: &str) -> bool {
+    let features = &pkg["features"];
+    let mut todo = vec!["default".to_string()];
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(feature) = todo.pop() {
+        if !seen.insert(feature.clone()) {
+            continue;
+        }
+        for item in features[&feature].as_array().into_iter().flatten() {
+            let item = item.as_str().unwrap_or_default();
+            let named = item.strip_prefix("dep:").unwrap_or(item);
+            let named = named.split(['/', '?']).next().unwrap_or_default();
+            if named == dep {
+                return true;
+            }
+            if features.get(named).is_some() {
+                todo.push(named.to_string());
+            }
+        }
+    }
+    false
 }
 
 #[cfg(test)]
@@ -210,6 +246,29 @@ mod tests {
         assert!(p[0].contains("iterion-runtime (L3) depends on iterion-driver-docker (L2)"));
         assert!(p[1].contains("bollard"));
         assert!(p[2].contains("pure L0 crate but depends on tokio"));
+    }
+
+    #[test]
+    fn envelope_may_name_tokio_only_behind_a_non_default_feature() {
+        let envelope = |features: Value, optional: bool| {
+            meta(
+                json!([{"id": "e", "name": "iterion-envelope", "features": features,
+                "dependencies": [{"name": "tokio", "kind": null, "optional": optional}]}]),
+            )
+        };
+        let ok = envelope(json!({"default": [], "tokio": ["dep:tokio"]}), true);
+        assert!(check_metadata(&ok).unwrap().is_empty());
+        let by_default = envelope(
+            json!({"default": ["async"], "async": ["tokio"], "tokio": ["dep:tokio"]}),
+            true,
+        );
+        let p = check_metadata(&by_default).unwrap();
+        assert!(
+            p.len() == 1 && p[0].contains("default features pull in tokio"),
+            "{p:#?}"
+        );
+        let always = envelope(json!({"default": []}), false);
+        assert_eq!(check_metadata(&always).unwrap().len(), 1);
     }
 
     #[test]
