@@ -467,7 +467,8 @@ impl DockerDriver {
             }
         }
         let protected = mounts::protect(&ws_host, claude_mounted.as_deref())?;
-        for p in &protected.paths {
+        let pinned = protected.pinned.iter().map(|p| (p, false));
+        for (p, read_only) in pinned.chain(protected.paths.iter().map(|p| (p, true))) {
             let s = p.to_string_lossy().into_owned();
             // a path inside the workspace is seen at the workspace folder (which need not be the host path);
             // anything else (a worktree's common git dir, ~/.claude) is mounted at its host path
@@ -476,7 +477,7 @@ impl DockerDriver {
                 Err(_) => s.clone(),
             };
             if !planned.iter().any(|m| m.target == target) {
-                planned.push(Planned::bind(s, target, true, Origin::Protected));
+                planned.push(Planned::bind(s, target, read_only, Origin::Protected));
             }
         }
         for m in &sandbox.mounts {

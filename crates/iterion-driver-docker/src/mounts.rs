@@ -134,6 +134,10 @@ pub struct Protected {
     pub paths: Vec<PathBuf>,
     /// Paths created by iterion (reported as `protected_created`).
     pub created: Vec<PathBuf>,
+    /// Host paths bound read-write at their own path so that they are mount points inside the container: a
+    /// sandboxed process can write in them but cannot rename, remove or replace them (the workspace `.git`
+    /// directory, a linked worktree's git directory).
+    pub pinned: Vec<PathBuf>,
 }
 
 fn io_err(what: &'static str, p: &Path) -> impl FnOnce(std::io::Error) -> crate::Error {
@@ -409,6 +413,8 @@ pub struct GitOverlay {
     pub path: PathBuf,
     /// The path does not exist yet and iterion creates it (only `C/hooks/`, only inside the workspace).
     pub create: bool,
+    /// Bound read-write instead of read-only, only to make it a mount point (see [`Protected::pinned`]).
+    pub pin: bool,
 }
 
 /// Resolves a protected path without trusting symbolic links: a path that resolves inside `roots` is protected
@@ -450,10 +456,15 @@ pub fn git_overlays(workspace: &Path, dirs: &GitDirs) -> Result<Vec<GitOverlay>,
     let mut out = Vec::new();
     let hooks = c.join("hooks");
     match resolve_protected(&hooks, &roots)? {
-        Some(path) => out.push(GitOverlay { path, create: false }),
+        Some(path) => out.push(GitOverlay {
+            path,
+            create: false,
+            pin: false,
+        }),
         None if c.starts_with(&ws) => out.push(GitOverlay {
             path: hooks,
             create: true,
+            pin: false,
         }),
         None => {
             return Err(GitRefusal {
@@ -467,13 +478,35 @@ pub fn git_overlays(workspace: &Path, dirs: &GitDirs) -> Result<Vec<GitOverlay>,
         if let Some(path) = resolve_protected(&p, &roots)?
             && !out.iter().any(|o| o.path == path)
         {
-            out.push(GitOverlay { path, create: false });
+            out.push(GitOverlay {
+                path,
+                create: false,
+                pin: false,
+            });
         }
         Ok(())
     };
     push(c.join("config"), &mut out)?;
+    // The pointers themselves: `.git` (a directory is pinned, a file is read-only) cannot be renamed or
+    // replaced by a sandboxed process, nor can a linked worktree's git directory and its back-pointers, so
+    // host-side git later finds the repository (and the hooks) that were protected.
+    let dot = ws.join(".git");
+    out.push(GitOverlay {
+        pin: dot.is_dir(),
+        path: dot,
+        create: false,
+    });
     if g != c {
         push(g.join("config.worktree"), &mut out)?;
+        if dirs.outside {
+            out.push(GitOverlay {
+                path: g.clone(),
+                create: false,
+                pin: true,
+            });
+            push(g.join("commondir"), &mut out)?;
+            push(g.join("gitdir"), &mut out)?;
+        }
     }
     // Submodule git directories: walked without following symbolic links, at most 64.
     let mut modules = Vec::new();
@@ -522,6 +555,8 @@ pub fn protect(workspace: &Path, claude_dir: Option<&Path>) -> crate::Result<Pro
         for o in git_overlays(workspace, &dirs).map_err(crate::Error::from)? {
             if o.create {
                 ensure_dir(&o.path, 0o755, &mut out)?;
+            } else if o.pin {
+                out.pinned.push(o.path);
             } else {
                 out.paths.push(o.path);
             }
@@ -928,8 +963,19 @@ mod tests {
         assert_eq!((g.common_dir.clone(), g.outside), (c.clone(), true));
         assert_eq!(g.git_dir, c.join("worktrees/wt"));
         let o = git_overlays(&ws, &g).expect("overlays");
-        let paths: Vec<&Path> = o.iter().map(|o| o.path.as_path()).collect();
-        assert_eq!(paths, [c.join("hooks"), c.join("config")]);
+        let paths: Vec<(&Path, bool)> = o.iter().map(|o| (o.path.as_path(), o.pin)).collect();
+        let wt = c.join("worktrees/wt");
+        assert_eq!(
+            paths,
+            [
+                (c.join("hooks").as_path(), false),
+                (c.join("config").as_path(), false),
+                (ws.join(".git").as_path(), false),
+                (wt.as_path(), true),
+                (wt.join("commondir").as_path(), false),
+                (wt.join("gitdir").as_path(), false),
+            ]
+        );
     }
 
     #[test]
@@ -1026,10 +1072,18 @@ mod tests {
         let o = git_overlays(&ws, &dirs).expect("overlays");
         assert_eq!(
             o,
-            [GitOverlay {
-                path: ws.join("inner-hooks"),
-                create: false
-            }]
+            [
+                GitOverlay {
+                    path: ws.join("inner-hooks"),
+                    create: false,
+                    pin: false
+                },
+                GitOverlay {
+                    path: ws.join(".git"),
+                    create: false,
+                    pin: true
+                }
+            ]
         );
         // a symlinked submodule directory leading out is refused too
         std::fs::create_dir_all(ws.join(".git/modules")).expect("mkdir");

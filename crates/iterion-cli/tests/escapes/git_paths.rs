@@ -256,7 +256,7 @@ fn a_genuine_linked_worktree_keeps_its_common_dir() {
         "a node planted a hook in the common dir"
     );
 
-    // a node rewrites the worktree's commondir (inside the mounted common dir) to a host directory
+    // a node tries to rewrite the worktree's pointers (inside the mounted common dir) and its `.git` file
     let fake = fake_repo(&h, "redirect");
     let g = std::fs::read_dir(common.join("worktrees"))
         .unwrap()
@@ -264,16 +264,39 @@ fn a_genuine_linked_worktree_keeps_its_common_dir() {
         .next()
         .unwrap()
         .path();
+    let before = std::fs::read_to_string(g.join("commondir")).unwrap();
+    let dot = std::fs::read_to_string(h.repo().join(".git")).unwrap();
     let plant = format!(
-        "echo {} > {}/commondir && echo '{{\"planted\": true}}'",
-        fake.display(),
-        g.display()
+        "echo {f} > {g}/commondir 2>/dev/null; mv {g} {g}.old 2>/dev/null; echo 'gitdir: {f}' > .git 2>/dev/null; echo '{{\"planted\": true}}'",
+        f = fake.display(),
+        g = g.display()
     );
     let out = h.run_workflow("plant.bot", &one_node(&plant));
     assert!(out.status.success(), "{}", show(&out));
-    let out = h.run_workflow("wf2.bot", &one_node(&attack(&fake)));
-    assert!(!out.status.success(), "{}", show(&out));
+    assert_eq!(std::fs::read_to_string(g.join("commondir")).unwrap(), before);
+    assert_eq!(std::fs::read_to_string(h.repo().join(".git")).unwrap(), dot);
+    let _ = h.run_workflow("wf2.bot", &one_node(&attack(&fake)));
     assert_untouched(&h, &fake);
+}
+
+/// A node renames `.git` away (the protective overlays inside it move along) and puts a `.git` file naming a
+/// git directory with its own hooks in its place, for host-side git to run later: the rename is refused.
+#[test]
+fn a_node_cannot_replace_the_workspace_git_dir() {
+    if !engine_ready("escapes::git_paths::replace_dot_git") {
+        return;
+    }
+    let h = Hostile::new();
+    let repo = canon(&h.repo());
+    let script = format!(
+        "cd {r} && mv .git .git-old 2>/dev/null; rm -rf .git 2>/dev/null; mkdir -p evil/hooks evil/objects && echo 'ref: refs/heads/main' > evil/HEAD && echo 'echo pwned' > evil/hooks/post-checkout && (echo 'gitdir: evil' > .git) 2>/dev/null; echo '{{\"ran\": true}}'",
+        r = repo.display()
+    );
+    let out = h.run_workflow("wf.bot", &one_node(&script));
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(repo.join(".git").is_dir(), "the workspace .git was replaced");
+    assert!(repo.join(".git/config").is_file(), "the workspace .git was emptied");
+    assert!(!repo.join(".git-old").exists(), "the workspace .git was renamed");
 }
 
 /// `sandbox doctor --strict` reports a hostile `.git` pointer as a failure with a remediation.
