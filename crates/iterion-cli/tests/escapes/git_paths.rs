@@ -273,6 +273,7 @@ fn a_genuine_linked_worktree_keeps_its_common_dir() {
     );
     let out = h.run_workflow("plant.bot", &one_node(&plant));
     assert!(out.status.success(), "{}", show(&out));
+    assert!(g.is_dir(), "the worktree's git dir was renamed");
     assert_eq!(std::fs::read_to_string(g.join("commondir")).unwrap(), before);
     assert_eq!(std::fs::read_to_string(h.repo().join(".git")).unwrap(), dot);
     let _ = h.run_workflow("wf2.bot", &one_node(&attack(&fake)));
@@ -295,7 +296,10 @@ fn a_node_cannot_replace_the_workspace_git_dir() {
     let out = h.run_workflow("wf.bot", &one_node(&script));
     assert!(out.status.success(), "{}", show(&out));
     assert!(repo.join(".git").is_dir(), "the workspace .git was replaced");
-    assert!(repo.join(".git/config").is_file(), "the workspace .git was emptied");
+    assert!(
+        repo.join(".git/config").is_file(),
+        "the workspace .git was emptied"
+    );
     assert!(!repo.join(".git-old").exists(), "the workspace .git was renamed");
 }
 
