@@ -161,7 +161,16 @@ impl From<crate::Error> for DError {
                 reason: format!("{what} {path}: {source}"),
                 hint: None,
             },
+            E::UnsafeGit { refusal } => git_refused(&refusal),
         }
+    }
+}
+
+/// A refused git pointer as the typed mount refusal the run reports.
+fn git_refused(r: &mounts::GitRefusal) -> DError {
+    DError::UnsafeMount {
+        mount: r.pointer.display().to_string(),
+        reason: format!("the workspace git pointer {}; {}", r.reason, r.remedy),
     }
 }
 
@@ -341,12 +350,8 @@ impl DockerDriver {
             false,
             Origin::Workspace,
         )];
-        if let Some((_, common)) = mounts::git_dirs(&ws_host)
-            && !common.starts_with(&ws_host)
-        {
-            let c = common.to_string_lossy().into_owned();
-            planned.push(Planned::bind(c.clone(), c, false, Origin::Git));
-        }
+        // The git common dir of a linked worktree, only once verified (never read from a pointer alone).
+        let git = mounts::git_dirs(&ws_host).map_err(|r| git_refused(&r))?;
         // Mount safety (03 §10) for the workspace and the spec's binds; targets for every user mount.
         let host_facts = HostFacts {
             os: if self.settings.host_linux {
@@ -368,6 +373,19 @@ impl DockerDriver {
             runtime_targets: &runtime_targets,
         };
         policy.check_workspace(&ws_host)?;
+        if let Some(g) = git
+            .as_ref()
+            .filter(|g| g.outside && !g.common_dir.starts_with(&ws_host))
+        {
+            let c = g.common_dir.to_string_lossy().into_owned();
+            policy
+                .check_bind_source(&c)
+                .map_err(|reason| DError::UnsafeMount {
+                    mount: format!("type=bind,source={c},target={c}"),
+                    reason: format!("source {reason} (the git common directory of this linked worktree)"),
+                })?;
+            planned.push(Planned::bind(c.clone(), c, false, Origin::Git));
+        }
         for m in &sandbox.mounts {
             let text = mount_text(m);
             let refuse = |reason: String| DError::UnsafeMount {
@@ -449,7 +467,8 @@ impl DockerDriver {
             }
         }
         let protected = mounts::protect(&ws_host, claude_mounted.as_deref())?;
-        for p in &protected.paths {
+        let pinned = protected.pinned.iter().map(|p| (p, false));
+        for (p, read_only) in pinned.chain(protected.paths.iter().map(|p| (p, true))) {
             let s = p.to_string_lossy().into_owned();
             // a path inside the workspace is seen at the workspace folder (which need not be the host path);
             // anything else (a worktree's common git dir, ~/.claude) is mounted at its host path
@@ -458,7 +477,7 @@ impl DockerDriver {
                 Err(_) => s.clone(),
             };
             if !planned.iter().any(|m| m.target == target) {
-                planned.push(Planned::bind(s, target, true, Origin::Protected));
+                planned.push(Planned::bind(s, target, read_only, Origin::Protected));
             }
         }
         for m in &sandbox.mounts {

@@ -104,6 +104,13 @@ pub enum Error {
         /// What to do.
         hint: String,
     },
+    /// A git pointer of the workspace (`.git` file, `commondir`, a protected path's symlink) names a host path
+    /// that is not verifiably the repository's own: nothing of it is mounted.
+    #[error("the workspace git directory is refused: {refusal} ({})", refusal.remedy)]
+    UnsafeGit {
+        /// The pointer and why.
+        refusal: crate::mounts::GitRefusal,
+    },
     /// A local file operation failed (run directory, socket directory, build context).
     #[error("{what} {path}")]
     Io {
@@ -115,6 +122,12 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl From<crate::mounts::GitRefusal> for Error {
+    fn from(refusal: crate::mounts::GitRefusal) -> Self {
+        Error::UnsafeGit { refusal }
+    }
 }
 
 fn hint_for(phase: &str) -> &'static str {

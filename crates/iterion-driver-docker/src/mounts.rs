@@ -134,6 +134,10 @@ pub struct Protected {
     pub paths: Vec<PathBuf>,
     /// Paths created by iterion (reported as `protected_created`).
     pub created: Vec<PathBuf>,
+    /// Host paths bound read-write at their own path so that they are mount points inside the container: a
+    /// sandboxed process can write in them but cannot rename, remove or replace them (the workspace `.git`
+    /// directory, a linked worktree's git directory).
+    pub pinned: Vec<PathBuf>,
 }
 
 fn io_err(what: &'static str, p: &Path) -> impl FnOnce(std::io::Error) -> crate::Error {
@@ -177,69 +181,385 @@ fn if_exists(p: PathBuf, out: &mut Protected) {
     }
 }
 
-/// The workspace git directory `G` and common directory `C` (03 §8.6), when the workspace is a repository.
-pub fn git_dirs(workspace: &Path) -> Option<(PathBuf, PathBuf)> {
-    let dot = workspace.join(".git");
-    let md = std::fs::symlink_metadata(&dot).ok()?;
-    let g = if md.is_dir() {
-        dot
+/// The workspace's git directories (03 §8.6) after verification: `git_dir` is `G` (the workspace `.git`
+/// directory, or the directory named by the `.git` file of a linked worktree), `common_dir` is `C` (`G`, or the
+/// target of `G/commondir`). Both are canonical.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitDirs {
+    /// `G`.
+    pub git_dir: PathBuf,
+    /// `C`.
+    pub common_dir: PathBuf,
+    /// `G` or `C` lies outside the workspace: they belong to a verified linked worktree (or submodule) and `C`
+    /// is mounted at its host path.
+    pub outside: bool,
+}
+
+/// A git pointer of the workspace that iterion does not follow: the repository's content names a host path
+/// that is not verifiably its own git directory, or a protected path is a symbolic link leading out of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitRefusal {
+    /// The file or directory of the workspace that holds the pointer.
+    pub pointer: PathBuf,
+    /// Why, as a clause after the pointer's path.
+    pub reason: String,
+    /// What the operator can do.
+    pub remedy: String,
+}
+
+impl std::fmt::Display for GitRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.pointer.display(), self.reason)
+    }
+}
+
+/// The largest pointer file read (`.git`, `commondir`, `gitdir`); git writes one short line.
+const POINTER_MAX: u64 = 4096;
+
+/// Reads a small regular file without following a symlink at its own path; `None` when absent.
+fn read_pointer(p: &Path) -> Result<Option<String>, String> {
+    let md = match std::fs::symlink_metadata(p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot be read: {e}")),
+        Ok(m) => m,
+    };
+    if md.file_type().is_symlink() {
+        return Err("is a symbolic link".into());
+    }
+    if !md.is_file() {
+        return Err("is not a regular file".into());
+    }
+    if md.len() > POINTER_MAX {
+        return Err(format!("is larger than {POINTER_MAX} bytes"));
+    }
+    std::fs::read_to_string(p)
+        .map(Some)
+        .map_err(|e| format!("cannot be read: {e}"))
+}
+
+fn resolve_against(base: &Path, text: &str) -> PathBuf {
+    let p = Path::new(text);
+    if p.is_absolute() {
+        p.to_path_buf()
     } else {
-        let text = std::fs::read_to_string(&dot).ok()?;
-        let rel = text.lines().find_map(|l| l.strip_prefix("gitdir:"))?.trim();
-        let p = Path::new(rel);
-        if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            workspace.join(p)
+        base.join(p)
+    }
+}
+
+/// The directory a pointer names, canonical; it must exist and be a directory.
+fn pointed_dir(base: &Path, text: &str) -> Result<PathBuf, String> {
+    let raw = resolve_against(base, text);
+    let c =
+        std::fs::canonicalize(&raw).map_err(|_| format!("names {}, which does not exist", raw.display()))?;
+    if !c.is_dir() {
+        return Err(format!("names {}, which is not a directory", c.display()));
+    }
+    Ok(c)
+}
+
+/// `core.worktree` of a git config file (the last value of the `[core]` section), for a submodule checkout.
+fn core_worktree(config: &str) -> Option<String> {
+    let mut in_core = false;
+    let mut found = None;
+    for line in config.lines() {
+        let l = line.trim();
+        if l.starts_with('[') {
+            in_core = l
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .trim()
+                .eq_ignore_ascii_case("core");
+            continue;
         }
+        if !in_core {
+            continue;
+        }
+        if let Some((k, v)) = l.split_once('=')
+            && k.trim().eq_ignore_ascii_case("worktree")
+        {
+            found = Some(v.trim().trim_matches('"').to_string());
+        }
+    }
+    found
+}
+
+/// Verifies that `g` (outside the workspace, common dir `c`) is the git directory of the checkout `ws`: for a
+/// linked worktree `g` is `c/worktrees/<name>` and `g/gitdir` names `ws/.git`; for a submodule (`g == c`) the
+/// `core.worktree` of `g/config` names `ws`.
+fn verify_outside(ws: &Path, g: &Path, c: &Path) -> Result<(), String> {
+    if !c.join("HEAD").is_file() || !c.join("objects").is_dir() {
+        return Err(format!("leads to {}, which is not a git repository", c.display()));
+    }
+    if g != c {
+        let expected = g
+            .file_name()
+            .map(|n| c.join("worktrees").join(n))
+            .unwrap_or_default();
+        if g != expected {
+            return Err(format!(
+                "leads to {}, which is not a linked worktree's directory of the repository {} (git keeps those in {}/worktrees/<name>)",
+                g.display(),
+                c.display(),
+                c.display()
+            ));
+        }
+        let back = read_pointer(&g.join("gitdir"))
+            .map_err(|r| format!("leads to {}, whose gitdir file {r}", g.display()))?
+            .ok_or_else(|| {
+                format!(
+                    "leads to {}, which has no gitdir file naming this workspace",
+                    g.display()
+                )
+            })?;
+        let back = resolve_against(g, back.trim());
+        let want = ws.join(".git");
+        if std::fs::canonicalize(&back).ok().as_deref() != Some(want.as_path()) {
+            return Err(format!(
+                "leads to {}, whose gitdir file names {} instead of {} (this workspace)",
+                g.display(),
+                back.display(),
+                want.display()
+            ));
+        }
+        return Ok(());
+    }
+    let config = read_pointer(&g.join("config"))
+        .map_err(|r| format!("leads to {}, whose config {r}", g.display()))?
+        .unwrap_or_default();
+    let wt = core_worktree(&config)
+        .map(|w| std::fs::canonicalize(resolve_against(g, &w)).ok())
+        .unwrap_or_default();
+    if wt.as_deref() != Some(ws) {
+        return Err(format!(
+            "leads to {}, which is neither a linked worktree's git directory nor a submodule git directory whose checkout is this workspace",
+            g.display()
+        ));
+    }
+    Ok(())
+}
+
+/// The workspace git directories (03 §8.6), verified: `Ok(None)` when the workspace is not a repository.
+///
+/// Nothing read from the repository is trusted on its own: a `.git` directory must not hold a `commondir`
+/// (git never writes one there), and a `.git` file or `commondir` that leads outside the workspace is followed
+/// only when the target is a genuine repository whose own metadata points back at this workspace (see
+/// [`verify_outside`]). Everything else is a [`GitRefusal`].
+pub fn git_dirs(workspace: &Path) -> Result<Option<GitDirs>, GitRefusal> {
+    let ws = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    let dot = ws.join(".git");
+    let md = match std::fs::symlink_metadata(&dot) {
+        Err(_) => return Ok(None),
+        Ok(m) => m,
     };
-    let c = match std::fs::read_to_string(g.join("commondir")) {
-        Ok(t) => {
-            let p = Path::new(t.trim());
-            let c = if p.is_absolute() {
-                p.to_path_buf()
+    let refuse = |pointer: &Path, reason: String, remedy: String| GitRefusal {
+        pointer: pointer.to_path_buf(),
+        reason,
+        remedy,
+    };
+    let repair = "if this is a linked worktree, run `git worktree repair` from the main repository; otherwise restore the .git file (or remove it)".to_string();
+    if md.file_type().is_symlink() {
+        return Err(refuse(
+            &dot,
+            "is a symbolic link (a repository's .git is a directory, or a file naming a linked worktree's git directory)".into(),
+            "replace the symbolic link with the directory it names".into(),
+        ));
+    }
+    if md.is_dir() {
+        let cd = dot.join("commondir");
+        if std::fs::symlink_metadata(&cd).is_ok() {
+            return Err(refuse(
+                &cd,
+                "exists in the repository's own .git directory, where git never writes one: it would redirect git (and the sandbox's mounts) to another directory".into(),
+                format!("inspect and remove {}", cd.display()),
+            ));
+        }
+        return Ok(Some(GitDirs {
+            git_dir: dot.clone(),
+            common_dir: dot,
+            outside: false,
+        }));
+    }
+    let text = read_pointer(&dot)
+        .map_err(|r| refuse(&dot, r, repair.clone()))?
+        .unwrap_or_default();
+    let target = text
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("gitdir:"))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| refuse(&dot, "is a file without a `gitdir:` line".into(), repair.clone()))?;
+    let g = pointed_dir(&ws, target).map_err(|r| refuse(&dot, r, repair.clone()))?;
+    let cd = g.join("commondir");
+    let c = match read_pointer(&cd).map_err(|r| refuse(&cd, r, repair.clone()))? {
+        Some(t) => pointed_dir(&g, t.trim()).map_err(|r| refuse(&cd, r, repair.clone()))?,
+        None => g.clone(),
+    };
+    let outside = !g.starts_with(&ws) || !c.starts_with(&ws);
+    if outside {
+        verify_outside(&ws, &g, &c).map_err(|r| refuse(&dot, r, repair.clone()))?;
+    }
+    Ok(Some(GitDirs {
+        git_dir: g,
+        common_dir: c,
+        outside,
+    }))
+}
+
+/// One protected git path, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitOverlay {
+    /// The canonical host path to bind read-only (the symlink's target when the path is a symbolic link).
+    pub path: PathBuf,
+    /// The path does not exist yet and iterion creates it (only `C/hooks/`, only inside the workspace).
+    pub create: bool,
+    /// Bound read-write instead of read-only, only to make it a mount point (see [`Protected::pinned`]).
+    pub pin: bool,
+}
+
+/// Resolves a protected path without trusting symbolic links: a path that resolves inside `roots` is protected
+/// at its resolved location; one that leads elsewhere is refused. `Ok(None)` when absent.
+fn resolve_protected(p: &Path, roots: &[&Path]) -> Result<Option<PathBuf>, GitRefusal> {
+    if std::fs::symlink_metadata(p).is_err() {
+        return Ok(None);
+    }
+    let refuse = |reason: String| GitRefusal {
+        pointer: p.to_path_buf(),
+        reason,
+        remedy: format!(
+            "replace {} with a real file or directory (git runs hooks and reads config from it on the host)",
+            p.display()
+        ),
+    };
+    let Ok(r) = std::fs::canonicalize(p) else {
+        return Err(refuse("is a symbolic link that does not resolve".into()));
+    };
+    if !roots.iter().any(|root| r.starts_with(root)) {
+        return Err(refuse(format!(
+            "resolves to {}, outside the workspace and its git directory",
+            r.display()
+        )));
+    }
+    Ok(Some(r))
+}
+
+/// The git paths to lay read-only (03 §8.6) for verified directories `dirs` of `workspace`: `C/hooks/`,
+/// `C/config`, `G/config.worktree` and the submodules' `hooks/` and `config` under `C/modules/`. Nothing is
+/// created here; `create` marks the one path [`protect`] creates.
+pub fn git_overlays(workspace: &Path, dirs: &GitDirs) -> Result<Vec<GitOverlay>, GitRefusal> {
+    let ws = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    let (g, c) = (&dirs.git_dir, &dirs.common_dir);
+    let mut roots: Vec<&Path> = vec![&ws];
+    if dirs.outside {
+        roots.push(c);
+    }
+    let mut out = Vec::new();
+    let hooks = c.join("hooks");
+    match resolve_protected(&hooks, &roots)? {
+        Some(path) => out.push(GitOverlay {
+            path,
+            create: false,
+            pin: false,
+        }),
+        None if c.starts_with(&ws) => out.push(GitOverlay {
+            path: hooks,
+            create: true,
+            pin: false,
+        }),
+        None => {
+            return Err(GitRefusal {
+                reason: "is missing, and iterion creates nothing outside the workspace".into(),
+                remedy: format!("create it (mkdir {})", hooks.display()),
+                pointer: hooks,
+            });
+        }
+    }
+    let push = |p: PathBuf, out: &mut Vec<GitOverlay>| -> Result<(), GitRefusal> {
+        if let Some(path) = resolve_protected(&p, &roots)?
+            && !out.iter().any(|o| o.path == path)
+        {
+            out.push(GitOverlay {
+                path,
+                create: false,
+                pin: false,
+            });
+        }
+        Ok(())
+    };
+    push(c.join("config"), &mut out)?;
+    // The pointers themselves: `.git` (a directory is pinned, a file is read-only) cannot be renamed or
+    // replaced by a sandboxed process, nor can a linked worktree's git directory and its back-pointers, so
+    // host-side git later finds the repository (and the hooks) that were protected.
+    let dot = ws.join(".git");
+    out.push(GitOverlay {
+        pin: dot.is_dir(),
+        path: dot,
+        create: false,
+    });
+    if g != c {
+        push(g.join("config.worktree"), &mut out)?;
+        if dirs.outside {
+            out.push(GitOverlay {
+                path: g.clone(),
+                create: false,
+                pin: true,
+            });
+            push(g.join("commondir"), &mut out)?;
+            push(g.join("gitdir"), &mut out)?;
+        }
+    }
+    // Submodule git directories: walked without following symbolic links, at most 64.
+    let mut modules = Vec::new();
+    let mut stack = vec![c.join("modules")];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            let Ok(ft) = e.file_type() else { continue };
+            let p = e.path();
+            if ft.is_symlink() {
+                // a symlinked module directory is protected where it resolves, or refused
+                if let Some(r) = resolve_protected(&p, &roots)?
+                    && r.is_dir()
+                    && r.join("HEAD").is_file()
+                    && modules.len() < 64
+                {
+                    modules.push(r);
+                }
+                continue;
+            }
+            if !ft.is_dir() || modules.len() >= 64 {
+                continue;
+            }
+            if p.join("HEAD").is_file() {
+                modules.push(p.clone());
+                stack.push(p.join("modules"));
             } else {
-                g.join(p)
-            };
-            std::fs::canonicalize(&c).unwrap_or(c)
+                stack.push(p);
+            }
         }
-        Err(_) => g.clone(),
-    };
-    Some((g, c))
+    }
+    modules.sort();
+    modules.dedup();
+    for m in modules.into_iter().take(64) {
+        push(m.join("hooks"), &mut out)?;
+        push(m.join("config"), &mut out)?;
+    }
+    Ok(out)
 }
 
 /// Protected paths of the workspace repository and, when `claude_dir` is mounted, of `~/.claude`; missing
 /// required paths are created first (hooks directories, `{}` settings files).
 pub fn protect(workspace: &Path, claude_dir: Option<&Path>) -> crate::Result<Protected> {
     let mut out = Protected::default();
-    if let Some((g, c)) = git_dirs(workspace) {
-        ensure_dir(&c.join("hooks"), 0o755, &mut out)?;
-        if_exists(c.join("config"), &mut out);
-        if g != c {
-            if_exists(g.join("config.worktree"), &mut out);
-        }
-        let mut modules = Vec::new();
-        let mut stack = vec![c.join("modules")];
-        while let Some(d) = stack.pop() {
-            let Ok(rd) = std::fs::read_dir(&d) else { continue };
-            for e in rd.flatten() {
-                let p = e.path();
-                if !p.is_dir() || modules.len() >= 64 {
-                    continue;
-                }
-                if p.join("HEAD").is_file() {
-                    modules.push(p.clone());
-                }
-                stack.push(p.join("modules"));
-                if !p.join("HEAD").is_file() {
-                    stack.push(p);
-                }
+    if let Some(dirs) = git_dirs(workspace).map_err(crate::Error::from)? {
+        for o in git_overlays(workspace, &dirs).map_err(crate::Error::from)? {
+            if o.create {
+                ensure_dir(&o.path, 0o755, &mut out)?;
+            } else if o.pin {
+                out.pinned.push(o.path);
+            } else {
+                out.paths.push(o.path);
             }
-        }
-        modules.sort();
-        for m in modules.into_iter().take(64) {
-            if_exists(m.join("hooks"), &mut out);
-            if_exists(m.join("config"), &mut out);
         }
     }
     if let Some(d) = claude_dir {
@@ -540,6 +860,249 @@ mod tests {
         assert_eq!(mode, 0o600);
         let again = protect(&ws, Some(&claude)).expect("protect again");
         assert!(again.created.is_empty());
+    }
+
+    /// A main repository `root/main/.git` with a linked worktree `root/wt` (the layout `git worktree add` writes).
+    fn linked(root: &Path) -> (PathBuf, PathBuf) {
+        let c = root.join("main/.git");
+        let g = c.join("worktrees/wt");
+        std::fs::create_dir_all(c.join("objects")).expect("mkdir");
+        std::fs::create_dir_all(c.join("hooks")).expect("mkdir");
+        std::fs::create_dir_all(&g).expect("mkdir");
+        std::fs::write(c.join("HEAD"), "ref: refs/heads/main\n").expect("write");
+        std::fs::write(c.join("config"), "[core]\n").expect("write");
+        let ws = root.join("wt");
+        std::fs::create_dir_all(&ws).expect("mkdir");
+        std::fs::write(ws.join(".git"), format!("gitdir: {}\n", g.display())).expect("write");
+        std::fs::write(g.join("commondir"), "../..\n").expect("write");
+        std::fs::write(g.join("gitdir"), format!("{}\n", ws.join(".git").display())).expect("write");
+        std::fs::write(g.join("HEAD"), "0123\n").expect("write");
+        (ws, c)
+    }
+
+    fn canon(p: &Path) -> PathBuf {
+        std::fs::canonicalize(p).expect("canonicalize")
+    }
+
+    #[test]
+    fn a_plain_repository_is_its_own_common_dir() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let ws = canon(d.path());
+        std::fs::create_dir_all(ws.join(".git")).expect("mkdir");
+        let g = git_dirs(&ws).expect("verified").expect("a repository");
+        assert_eq!(
+            (g.git_dir.clone(), g.common_dir, g.outside),
+            (ws.join(".git"), ws.join(".git"), false)
+        );
+        assert_eq!(git_dirs(&ws.join("missing")), Ok(None));
+    }
+
+    #[test]
+    fn a_commondir_in_a_git_directory_is_refused() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let ws = canon(d.path()).join("ws");
+        std::fs::create_dir_all(ws.join(".git")).expect("mkdir");
+        std::fs::create_dir_all(d.path().join("elsewhere")).expect("mkdir");
+        std::fs::write(
+            ws.join(".git/commondir"),
+            d.path().join("elsewhere").display().to_string(),
+        )
+        .expect("write");
+        let r = git_dirs(&ws).expect_err("refused");
+        assert_eq!(r.pointer, ws.join(".git/commondir"));
+        assert!(r.remedy.contains("remove"), "{r:?}");
+    }
+
+    #[test]
+    fn a_git_file_naming_a_host_directory_is_refused() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let root = canon(d.path());
+        let ws = root.join("ws");
+        std::fs::create_dir_all(&ws).expect("mkdir");
+        std::fs::create_dir_all(root.join("outside/fakegit")).expect("mkdir");
+        for target in [
+            root.join("outside/fakegit").display().to_string(),
+            "../outside/fakegit".to_string(),
+            "/proc".to_string(),
+            root.join("absent").display().to_string(),
+        ] {
+            std::fs::write(ws.join(".git"), format!("gitdir: {target}\n")).expect("write");
+            let r = git_dirs(&ws).expect_err(&target);
+            assert_eq!(r.pointer, ws.join(".git"), "{target}");
+        }
+        std::fs::write(ws.join(".git"), "not a pointer\n").expect("write");
+        assert!(
+            git_dirs(&ws)
+                .expect_err("no gitdir line")
+                .reason
+                .contains("gitdir")
+        );
+        // a `.git` FIFO is refused by its type, never opened (opening would block)
+        std::fs::remove_file(ws.join(".git")).expect("rm");
+        let fifo = std::process::Command::new("mkfifo")
+            .arg(ws.join(".git"))
+            .status()
+            .expect("mkfifo");
+        assert!(fifo.success());
+        assert!(git_dirs(&ws).expect_err("fifo").reason.contains("regular file"));
+        std::fs::remove_file(ws.join(".git")).expect("rm");
+        std::os::unix::fs::symlink(root.join("outside/fakegit"), ws.join(".git")).expect("symlink");
+        assert!(
+            git_dirs(&ws)
+                .expect_err("symlink")
+                .reason
+                .contains("symbolic link")
+        );
+    }
+
+    #[test]
+    fn a_genuine_linked_worktree_is_verified() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let (ws, c) = linked(&canon(d.path()));
+        let g = git_dirs(&ws).expect("verified").expect("a repository");
+        assert_eq!((g.common_dir.clone(), g.outside), (c.clone(), true));
+        assert_eq!(g.git_dir, c.join("worktrees/wt"));
+        let o = git_overlays(&ws, &g).expect("overlays");
+        let paths: Vec<(&Path, bool)> = o.iter().map(|o| (o.path.as_path(), o.pin)).collect();
+        let wt = c.join("worktrees/wt");
+        assert_eq!(
+            paths,
+            [
+                (c.join("hooks").as_path(), false),
+                (c.join("config").as_path(), false),
+                (ws.join(".git").as_path(), false),
+                (wt.as_path(), true),
+                (wt.join("commondir").as_path(), false),
+                (wt.join("gitdir").as_path(), false),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_worktree_pointer_that_does_not_point_back_is_refused() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let root = canon(d.path());
+        let (ws, c) = linked(&root);
+        // another checkout pretends to be the worktree: its .git names the genuine worktree dir
+        let other = root.join("other");
+        std::fs::create_dir_all(&other).expect("mkdir");
+        std::fs::write(
+            other.join(".git"),
+            format!("gitdir: {}\n", c.join("worktrees/wt").display()),
+        )
+        .expect("write");
+        assert!(
+            git_dirs(&other)
+                .expect_err("no backlink")
+                .reason
+                .contains("gitdir file names")
+        );
+        // a forged worktree dir outside the repository's worktrees/ whose commondir names the repository
+        let fake = root.join("outside/fake");
+        std::fs::create_dir_all(&fake).expect("mkdir");
+        std::fs::write(fake.join("commondir"), c.display().to_string()).expect("write");
+        std::fs::write(fake.join("gitdir"), ws.join(".git").display().to_string()).expect("write");
+        std::fs::write(ws.join(".git"), format!("gitdir: {}\n", fake.display())).expect("write");
+        assert!(
+            git_dirs(&ws)
+                .expect_err("forged")
+                .reason
+                .contains("worktrees/<name>")
+        );
+        // the genuine worktree dir whose commondir was rewritten to a host directory
+        std::fs::write(
+            ws.join(".git"),
+            format!("gitdir: {}\n", c.join("worktrees/wt").display()),
+        )
+        .expect("write");
+        std::fs::write(
+            c.join("worktrees/wt/commondir"),
+            root.join("outside").display().to_string(),
+        )
+        .expect("write");
+        assert!(git_dirs(&ws).is_err());
+    }
+
+    #[test]
+    fn a_submodule_checkout_is_verified_by_its_core_worktree() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let root = canon(d.path());
+        let g = root.join("super/.git/modules/sub");
+        std::fs::create_dir_all(g.join("objects")).expect("mkdir");
+        std::fs::create_dir_all(g.join("hooks")).expect("mkdir");
+        std::fs::write(g.join("HEAD"), "0123\n").expect("write");
+        let ws = root.join("super/sub");
+        std::fs::create_dir_all(&ws).expect("mkdir");
+        std::fs::write(ws.join(".git"), "gitdir: ../.git/modules/sub\n").expect("write");
+        std::fs::write(
+            g.join("config"),
+            "[core]\n\tbare = false\n\tworktree = ../../../other\n",
+        )
+        .expect("write");
+        assert!(git_dirs(&ws).is_err());
+        std::fs::write(g.join("config"), "[core]\n\tworktree = ../../../sub\n").expect("write");
+        let dirs = git_dirs(&ws).expect("verified").expect("a repository");
+        assert_eq!((dirs.common_dir, dirs.outside), (g, true));
+    }
+
+    #[test]
+    fn protected_git_paths_never_follow_a_symlink_out() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let root = canon(d.path());
+        let ws = root.join("ws");
+        let outside = root.join("outside");
+        std::fs::create_dir_all(ws.join(".git")).expect("mkdir");
+        std::fs::create_dir_all(ws.join("inner-hooks")).expect("mkdir");
+        std::fs::create_dir_all(&outside).expect("mkdir");
+        std::fs::write(outside.join("config"), "secret").expect("write");
+        let dirs = git_dirs(&ws).expect("verified").expect("a repository");
+        std::os::unix::fs::symlink(&outside, ws.join(".git/hooks")).expect("symlink");
+        let r = git_overlays(&ws, &dirs).expect_err("hooks out");
+        assert_eq!(r.pointer, ws.join(".git/hooks"));
+        assert!(protect(&ws, None).is_err());
+        std::fs::remove_file(ws.join(".git/hooks")).expect("rm");
+        // a symlink inside the workspace is protected where it leads
+        std::os::unix::fs::symlink("../inner-hooks", ws.join(".git/hooks")).expect("symlink");
+        std::os::unix::fs::symlink(outside.join("config"), ws.join(".git/config")).expect("symlink");
+        assert_eq!(
+            git_overlays(&ws, &dirs).expect_err("config out").pointer,
+            ws.join(".git/config")
+        );
+        std::fs::remove_file(ws.join(".git/config")).expect("rm");
+        let o = git_overlays(&ws, &dirs).expect("overlays");
+        assert_eq!(
+            o,
+            [
+                GitOverlay {
+                    path: ws.join("inner-hooks"),
+                    create: false,
+                    pin: false
+                },
+                GitOverlay {
+                    path: ws.join(".git"),
+                    create: false,
+                    pin: true
+                }
+            ]
+        );
+        // a symlinked submodule directory leading out is refused too
+        std::fs::create_dir_all(ws.join(".git/modules")).expect("mkdir");
+        std::fs::write(outside.join("HEAD"), "0123\n").expect("write");
+        std::os::unix::fs::symlink(&outside, ws.join(".git/modules/m")).expect("symlink");
+        assert_eq!(
+            git_overlays(&ws, &dirs).expect_err("module out").pointer,
+            ws.join(".git/modules/m")
+        );
+    }
+
+    #[test]
+    fn nothing_is_created_outside_the_workspace() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let (ws, c) = linked(&canon(d.path()));
+        std::fs::remove_dir(c.join("hooks")).expect("rmdir");
+        let r = protect(&ws, None).expect_err("missing hooks outside");
+        assert!(r.to_string().contains("mkdir"), "{r}");
+        assert!(!c.join("hooks").exists());
     }
 
     #[test]

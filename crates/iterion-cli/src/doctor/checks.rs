@@ -1077,6 +1077,9 @@ fn spec_safety(ctx: &Ctx<'_>) -> Check {
             parts.push(fail(ID, e.to_string(), "run iterion from a project directory"));
         }
     }
+    if !ctx.cloud && !ctx.specs.is_empty() {
+        parts.extend(git_pointers(ctx, &facts, driver));
+    }
     if parts.is_empty() && ctx.specs.is_empty() {
         return skip(
             ID,
@@ -1099,6 +1102,48 @@ fn spec_safety(ctx: &Ctx<'_>) -> Check {
             ),
         ),
     )
+}
+
+/// The workspace's git pointers as the local driver verifies them before a start: a `.git` file, a
+/// `commondir` or a protected hooks/config path that leads out of the workspace without being its genuine
+/// repository, or a linked worktree's common dir that mount safety refuses. Each is a `spec_safety` failure,
+/// since the run would be refused.
+fn git_pointers(ctx: &Ctx<'_>, facts: &HostFacts, driver: DriverKind) -> Vec<Check> {
+    const ID: &str = "spec_safety";
+    use iterion_driver_docker::mounts::{git_dirs, git_overlays};
+    let ws = &ctx.inputs.work_dir;
+    let refused = |r: iterion_driver_docker::mounts::GitRefusal| {
+        vec![fail(ID, format!("the workspace git pointer {r}"), r.remedy)]
+    };
+    let dirs = match git_dirs(ws) {
+        Err(r) => return refused(r),
+        Ok(None) => return Vec::new(),
+        Ok(Some(d)) => d,
+    };
+    if let Err(r) = git_overlays(ws, &dirs) {
+        return refused(r);
+    }
+    let ws_canon = std::fs::canonicalize(ws).unwrap_or_else(|_| ws.clone());
+    if dirs.outside && !dirs.common_dir.starts_with(&ws_canon) {
+        let fs = RealFs;
+        let policy = MountPolicy {
+            host: facts,
+            fs: &fs,
+            driver,
+            workspace_target: None,
+            workspace_host: Some(ws),
+            runtime_targets: &[],
+        };
+        let c = dirs.common_dir.to_string_lossy().into_owned();
+        if let Err(reason) = policy.check_bind_source(&c) {
+            return vec![fail(
+                ID,
+                format!("the git common directory of this linked worktree is refused: source {reason}"),
+                "move the repository out of the sensitive location, or run from a plain clone",
+            )];
+        }
+    }
+    Vec::new()
 }
 
 fn env_deny(ctx: &Ctx<'_>) -> Check {
