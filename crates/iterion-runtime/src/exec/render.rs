@@ -176,9 +176,9 @@ fn raw_text(v: Option<&Value>) -> String {
     }
 }
 
-/// Renders one placeholder's value as script or text.
+/// Renders one placeholder's value as script or text (a raw placeholder in text is ordinary text).
 fn render_value(p: &Placeholder, v: Option<&Value>, mode: Mode) -> String {
-    if p.raw {
+    if p.raw && mode == Mode::JsonLiteral {
         return raw_text(v);
     }
     match mode {
@@ -482,6 +482,11 @@ mod tests {
         );
         assert_eq!(r.text, "[x|[1,2]|]");
         assert_eq!(r.missing, vec!["{{vars.x}}".to_string()]);
+        // a raw placeholder in text is ordinary text
+        assert_eq!(
+            render("[{{!outputs.a.s}}|{{!vars.x}}]", Mode::Text, &scope).text,
+            "[x|]"
+        );
     }
 
     #[test]
