@@ -29,7 +29,7 @@ pub enum Refusal {
     Backtick,
     /// Inside `${…}`: the word rules differ between shells and between operators.
     ParamExpansion,
-    /// Inside `$((…))` or `((…))`: the text is evaluated as arithmetic, which can run commands in bash.
+    /// Inside `$((…))`, `((…))` or `$[…]`: the text is evaluated as arithmetic, which can run commands in bash.
     Arithmetic,
     /// Inside a here-document or its delimiter: a line of the value could end it early.
     HereDoc,
@@ -58,7 +58,7 @@ impl Refusal {
             Refusal::AfterDollar => "right after '$'",
             Refusal::AnsiCQuote => "inside a $'…' string",
             Refusal::Ambiguous => {
-                "after a construct whose quoting cannot be followed (a 'case' inside $(…), a quote inside \"${…}\", or an unbalanced ')')"
+                "after a construct whose quoting cannot be followed (a 'case' inside $(…), a quote or a '{' inside ${…}, or an unbalanced ')')"
             }
         }
     }
@@ -95,6 +95,10 @@ enum Frame {
     /// `$((…))` or `((…))`; `parens` counts open `(` inside it.
     Arith {
         parens: u32,
+    },
+    /// bash `$[…]` arithmetic; `brackets` counts open `[` inside it.
+    ArithBracket {
+        brackets: u32,
     },
     AnsiC,
     Comment,
@@ -192,7 +196,7 @@ impl ShellLexer {
             Frame::Double => DoubleQuoted,
             Frame::Backtick => Refused(Refusal::Backtick),
             Frame::Param { .. } => Refused(Refusal::ParamExpansion),
-            Frame::Arith { .. } => Refused(Refusal::Arithmetic),
+            Frame::Arith { .. } | Frame::ArithBracket { .. } => Refused(Refusal::Arithmetic),
             Frame::AnsiC => Refused(Refusal::AnsiCQuote),
             Frame::Comment => Refused(Refusal::Comment),
             Frame::HereDelim(_) | Frame::HereBody { .. } => Refused(Refusal::HereDoc),
@@ -241,6 +245,10 @@ impl ShellLexer {
                 '{' => {
                     let in_double = matches!(self.top(), Frame::Double);
                     self.push(Frame::Param { in_double });
+                    return;
+                }
+                '[' => {
+                    self.push(Frame::ArithBracket { brackets: 0 });
                     return;
                 }
                 '\'' if self.in_command() => {
@@ -339,6 +347,8 @@ impl ShellLexer {
                     '"' => self.push(Frame::Double),
                     '\'' if in_double => self.poisoned = true,
                     '\'' => self.push(Frame::Single),
+                    // shells disagree on whether a nested '{' needs its own '}'
+                    '{' => self.poisoned = true,
                     _ => {}
                 }
             }
@@ -346,6 +356,17 @@ impl ShellLexer {
                 '(' => *parens += 1,
                 ')' if *parens > 0 => *parens -= 1,
                 ')' => self.pending = Pending::ArithClose,
+                '\\' => self.pending = Pending::Backslash,
+                '$' => self.pending = Pending::Dollar,
+                '`' => self.push(Frame::Backtick),
+                '"' => self.push(Frame::Double),
+                '\'' => self.push(Frame::Single),
+                _ => {}
+            },
+            Some(Frame::ArithBracket { brackets }) => match c {
+                '[' => *brackets += 1,
+                ']' if *brackets > 0 => *brackets -= 1,
+                ']' => self.pop(),
                 '\\' => self.pending = Pending::Backslash,
                 '$' => self.pending = Pending::Dollar,
                 '`' => self.push(Frame::Backtick),
@@ -567,6 +588,10 @@ mod tests {
             ("echo $((1 + ", Refused(Arithmetic)),
             ("(( 1 + ", Refused(Arithmetic)),
             ("echo $(( (1) + 2 )) ", Unquoted),
+            ("echo $[1 + ", Refused(Arithmetic)),
+            ("echo $[a[1]] ", Unquoted),
+            ("for ((i = 0; i < ", Refused(Arithmetic)),
+            ("echo ${x:-{a}} ", Refused(Ambiguous)),
             ("echo $", Refused(AfterDollar)),
             ("echo \"$", Refused(AfterDollar)),
             ("echo $(", Refused(AfterDollar)),
