@@ -340,3 +340,25 @@ async fn script_written_through_the_sandbox_when_the_work_dir_is_not_shared() {
     assert_eq!(h.rec.of("node_finished")[0]["output"], json!({"result": "1"}));
     assert!(leftover_scripts(&h).is_empty());
 }
+
+#[tokio::test]
+async fn an_environment_value_that_opens_a_quote_moves_the_quoting_of_the_placeholders_after_it() {
+    // `${Q}` is `"` at run time: the value lands inside double quotes and is escaped for them
+    let mut h = Harness::new().env("Q", "\"");
+    h.vars.insert("v".into(), json!("$(touch pwned)`touch pwned`"));
+    let out = output_of(&mut h, "printf '%s' ${Q}<{{input.v}}>${Q}").await;
+    assert_eq!(out, json!({"result": "<$(touch pwned)`touch pwned`>"}));
+    assert!(!h.work_dir().join("pwned").exists());
+}
+
+#[tokio::test]
+async fn a_placeholder_that_lands_where_no_quoting_is_safe_fails_the_node_before_anything_runs() {
+    // `${B}` opens backticks at run time, after the compile-time check has passed
+    let mut h = Harness::new().env("B", "`");
+    h.vars.insert("v".into(), json!("touch pwned"));
+    let out = h.run(&one_tool("touch ran; echo ${B}{{input.v}}${B}")).await;
+    assert_eq!(summary(&out), "EXECUTION_FAILED node=t checkpoint=t");
+    assert!(!h.work_dir().join("pwned").exists());
+    assert!(!h.work_dir().join("ran").exists(), "nothing of the command ran");
+    assert!(h.rec.of("tool_started").is_empty(), "{:?}", h.rec.types());
+}

@@ -34,6 +34,9 @@ pub fn compile(ast: Ast, file: &str) -> (Vec<Workflow>, Vec<Diagnostic>) {
     };
     let wf = c.run(ast);
     let mut diags = c.diags;
+    if let Some(w) = &wf {
+        diags.extend(crate::host_commands::check(w, file));
+    }
     crate::diag::sort(&mut diags);
     (wf.into_iter().collect(), diags)
 }

@@ -32,11 +32,13 @@ pub mod compile;
 pub mod devcontainer;
 pub mod diag;
 pub mod expr;
+pub mod host_commands;
 pub mod lexer;
 pub mod model;
 pub mod parser;
 pub mod resolve;
 pub mod resolved;
+pub mod shell;
 pub mod template;
 pub mod values;
 

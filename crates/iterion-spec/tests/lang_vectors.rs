@@ -1015,10 +1015,16 @@ fn ex2_release_notes() {
 #[test]
 fn ex3_ci_check() {
     let (w, d) = example("3");
-    assert_eq!(d.len(), 1);
+    // the C128 of the example, plus the C129 of the test summary (repository-controlled, produced in the
+    // sandbox) reaching the host command of notify
+    assert_eq!(d.len(), 2);
     assert_eq!(
         d[0].render_header(),
         "ex.bot:30:3: warning[C128]: sandbox: none disables isolation for node 'notify'; prefer sandbox: auto"
+    );
+    assert_eq!(
+        d[1].render_header(),
+        "ex.bot:31:27: warning[C129]: '{{input.summary}}' brings the output of node 'unit_tests' (mapped by the edge unit_tests -> notify), produced in the sandbox, into the host command of node 'notify'"
     );
     let unit = w.node("unit_tests").unwrap().sandbox.as_ref().unwrap();
     assert_eq!(unit.kind.as_str(), "override");

@@ -8,6 +8,7 @@
 
 mod git_paths;
 mod harness;
+mod quoting;
 
 use harness::{Hostile, engine_ready, node_output, show};
 use serde_json::json;

@@ -3,8 +3,10 @@
 //! Three renderings of a placeholder's value, one left-to-right pass each (inserted text is never
 //! rescanned):
 //!
-//! - [`Mode::Shell`] for tool `command:`: single-quoted shell words; `null` or a missing path leaves the
-//!   placeholder verbatim;
+//! - [`render_shell`] for tool `command:`: quoted for the shell context the placeholder sits in (a
+//!   single-quoted word, the inside of `'…'`, the inside of `"…"`), refused where no quoting is safe
+//!   (backticks, `${…}`, arithmetic, here-documents, comments, see [`iterion_spec::shell`]); `null` or a
+//!   missing path leaves the placeholder verbatim;
 //! - [`Mode::JsonLiteral`] for tool `script:`: JSON literals (`null` for missing);
 //! - [`Mode::Text`] for prompts and `with` values: plain text (missing → empty, with a warning).
 //!
@@ -12,21 +14,22 @@
 //! (shell and script renderings).
 //!
 //! ```
-//! use iterion_runtime::exec::render::{Mode, Scope, render};
-//! let input = serde_json::json!({"v": "O'Brien"});
+//! use iterion_runtime::exec::render::{Scope, render_shell};
+//! let input = serde_json::json!({"v": "O'Brien $(id)"});
 //! let scope = Scope { input: &input, ..Scope::empty() };
-//! assert_eq!(render("echo {{input.v}}", Mode::Shell, &scope).text, r"echo 'O'\''Brien'");
+//! assert_eq!(render_shell("echo {{input.v}}", &scope).unwrap().text, r"echo 'O'\''Brien $(id)'");
+//! assert_eq!(render_shell("echo \"<{{input.v}}>\"", &scope).unwrap().text, r#"echo "<O'Brien \$(id)>""#);
+//! assert!(render_shell("echo `{{input.v}}`", &scope).is_err());
 //! ```
 use std::collections::BTreeMap;
 
+use iterion_spec::shell::{Refusal, ShellContext, ShellLexer};
 use iterion_spec::template::{Placeholder, Segment, scan_template};
 use serde_json::{Map, Value};
 
 /// How placeholders are rendered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// Shell words (tool `command:`).
-    Shell,
     /// JSON literals (tool `script:`).
     JsonLiteral,
     /// Plain text (prompts, `with` values).
@@ -173,30 +176,145 @@ fn raw_text(v: Option<&Value>) -> String {
     }
 }
 
-/// Renders one placeholder's value; `None` leaves the placeholder text verbatim.
-fn render_value(p: &Placeholder, v: Option<&Value>, mode: Mode) -> Option<String> {
-    if p.raw && mode != Mode::Text {
-        return Some(raw_text(v));
+/// Renders one placeholder's value as script or text (a raw placeholder in text is ordinary text).
+fn render_value(p: &Placeholder, v: Option<&Value>, mode: Mode) -> String {
+    if p.raw && mode == Mode::JsonLiteral {
+        return raw_text(v);
     }
     match mode {
-        Mode::Shell => match v? {
-            Value::Null => None,
-            Value::String(s) => Some(shell_quote(s)),
-            Value::Array(items) if items.iter().all(|i| !i.is_object() && !i.is_array()) => {
-                Some(items.iter().map(shell_scalar).collect::<Vec<_>>().join(" "))
-            }
-            other => Some(shell_scalar(other)),
-        },
-        Mode::JsonLiteral => Some(match v {
+        Mode::JsonLiteral => match v {
             None => "null".into(),
             Some(v) => compact(v),
-        }),
-        Mode::Text => Some(match v {
+        },
+        Mode::Text => match v {
             None => String::new(),
             Some(Value::String(s)) => s.clone(),
             Some(other) => compact(other),
-        }),
+        },
     }
+}
+
+/// A value as one piece of text inside a quoted string: strings verbatim, a list of scalars as its items'
+/// text joined by one space, anything else compact JSON.
+fn quoted_text(v: &Value) -> String {
+    let scalar = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => compact(other),
+    };
+    match v {
+        Value::Array(items) if items.iter().all(|i| !i.is_object() && !i.is_array()) => {
+            items.iter().map(scalar).collect::<Vec<_>>().join(" ")
+        }
+        other => scalar(other),
+    }
+}
+
+/// The text of a (non-null) value for one shell context; `None` when the context refuses placeholders.
+fn shell_value(v: &Value, ctx: ShellContext) -> Option<String> {
+    Some(match ctx {
+        ShellContext::Unquoted => match v {
+            Value::String(s) => shell_quote(s),
+            Value::Array(items) if items.iter().all(|i| !i.is_object() && !i.is_array()) => {
+                items.iter().map(shell_scalar).collect::<Vec<_>>().join(" ")
+            }
+            other => shell_scalar(other),
+        },
+        ShellContext::SingleQuoted => quoted_text(v).replace('\'', r"'\''"),
+        ShellContext::DoubleQuoted => {
+            let t = quoted_text(v);
+            let mut out = String::with_capacity(t.len() + 8);
+            for c in t.chars() {
+                if matches!(c, '\\' | '"' | '$' | '`') {
+                    out.push('\\');
+                }
+                out.push(c);
+            }
+            out
+        }
+        ShellContext::Refused(_) => return None,
+    })
+}
+
+/// Why a tool command could not be rendered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unquotable {
+    /// The placeholder sits where no quoting is safe.
+    Context {
+        /// The placeholder text (`{{input.x}}`).
+        placeholder: String,
+        /// Where it sits.
+        refusal: Refusal,
+    },
+    /// The value holds a NUL byte, which no shell argument can carry.
+    Nul {
+        /// The placeholder text.
+        placeholder: String,
+    },
+}
+
+impl std::fmt::Display for Unquotable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unquotable::Context { placeholder, refusal } => write!(
+                f,
+                "placeholder {placeholder} is {} of the shell command, where its value cannot be quoted safely",
+                refusal.describe()
+            ),
+            Unquotable::Nul { placeholder } => write!(
+                f,
+                "the value of placeholder {placeholder} contains a NUL byte, which a shell command cannot carry"
+            ),
+        }
+    }
+}
+
+/// Renders a tool `command:` in one left-to-right pass, quoting each value for the shell context it lands
+/// in. The context is tracked over the text the shell will actually read (authored text, expanded `${…}`
+/// values, raw insertions and the quoted values themselves), so a raw value or an environment value that
+/// opens a quote moves the context of the placeholders after it.
+pub fn render_shell(template: &str, scope: &Scope<'_>) -> Result<Rendered, Unquotable> {
+    let (segs, _errors) = scan_template(template);
+    let mut text = String::with_capacity(template.len());
+    let mut missing = Vec::new();
+    let mut lexer = ShellLexer::new();
+    for seg in segs {
+        let piece = match seg {
+            Segment::Text(t) => t,
+            Segment::Placeholder(p) => {
+                let original = &template[p.start..p.end];
+                let v = scope.lookup(&p.path);
+                if v.is_none() {
+                    missing.push(original.to_string());
+                }
+                if p.raw {
+                    raw_text(v.as_ref())
+                } else {
+                    let ctx = lexer.context();
+                    if let ShellContext::Refused(refusal) = ctx {
+                        return Err(Unquotable::Context {
+                            placeholder: original.to_string(),
+                            refusal,
+                        });
+                    }
+                    match v {
+                        None | Some(Value::Null) => original.to_string(),
+                        Some(v) => {
+                            let s = shell_value(&v, ctx).unwrap_or_default();
+                            if s.contains('\0') {
+                                return Err(Unquotable::Nul {
+                                    placeholder: original.to_string(),
+                                });
+                            }
+                            s
+                        }
+                    }
+                }
+            }
+        };
+        lexer.feed(&piece);
+        text.push_str(&piece);
+    }
+    Ok(Rendered { text, missing })
 }
 
 /// A rendered template and the placeholders that resolved to nothing (missing paths).
@@ -222,10 +340,7 @@ pub fn render(template: &str, mode: Mode, scope: &Scope<'_>) -> Rendered {
                 if v.is_none() {
                     missing.push(original.to_string());
                 }
-                match render_value(&p, v.as_ref(), mode) {
-                    Some(s) => text.push_str(&s),
-                    None => text.push_str(original),
-                }
+                text.push_str(&render_value(&p, v.as_ref(), mode));
             }
         }
     }
@@ -317,8 +432,8 @@ mod tests {
             ..Scope::empty()
         };
         let got = (
-            render("{{input.v}}", Mode::Shell, &scope).text,
-            render("{{!input.v}}", Mode::Shell, &scope).text,
+            render_shell("{{input.v}}", &scope).unwrap().text,
+            render_shell("{{!input.v}}", &scope).unwrap().text,
             render("{{input.v}}", Mode::JsonLiteral, &scope).text,
         );
         assert_eq!(got, (shell.into(), raw.into(), script.into()), "value {v:?}");
@@ -367,6 +482,11 @@ mod tests {
         );
         assert_eq!(r.text, "[x|[1,2]|]");
         assert_eq!(r.missing, vec!["{{vars.x}}".to_string()]);
+        // a raw placeholder in text is ordinary text
+        assert_eq!(
+            render("[{{!outputs.a.s}}|{{!vars.x}}]", Mode::Text, &scope).text,
+            "[x|]"
+        );
     }
 
     #[test]

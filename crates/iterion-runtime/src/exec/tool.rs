@@ -5,7 +5,7 @@ use iterion_spec::model::Node;
 
 use super::node::{NodeEnv, NodeError, NodeRun, NodeSuccess, driver_error, ms, run_collect, tail};
 use super::output::tool_output;
-use super::render::{Mode, Scope, expand_command_env, render};
+use super::render::{Mode, Scope, expand_command_env, render, render_shell};
 use crate::events::{ToolCalled, ToolError, ToolStarted};
 use crate::failure::FailureCode;
 
@@ -20,14 +20,14 @@ fn language(lang: &str) -> Option<(&'static str, &'static str)> {
     })
 }
 
-/// Expands `${…}` (withholding deny-class names in containers) and renders placeholders.
-fn prepare(env: &NodeEnv<'_>, text: &str, mode: Mode, scope: &Scope<'_>) -> String {
+/// Expands `${…}` (withholding deny-class names in containers).
+fn expand(env: &NodeEnv<'_>, text: &str) -> String {
     let container = env.in_container();
     let withhold = |n: &str| container && iterion_envdeny::is_denied(n);
     let mut withheld = Vec::new();
     let expanded = expand_command_env(text, env.host_env, &withhold, &mut withheld);
     env.warn_withheld(&withheld);
-    render(&expanded, mode, scope).text
+    expanded
 }
 
 pub(crate) async fn run_tool(env: &NodeEnv<'_>, node: &Node, scope: &Scope<'_>) -> NodeRun {
@@ -42,7 +42,7 @@ pub(crate) async fn run_tool(env: &NodeEnv<'_>, node: &Node, scope: &Scope<'_>) 
                 ),
             ));
         };
-        let text = prepare(env, &script.value, Mode::JsonLiteral, scope);
+        let text = render(&expand(env, &script.value), Mode::JsonLiteral, scope).text;
         let file = format!(".iterion-script-{:016x}.{ext}", rand::random::<u64>());
         let path = format!("{}/{file}", env.sandbox.workdir.trim_end_matches('/'));
         (
@@ -51,7 +51,15 @@ pub(crate) async fn run_tool(env: &NodeEnv<'_>, node: &Node, scope: &Scope<'_>) 
             Some((file, path, text)),
         )
     } else if let Some(cmd) = &node.command {
-        let text = prepare(env, &cmd.value, Mode::Shell, scope);
+        let text = match render_shell(&expand(env, &cmd.value), scope) {
+            Ok(r) => r.text,
+            Err(e) => {
+                return NodeRun::Err(NodeError::new(
+                    FailureCode::ExecutionFailed,
+                    format!("tool node '{id}': {e}; nothing was run"),
+                ));
+            }
+        };
         (
             format!("shell:{id}"),
             vec![env.sandbox.shell.program().to_string(), "-c".into(), text],
