@@ -817,12 +817,15 @@ impl Starter {
         }
     }
 
-    /// Ends a step: revokes its credential (later requests get 407, its tunnels close), then kills what the
-    /// step left running in its sandbox (steps never overlap, so nothing else of the run is running there).
+    /// Ends a step while the egress proxy is active: revokes its credential (later requests get 407, its
+    /// tunnels close), then kills what the step left running in its sandbox (steps never overlap, so nothing
+    /// else of the run is running there). Without a proxy there is no credential to outlive the step, and
+    /// processes a step leaves behind are left alone (a background service for later nodes keeps working).
     async fn end_step(&self, user: &str, run: &dyn Run, what: &str) {
-        if self.net.is_some()
-            && let Some(proxy) = Guard::lock(&self.res).proxy.as_ref()
-        {
+        if self.net.is_none() {
+            return;
+        }
+        if let Some(proxy) = Guard::lock(&self.res).proxy.as_ref() {
             proxy.remove_credential(user);
         }
         match tokio::time::timeout(Duration::from_secs(10), run.kill_leftovers()).await {
