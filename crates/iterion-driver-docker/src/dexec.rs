@@ -97,6 +97,83 @@ pub(crate) async fn run_quiet(inner: &RunInner, user: &str, cmd: Vec<String>) ->
     exit_code_of(inner, &created.id).await
 }
 
+/// Runs a command to completion as user `user`, stdin closed; returns its exit code and the first
+/// `max` bytes of its stdout (stderr is read and dropped).
+pub(crate) async fn run_capture(
+    inner: &RunInner,
+    user: &str,
+    cmd: Vec<String>,
+    max: usize,
+) -> Result<(i64, Vec<u8>), DError> {
+    let cfg = ExecConfig {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(false),
+        cmd: Some(cmd),
+        user: Some(user.to_string()),
+        ..Default::default()
+    };
+    let created = match inner.docker.create_exec(&inner.id, cfg).await {
+        Ok(c) => c,
+        Err(e) => return Err(inner.exec_create_error(e).await),
+    };
+    let mut out = Vec::new();
+    match inner
+        .docker
+        .start_exec(
+            &created.id,
+            Some(StartExecOptions {
+                detach: false,
+                tty: false,
+                output_capacity: None,
+            }),
+        )
+        .await
+    {
+        Ok(StartExecResults::Attached { mut output, input }) => {
+            drop(input);
+            while let Some(item) = output.next().await {
+                match item {
+                    Ok(LogOutput::StdOut { message }) => {
+                        let room = max.saturating_sub(out.len());
+                        out.extend_from_slice(&message[..message.len().min(room)]);
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+        }
+        Ok(StartExecResults::Detached) => {}
+        Err(e) => return Err(inner.stream_error(e.to_string()).await),
+    }
+    Ok((exit_code_of(inner, &created.id).await?, out))
+}
+
+/// Lists the processes of the container (one pid a line), leaving out the listing shell itself. Only shell
+/// builtins: it works in any image with a POSIX `sh`.
+pub const LIST_PIDS_SCRIPT: &str =
+    "for d in /proc/[0-9]*; do p=${d#/proc/}; [ \"$p\" = \"$$\" ] || echo \"$p\"; done";
+
+/// SIGKILLs every process of the container whose pid is not an argument (and not the shell itself), in passes
+/// until a pass finds none (at most 10, so processes forked during a pass are caught by the next); zombies are
+/// skipped. Prints how many signals were sent. Only shell builtins.
+pub const KILL_LEFTOVERS_SCRIPT: &str = r#"keep=" $* "; n=0; i=0
+while [ "$i" -lt 10 ]; do
+  i=$((i+1)); found=0
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    case "$keep" in *" $p "*) continue ;; esac
+    [ "$p" = "$$" ] && continue
+    s=
+    read -r s 2>/dev/null < "$d/stat" || continue
+    case "${s##*) }" in Z*|X*) continue ;; esac
+    kill -9 "$p" 2>/dev/null && found=$((found+1))
+  done
+  [ "$found" -eq 0 ] && break
+  n=$((n+found))
+done
+echo "$n""#;
+
 async fn exit_code_of(inner: &RunInner, exec_id: &str) -> Result<i64, DError> {
     exit_code_polled(inner, exec_id).await.map(|(code, _)| code)
 }

@@ -752,6 +752,18 @@ impl DockerDriver {
                 });
             }
         }
+        // The processes that make up the sandbox itself, spared when a step's leftovers are killed.
+        match tokio::time::timeout(Duration::from_secs(10), run.record_infrastructure()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => req.events.log(
+                LogLevel::Warn,
+                format!("cannot list the sandbox's processes ({e}); processes a step leaves behind will not be killed"),
+            ),
+            Err(_) => req.events.log(
+                LogLevel::Warn,
+                "listing the sandbox's processes did not finish within 10s; processes a step leaves behind will not be killed".to_string(),
+            ),
+        }
 
         let mut report = StartReport::new(id.clone(), workspace.clone());
         report.name = name;

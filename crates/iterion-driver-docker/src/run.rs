@@ -32,6 +32,9 @@ pub(crate) struct RunInner {
     closed: AtomicBool,
     finished: tokio::sync::Mutex<Vec<String>>,
     live: std::sync::atomic::AtomicUsize,
+    /// The processes present right after the start (init, the relay or `sleep`): never killed by
+    /// [`Run::kill_leftovers`]. `None` until recorded; without it nothing is killed.
+    infrastructure: Mutex<Option<Vec<u32>>>,
 }
 
 /// Container facts: `None` when the container no longer exists.
@@ -74,6 +77,7 @@ impl RunInner {
             closed: AtomicBool::new(false),
             finished: tokio::sync::Mutex::new(Vec::new()),
             live: std::sync::atomic::AtomicUsize::new(0),
+            infrastructure: Mutex::new(None),
         }
     }
 
@@ -179,12 +183,39 @@ impl std::fmt::Debug for DockerRun {
     }
 }
 
+/// More processes than this right after the start means the listing cannot be trusted.
+const MAX_INFRASTRUCTURE: usize = 16;
+
 impl DockerRun {
     pub(crate) fn new(inner: RunInner) -> Self {
         Self {
             inner: Arc::new(inner),
             cleanup: Mutex::new(None),
         }
+    }
+
+    /// Records the processes running right after the start, before any command of the workflow or the
+    /// repository ran: the init and the entrypoint (relay or `sleep`). [`Run::kill_leftovers`] spares them.
+    pub(crate) async fn record_infrastructure(&self) -> Result<Vec<u32>, DError> {
+        let cmd = vec!["/bin/sh".into(), "-c".into(), dexec::LIST_PIDS_SCRIPT.into()];
+        let (code, out) = dexec::run_capture(&self.inner, "0", cmd, 4096).await?;
+        let text = String::from_utf8_lossy(&out);
+        let pids: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        if code != 0 || pids.is_empty() || pids.len() > MAX_INFRASTRUCTURE || !pids.contains(&1) {
+            return Err(DError::Engine {
+                status: None,
+                message: format!(
+                    "listing the processes of the sandbox gave exit code {code} and {} pids",
+                    pids.len()
+                ),
+            });
+        }
+        *self
+            .inner
+            .infrastructure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(pids.clone());
+        Ok(pids)
     }
 }
 
@@ -297,6 +328,32 @@ impl Run for DockerRun {
 
     fn user(&self) -> Option<&str> {
         self.inner.user.as_deref()
+    }
+
+    async fn kill_leftovers(&self) -> Result<Option<u64>, DError> {
+        self.inner.check_open()?;
+        let keep = self
+            .inner
+            .infrastructure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let Some(keep) = keep else { return Ok(None) };
+        let mut cmd = vec![
+            "/bin/sh".to_string(),
+            "-c".to_string(),
+            dexec::KILL_LEFTOVERS_SCRIPT.to_string(),
+            "iterion-reap".to_string(),
+        ];
+        cmd.extend(keep.iter().map(u32::to_string));
+        let (code, out) = dexec::run_capture(&self.inner, "0", cmd, 64).await?;
+        if code != 0 {
+            return Err(DError::Engine {
+                status: None,
+                message: format!("killing the processes left in the sandbox exited {code}"),
+            });
+        }
+        Ok(Some(String::from_utf8_lossy(&out).trim().parse().unwrap_or(0)))
     }
 
     async fn exec(&self, req: ExecRequest) -> iterion_driver::Result<Exec> {

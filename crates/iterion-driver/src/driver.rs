@@ -73,6 +73,13 @@ pub trait Run: Send + Sync + std::fmt::Debug {
     async fn cleanup(&self) -> CleanupReport;
     /// Panic path only: force removal within 5 s, synchronously.
     fn force_cleanup_blocking(&self);
+    /// Kills every process of the sandbox except its own infrastructure (init, relay), for use between two
+    /// steps when no exec of the caller is running: what a step left behind (`setsid … &`, daemons) does not
+    /// outlive it. `Ok(Some(n))`: `n` processes were killed; `Ok(None)`: this sandbox cannot do it (a host
+    /// run, or a driver without a process namespace of its own).
+    async fn kill_leftovers(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
 }
 
 /// What `start` returns.

@@ -49,6 +49,6 @@ pub use exec::{
     Stdin, exec_collect,
 };
 pub use noop::{NoopDriver, NoopRun};
-pub use post_create::{LOG_PREFIX, TAIL_BYTES, run_post_create};
+pub use post_create::{LOG_PREFIX, TAIL_BYTES, run_post_create, run_post_create_with_env};
 pub use types::*;
 pub use untar::{DEFAULT_UNTAR_CAP, UntarReport, safe_untar, safe_untar_sync};

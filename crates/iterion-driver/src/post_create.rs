@@ -45,6 +45,11 @@ async fn stream_lines(r: Option<impl AsyncRead + Unpin>, level: LogLevel, log: &
     tail
 }
 
+fn with_env(mut req: ExecRequest, env: &[(String, String)]) -> ExecRequest {
+    req.env.extend(env.iter().cloned());
+    req
+}
+
 /// Runs the resolved post-create commands one after another, each as `["/bin/sh", "-c", command]`, as the
 /// sandbox user, in the workspace, with the container environment only and stdin closed.
 ///
@@ -58,10 +63,25 @@ pub async fn run_post_create(
     timeout: Duration,
     log: &EventSink,
 ) -> Result<()> {
+    run_post_create_with_env(run, commands, &[], timeout, log).await
+}
+
+/// [`run_post_create`] with exec-scope entries for every command (for example the proxy credentials of the
+/// setup step, which the container environment never carries).
+pub async fn run_post_create_with_env(
+    run: &dyn Run,
+    commands: &[String],
+    env: &[(String, String)],
+    timeout: Duration,
+    log: &EventSink,
+) -> Result<()> {
     let deadline = tokio::time::Instant::now() + timeout;
     for (i, cmd) in commands.iter().enumerate() {
         let mut exec = run
-            .exec(ExecRequest::shell(cmd.clone()).stdin(Stdin::Closed))
+            .exec(with_env(
+                ExecRequest::shell(cmd.clone()).stdin(Stdin::Closed),
+                env,
+            ))
             .await?;
         let killer = exec.killer();
         let out = exec.stdout.take();

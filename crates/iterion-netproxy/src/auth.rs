@@ -4,6 +4,7 @@ use crate::Policy;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 /// A credential registered with the proxy: who may use it and which policy applies to its requests.
 #[derive(Debug, Clone)]
@@ -17,6 +18,8 @@ pub struct Credential {
     pub policy: Arc<Policy>,
     /// Accept any username with the right token in Basic authentication (standalone convenience, §11).
     pub any_username: bool,
+    /// Cancelled when the credential is removed: tunnels opened with it close.
+    revoked: CancellationToken,
 }
 
 impl Credential {
@@ -33,6 +36,7 @@ impl Credential {
             node_id,
             policy,
             any_username: false,
+            revoked: CancellationToken::new(),
         }
     }
 
@@ -46,6 +50,11 @@ impl Credential {
     /// The token (never logged; needed to build endpoint URLs).
     pub fn token(&self) -> &str {
         &self.token
+    }
+
+    /// Cancelled once the credential is removed from the proxy (shared by every clone).
+    pub(crate) fn revoked(&self) -> &CancellationToken {
+        &self.revoked
     }
 }
 
@@ -119,8 +128,15 @@ impl CredentialStore {
         Ok(())
     }
 
+    /// Removes a credential and revokes it: tunnels opened with it are closed.
     pub(crate) fn remove(&mut self, username: &str) -> bool {
-        self.by_user.remove(username).is_some()
+        match self.by_user.remove(username) {
+            Some((c, _)) => {
+                c.revoked.cancel();
+                true
+            }
+            None => false,
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {

@@ -230,6 +230,8 @@ pub(crate) enum Next {
         permit: tokio::sync::OwnedSemaphorePermit,
         /// Set only when TLS inspection applies to this tunnel.
         inspect: Option<Box<TunnelCtx>>,
+        /// Cancelled when the tunnel's credential is removed: the tunnel closes.
+        revoked: CancellationToken,
     },
 }
 
@@ -259,22 +261,28 @@ pub(crate) async fn serve_connection<S: AsyncIo>(sh: Arc<Shared>, mut client: S)
                 decision_id,
                 permit,
                 inspect: Some(ctx),
+                revoked,
             } => {
                 let early = std::mem::take(&mut buf);
                 let Some(insp) = sh.tls.clone() else { break };
                 let start = Instant::now();
                 // Boxed: the interception state (TLS sessions, buffers) must not enlarge every connection's
                 // future, so opaque tunnels keep their size when inspection is off.
-                let report = Box::pin(inspected_tunnel(&sh, &insp, &mut client, upstream, early, *ctx)).await;
+                let tunnel = Box::pin(inspected_tunnel(&sh, &insp, &mut client, upstream, early, *ctx));
+                // A revoked credential ends the tunnel at once (both sides are dropped with the future).
+                let (bytes_up, bytes_down, reason) = tokio::select! {
+                    report = tunnel => (report.bytes_up, report.bytes_down, report.reason),
+                    () = revoked.cancelled() => (0, 0, "revoked"),
+                };
                 drop(permit);
-                Counters::add(&sh.counters.bytes_up, report.bytes_up);
-                Counters::add(&sh.counters.bytes_down, report.bytes_down);
+                Counters::add(&sh.counters.bytes_up, bytes_up);
+                Counters::add(&sh.counters.bytes_down, bytes_down);
                 sh.events.emit(ProxyEvent::TunnelClosed {
                     decision_id,
-                    bytes_up: report.bytes_up,
-                    bytes_down: report.bytes_down,
+                    bytes_up,
+                    bytes_down,
                     duration_ms: start.elapsed().as_millis() as u64,
-                    close_reason: report.reason.to_owned(),
+                    close_reason: reason.to_owned(),
                 });
                 break;
             }
@@ -283,6 +291,7 @@ pub(crate) async fn serve_connection<S: AsyncIo>(sh: Arc<Shared>, mut client: S)
                 decision_id,
                 permit,
                 inspect: None,
+                revoked,
             } => {
                 let early = std::mem::take(&mut buf);
                 let limits = TunnelLimits {
@@ -290,7 +299,23 @@ pub(crate) async fn serve_connection<S: AsyncIo>(sh: Arc<Shared>, mut client: S)
                     lifetime: sh.limits.tunnel_max_lifetime,
                 };
                 let start = Instant::now();
-                let report = relay(&mut client, &mut upstream, early, limits, &sh.hard).await;
+                // The relay stops at shutdown or when the tunnel's credential is removed.
+                let stop = sh.hard.child_token();
+                let watch = {
+                    let stop = stop.clone();
+                    tokio::spawn(async move {
+                        tokio::select! {
+                            () = revoked.cancelled() => stop.cancel(),
+                            () = stop.cancelled() => {}
+                        }
+                    })
+                };
+                let mut report = relay(&mut client, &mut upstream, early, limits, &stop).await;
+                stop.cancel();
+                let _ = watch.await;
+                if report.reason == CloseReason::Shutdown && !sh.hard.is_cancelled() {
+                    report.reason = CloseReason::Revoked;
+                }
                 drop(permit);
                 // After end of file both write sides are shut already; otherwise half-close upstream before
                 // the socket is dropped.
@@ -614,6 +639,7 @@ async fn handle_request<S: AsyncIo>(
                 decision_id,
                 permit,
                 inspect,
+                revoked: cred.revoked().clone(),
             }
         }
         ProxyTarget::Http { authority: _, path } => {
@@ -758,7 +784,8 @@ impl RunningProxy {
         })
     }
 
-    /// Remove a credential; `true` when it existed. Requests already authenticated continue.
+    /// Remove a credential; `true` when it existed. Later requests with it get 407, and tunnels opened with it
+    /// are closed (`TunnelClosed` with reason `revoked`); a plain request already being forwarded completes.
     pub fn remove_credential(&self, username: &str) -> bool {
         self.shared
             .creds

@@ -42,6 +42,8 @@ pub(crate) enum CloseReason {
     Idle,
     Lifetime,
     Shutdown,
+    /// The credential the tunnel was opened with was removed.
+    Revoked,
     Error,
 }
 
@@ -52,6 +54,7 @@ impl CloseReason {
             CloseReason::Idle => "idle",
             CloseReason::Lifetime => "lifetime",
             CloseReason::Shutdown => "shutdown",
+            CloseReason::Revoked => "revoked",
             CloseReason::Error => "error",
         }
     }

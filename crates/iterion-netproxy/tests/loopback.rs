@@ -197,3 +197,51 @@ async fn shutdown_answers_503_to_connections_reading_a_head() {
     client.read_to_string(&mut out).await.expect("read");
     assert!(out.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{out}");
 }
+
+#[tokio::test]
+async fn removing_a_credential_closes_the_tunnels_opened_with_it() {
+    let echo = echo_server().await;
+    let (proxy, run_token, events) =
+        start(&["127.0.0.1"], Listen::Tcp("127.0.0.1:0".parse().expect("addr"))).await;
+    let addr = proxy.local_addr().expect("tcp");
+    let node_token = new_token();
+    proxy
+        .add_credential(Credential::new(
+            "node",
+            node_token.clone(),
+            Some("node".into()),
+            policy(&["127.0.0.1"]),
+        ))
+        .expect("add");
+    let mut node = TcpStream::connect(addr).await.expect("connect proxy");
+    let mut run = TcpStream::connect(addr).await.expect("connect proxy");
+    for (s, t) in [(&mut node, &node_token), (&mut run, &run_token)] {
+        assert!(connect_through(s, &echo.to_string(), t).await.contains(" 200 "));
+        s.write_all(b"hi").await.expect("write");
+        let mut b = [0u8; 2];
+        s.read_exact(&mut b).await.expect("echo");
+    }
+    assert!(proxy.remove_credential("node"));
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(Duration::from_secs(10), node.read_to_end(&mut rest))
+        .await
+        .expect("the revoked tunnel closes")
+        .expect("eof");
+    assert_eq!(n, 0, "nothing more arrives on the revoked tunnel");
+    // The other credential's tunnel stays open.
+    run.write_all(b"ok").await.expect("write");
+    let mut b = [0u8; 2];
+    run.read_exact(&mut b).await.expect("echo after the revocation");
+    assert_eq!(&b, b"ok");
+    proxy.shutdown(Duration::ZERO).await;
+    let reasons: Vec<String> = events
+        .lock()
+        .expect("events")
+        .iter()
+        .filter_map(|e| match e {
+            ProxyEvent::TunnelClosed { close_reason, .. } => Some(close_reason.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(reasons.contains(&"revoked".to_string()), "{reasons:?}");
+}

@@ -564,6 +564,8 @@ impl<'a> Engine<'a> {
                 let fut = dispatch(&env, self.wf, node, &sc);
                 with_deadlines(fut, &cancel, self.budget_deadline, self.timeout_deadline).await
             };
+            // The execution's credential and the processes it left behind end with it.
+            self.ctx.sandboxes.node_ended(&id, &sandbox).await;
             let duration_ms = ms(t0.elapsed());
             // every execution counts, failed attempts included (max_iterations)
             self.st.iterations += 1;

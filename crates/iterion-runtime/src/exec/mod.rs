@@ -133,10 +133,15 @@ pub trait NodeSandboxes: Send + Sync {
     /// reused for later executions of any node with the same spec key (5.2).
     async fn sandbox_for(&self, node_id: &str) -> Result<NodeSandbox, SandboxUnavailable>;
 
-    /// The node's exec-scope entries that the lifecycle controls (the node's proxy credentials while the
-    /// egress proxy is active; empty otherwise). The executor adds `ITERION_RUN_ID`, `ITERION_NODE_ID` and,
-    /// for agent nodes, the backend credentials.
+    /// The node's exec-scope entries that the lifecycle controls, for one execution of the node: while the
+    /// egress proxy is active, the proxy URLs with a credential minted for this execution (the node's policy),
+    /// valid until [`NodeSandboxes::node_ended`]; empty otherwise. The executor adds `ITERION_RUN_ID`,
+    /// `ITERION_NODE_ID` and, for agent nodes, the backend credentials.
     fn exec_env(&self, node_id: &str) -> Vec<(String, String)>;
+
+    /// Called after every execution of a node (success, failure, cancellation or deadline), before the next
+    /// one starts: revokes the execution's credential and kills the processes it left in its sandbox.
+    async fn node_ended(&self, _node_id: &str, _sandbox: &NodeSandbox) {}
 }
 
 /// Where the executor reports: events, log lines, checkpoints and artifacts. Implemented by the lifecycle

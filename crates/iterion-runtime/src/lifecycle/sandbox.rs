@@ -411,13 +411,25 @@ struct Started {
     duration: Duration,
 }
 
-/// The network of the run: lease, proxy and credentials.
+/// The network of the run: lease, proxy and the policies credentials are minted with.
+///
+/// No credential lives in a container's environment: the container env carries the proxy URL without
+/// credentials, and each step (a node execution, a post-create phase) gets a fresh credential for its policy in
+/// its exec env only, revoked when the step ends.
 struct Net {
     lease: Arc<NetworkLease>,
-    run_url: String,
-    node_urls: BTreeMap<String, String>,
+    /// `http://<host>:<port>`, no credentials (the container env).
+    base_url: String,
+    host: String,
+    port: u16,
+    run_policy: Arc<Policy>,
+    node_policies: BTreeMap<String, Arc<Policy>>,
     endpoint: iterion_driver::ProxyEndpoint,
 }
+
+/// Username of the credential of a post-create phase (node ids are identifiers, so none is `setup:…`-like;
+/// the credential is attributed to the node for a node container).
+const SETUP_USER: &str = "setup";
 
 /// Everything needed to start a container, shared with lazily started node containers.
 struct Starter {
@@ -527,7 +539,7 @@ impl Starter {
 
     /// 4.5: classify, emit `sandbox_env_denied`, record names (before anything is created).
     fn classify(&self, scope: &str, spec: &ResolvedSandbox, proxy: bool) -> Result<(), Failure> {
-        let provisional = proxy.then_some("http://run:provisional@127.0.0.1:3128");
+        let provisional = proxy.then_some("http://127.0.0.1:3128");
         let merged = self.merge_env(spec, provisional)?;
         let report: Vec<EnvDeniedEntry> = merged
             .report
@@ -642,7 +654,7 @@ impl Starter {
     ) -> Result<Started, Failure> {
         let began = Instant::now();
         let s = &self.cfg.settings;
-        let merged = self.merge_env(spec, self.net.as_ref().map(|n| n.run_url.as_str()))?;
+        let merged = self.merge_env(spec, self.net.as_ref().map(|n| n.base_url.as_str()))?;
         let mut req = StartRequest::new(self.run_id.clone(), self.work_dir.clone(), self.owner.clone());
         req.run_name = Some(self.run_name.clone());
         req.sandbox_key = key.to_owned();
@@ -696,11 +708,24 @@ impl Starter {
             });
             let t = s.post_create_timeout.duration;
             let log = self.sink(node_id.map(str::to_owned));
+            let policy = self.net.as_ref().map(|n| match node_id {
+                Some(id) => n
+                    .node_policies
+                    .get(id)
+                    .cloned()
+                    .unwrap_or_else(|| n.run_policy.clone()),
+                None => n.run_policy.clone(),
+            });
+            let env = match policy {
+                Some(p) => self.mint(SETUP_USER, node_id.map(str::to_owned), p),
+                None => Vec::new(),
+            };
             let r = tokio::time::timeout(
                 t,
-                iterion_driver::run_post_create(run.as_ref(), &spec.post_create, t, &log),
+                iterion_driver::run_post_create_with_env(run.as_ref(), &spec.post_create, &env, t, &log),
             )
             .await;
+            self.end_step(SETUP_USER, run.as_ref(), "post_create").await;
             let finished = |code: i64| SandboxPostCreateFinished {
                 exit_code: code,
                 duration_ms: ms(pc_start.elapsed()),
@@ -768,6 +793,56 @@ impl Starter {
             shell,
             duration: began.elapsed(),
         })
+    }
+
+    /// Registers a fresh credential `user` (attributed to `node_id`) with `policy` and returns the exec-scope
+    /// proxy variables that carry it; empty without a proxy. A credential left under that name is replaced.
+    fn mint(&self, user: &str, node_id: Option<String>, policy: Arc<Policy>) -> Vec<(String, String)> {
+        let Some(net) = &self.net else { return Vec::new() };
+        let res = Guard::lock(&self.res);
+        let Some(proxy) = res.proxy.as_ref() else {
+            return Vec::new();
+        };
+        proxy.remove_credential(user);
+        let token = iterion_netproxy::new_token();
+        match proxy.add_credential(Credential::new(user, token.clone(), node_id, policy)) {
+            Ok(()) => proxy_env(&proxy_url(user, &token, &net.host, net.port)),
+            Err(e) => {
+                self.em.log(
+                    LogLevel::Warn,
+                    &format!("sandbox: cannot register the proxy credential of {user}: {e}"),
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    /// Ends a step while the egress proxy is active: revokes its credential (later requests get 407, its
+    /// tunnels close), then kills what the step left running in its sandbox (steps never overlap, so nothing
+    /// else of the run is running there). Without a proxy there is no credential to outlive the step, and
+    /// processes a step leaves behind are left alone (a background service for later nodes keeps working).
+    async fn end_step(&self, user: &str, run: &dyn Run, what: &str) {
+        if self.net.is_none() {
+            return;
+        }
+        if let Some(proxy) = Guard::lock(&self.res).proxy.as_ref() {
+            proxy.remove_credential(user);
+        }
+        match tokio::time::timeout(Duration::from_secs(10), run.kill_leftovers()).await {
+            Ok(Ok(Some(n))) if n > 0 => self.em.log(
+                LogLevel::Info,
+                &format!("sandbox: killed {n} processes left behind by {what}"),
+            ),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => self.em.log(
+                LogLevel::Warn,
+                &format!("sandbox: cannot kill the processes left behind by {what}: {e}"),
+            ),
+            Err(_) => self.em.log(
+                LogLevel::Warn,
+                &format!("sandbox: killing the processes left behind by {what} did not finish within 10s"),
+            ),
+        }
     }
 
     fn emit_host_state(&self, spec: &ResolvedSandbox, report: &StartReport) {
@@ -856,7 +931,6 @@ pub(crate) struct Sandboxes {
     own_keys: BTreeMap<String, String>,
     own: BTreeMap<String, OwnSpec>,
     starter: Option<Arc<Starter>>,
-    node_env: BTreeMap<String, Vec<(String, String)>>,
     driver_name: Option<String>,
 }
 
@@ -933,7 +1007,27 @@ impl NodeSandboxes for Sandboxes {
     }
 
     fn exec_env(&self, node_id: &str) -> Vec<(String, String)> {
-        self.node_env.get(node_id).cloned().unwrap_or_default()
+        let Some(starter) = &self.starter else {
+            return Vec::new();
+        };
+        let Some(policy) = starter
+            .net
+            .as_ref()
+            .and_then(|n| n.node_policies.get(node_id).cloned())
+        else {
+            return Vec::new();
+        };
+        starter.mint(node_id, Some(node_id.to_owned()), policy)
+    }
+
+    async fn node_ended(&self, node_id: &str, sandbox: &NodeSandbox) {
+        let Some(starter) = &self.starter else { return };
+        if sandbox.placement == Placement::Host {
+            return;
+        }
+        starter
+            .end_step(node_id, sandbox.run.as_ref(), &format!("node {node_id}"))
+            .await;
     }
 }
 
@@ -952,7 +1046,16 @@ fn proxy_env(url: &str) -> Vec<(String, String)> {
 }
 
 fn proxy_url(user: &str, token: &str, host: &str, port: u16) -> String {
-    format!("http://{user}:{token}@{host}:{port}")
+    format!("http://{user}:{token}@{}:{port}", url_host(host))
+}
+
+/// A host as written in a URL: an IPv6 address in brackets.
+fn url_host(host: &str) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    }
 }
 
 impl Setup<'_> {
@@ -1140,7 +1243,6 @@ impl Setup<'_> {
                 own_keys: BTreeMap::new(),
                 own: BTreeMap::new(),
                 starter: None,
-                node_env: BTreeMap::new(),
                 driver_name: None,
             })
         };
@@ -1327,14 +1429,6 @@ impl Setup<'_> {
                 .await?;
             starter.net = Some(Arc::new(net));
         }
-        let node_env: BTreeMap<String, Vec<(String, String)>> = match &starter.net {
-            Some(n) => n
-                .node_urls
-                .iter()
-                .map(|(id, u)| (id.clone(), proxy_env(u)))
-                .collect(),
-            None => BTreeMap::new(),
-        };
         // 4.10–4.12
         let run_sandbox = match (run_spec.take(), prepared) {
             (Some(r), Some(p)) => {
@@ -1409,7 +1503,6 @@ impl Setup<'_> {
             own_keys,
             own: own_specs,
             starter: Some(Arc::new(starter)),
-            node_env,
             driver_name: Some(kind),
         }))
     }
@@ -1437,24 +1530,20 @@ impl Setup<'_> {
             Ok(Ok(l)) => Arc::new(l),
         };
         Guard::lock(&guard.res).lease = Some(lease.clone());
-        let run_token = iterion_netproxy::new_token();
+        // The proxy starts with one credential nobody is given (the configuration requires one); it is removed
+        // once the proxy runs. Steps get credentials of their own while they run (`Starter::mint`).
+        const BOOTSTRAP: &str = "bootstrap";
         let mut builder = ProxyConfig::builder()
             .listen(match &lease.proxy_listen {
                 ProxyListen::Unix(p) => Listen::Unix(p.clone()),
                 ProxyListen::Tcp(a) => Listen::Tcp(*a),
             })
-            .credential(Credential::new("run", run_token.clone(), None, run_compiled));
-        let mut tokens = BTreeMap::new();
-        for (id, pol) in compiled {
-            let t = iterion_netproxy::new_token();
-            builder = builder.credential(Credential::new(
-                id.clone(),
-                t.clone(),
-                Some(id.clone()),
-                pol.clone(),
+            .credential(Credential::new(
+                BOOTSTRAP,
+                iterion_netproxy::new_token(),
+                None,
+                run_compiled.clone(),
             ));
-            tokens.insert(id.clone(), t);
-        }
         if let Some(sd) = &cfg.settings.silent_deny {
             builder = builder.silent_deny(sd);
         }
@@ -1502,6 +1591,7 @@ impl Setup<'_> {
         let proxy = Proxy::start(config)
             .await
             .map_err(|e| start_failed(e.to_string()))?;
+        proxy.remove_credential(BOOTSTRAP);
         let placement = lease.placement;
         let port = match placement {
             iterion_driver::Placement::Advisory => proxy
@@ -1542,11 +1632,11 @@ impl Setup<'_> {
         });
         Ok(Net {
             lease,
-            run_url: proxy_url("run", &run_token, &host, port),
-            node_urls: tokens
-                .iter()
-                .map(|(id, t)| (id.clone(), proxy_url(id, t, &host, port)))
-                .collect(),
+            base_url: format!("http://{}:{port}", url_host(&host)),
+            host: host.clone(),
+            port,
+            run_policy: run_compiled,
+            node_policies: compiled.clone(),
             endpoint: iterion_driver::ProxyEndpoint { host, port },
         })
     }
