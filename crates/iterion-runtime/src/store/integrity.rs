@@ -5,7 +5,7 @@
 //!
 //! The tag is the `integrity` field of `run.json` itself (`hmac-sha256:<64 hex>`), so a document and its tag
 //! are written in the same atomic rename. It is computed over the compact JSON of the parsed document without
-//! that field, which is deterministic for a given file text whatever the key order of the serializer.
+//! that field, with keys sorted, which is deterministic for a given file text whatever the key order.
 use std::fs::{self, OpenOptions};
 use std::io::{ErrorKind, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -105,16 +105,10 @@ impl RecordKey {
         hmac_sha256(&self.0, msg)
     }
 
-    /// The tag of a document value (its `integrity` field ignored).
+    /// The tag of a document value (its top-level `integrity` field ignored).
     fn tag_of(&self, doc: &Value) -> Result<String> {
-        let mut v = doc.clone();
-        if let Value::Object(m) = &mut v {
-            m.remove(FIELD);
-        }
-        let canon = serde_json::to_vec(&v).map_err(|source| Error::Encode {
-            what: "run document",
-            source,
-        })?;
+        let mut canon = Vec::new();
+        canonical(doc, true, &mut canon)?;
         Ok(format!("{SCHEME}{}", hex::encode(self.mac(&canon))))
     }
 
@@ -143,6 +137,43 @@ impl RecordKey {
             _ => Integrity::Mismatch,
         }
     }
+}
+
+/// Compact JSON with object keys sorted at every level, so the bytes depend only on the parsed values, never
+/// on the order a serializer keeps; `top` drops the top-level `integrity` field.
+fn canonical(v: &Value, top: bool, out: &mut Vec<u8>) -> Result<()> {
+    let enc = |source| Error::Encode {
+        what: "run document",
+        source,
+    };
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().filter(|k| !(top && k.as_str() == FIELD)).collect();
+            keys.sort();
+            out.push(b'{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                serde_json::to_writer(&mut *out, k).map_err(enc)?;
+                out.push(b':');
+                canonical(&m[k], false, out)?;
+            }
+            out.push(b'}');
+        }
+        Value::Array(a) => {
+            out.push(b'[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                canonical(x, false, out)?;
+            }
+            out.push(b']');
+        }
+        scalar => serde_json::to_writer(&mut *out, scalar).map_err(enc)?,
+    }
+    Ok(())
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -192,6 +223,9 @@ mod tests {
         // Re-indenting keeps the tag valid: it covers the parsed document, not its layout.
         let compact = serde_json::to_string(&serde_json::from_str::<Value>(&signed).expect("json")).expect("enc");
         assert_eq!(key.check(compact.as_bytes()), Integrity::Valid);
+        // Reordering keys keeps it valid too.
+        let reordered = format!("{{\"sandbox\": {{\"cli_mode\": null}}, \"integrity\": \"{tag}\", \"id\": \"r\"}}");
+        assert_eq!(key.check(reordered.as_bytes()), Integrity::Valid);
         let tampered = signed.replace("null", "\"none\"");
         assert_eq!(key.check(tampered.as_bytes()), Integrity::Mismatch);
         assert_eq!(
