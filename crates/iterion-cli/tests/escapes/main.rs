@@ -7,6 +7,7 @@
 //! shared workspace and assertions live in `harness`.
 
 mod harness;
+mod host_state;
 
 use harness::{Hostile, engine_ready, node_output, show};
 use serde_json::json;
