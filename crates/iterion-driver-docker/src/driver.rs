@@ -539,6 +539,11 @@ impl DockerDriver {
             "/run/iterion/exec".into(),
             "rw,nosuid,nodev,noexec,mode=1777,size=64m".into(),
         );
+        // A run store or data dir inside the workspace (a project-local `.iterion`) is hidden behind an empty
+        // read-only tmpfs: the workspace bind must not make run records or the run-record key reachable.
+        for t in mounts::hidden_store_targets(&ws_host, &workspace, &[&hs.data_dir, &req.owner.store_dir]) {
+            tmpfs.insert(t, mounts::HIDDEN_STORE_TMPFS.into());
+        }
         let mut home_tmpfs = Vec::new();
         if let (Some((uid, gid)), Some(h)) = (remap.remapped, hs.home.as_ref()) {
             let hstr = h.to_string_lossy().into_owned();

@@ -191,6 +191,38 @@ pub fn host_state_bind_refusal(l: &Path, c: &Path, data_dir: &Path, agent_home: 
     None
 }
 
+/// tmpfs options hiding a run store inside the workspace: empty, read-only, nothing executable.
+pub const HIDDEN_STORE_TMPFS: &str = "ro,nosuid,nodev,noexec,size=4k,mode=0500";
+
+/// Container targets (under the workspace folder `workspace`) of the state directories `dirs` (the data dir,
+/// the run's store dir) that lie strictly inside the host workspace `ws_host` and exist: they are reachable
+/// through the workspace bind, so the caller hides each behind an empty read-only tmpfs. Paths are compared
+/// canonically; parents first, nested ones dropped.
+pub fn hidden_store_targets(ws_host: &Path, workspace: &str, dirs: &[&Path]) -> Vec<String> {
+    let mut rels: Vec<PathBuf> = Vec::new();
+    for d in dirs {
+        if !d.is_absolute() {
+            continue;
+        }
+        let Ok(c) = std::fs::canonicalize(d) else { continue };
+        let Ok(rel) = c.strip_prefix(ws_host) else { continue };
+        if rel.as_os_str().is_empty() || !c.is_dir() {
+            continue;
+        }
+        rels.push(rel.to_path_buf());
+    }
+    rels.sort();
+    let mut out: Vec<PathBuf> = Vec::new();
+    for r in rels {
+        if !out.iter().any(|o| r.starts_with(o)) {
+            out.push(r);
+        }
+    }
+    out.iter()
+        .map(|r| Path::new(workspace).join(r).to_string_lossy().into_owned())
+        .collect()
+}
+
 /// Warm caches of 03 §8.4 under `home` that exist as directories and do not overlap the workspace.
 pub fn warm_caches(home: &Path, workspace: &Path) -> Vec<PathBuf> {
     [
@@ -625,6 +657,21 @@ mod tests {
         assert!(host_state_bind_refusal(&link, &canon, &data, &claude).is_some());
         assert!(check(&d.path().join("elsewhere")).is_none());
         assert!(host_state_bind_refusal(&data, &data, Path::new(""), Path::new(".claude")).is_none());
+    }
+
+    #[test]
+    fn a_store_inside_the_workspace_is_hidden_at_the_workspace_folder() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let ws = std::fs::canonicalize(d.path()).expect("canon").join("ws");
+        std::fs::create_dir_all(ws.join(".iterion/runs")).expect("mkdir");
+        std::fs::create_dir_all(d.path().join("data")).expect("mkdir");
+        let store = ws.join(".iterion");
+        let data = d.path().join("data");
+        assert_eq!(
+            hidden_store_targets(&ws, "/workspace", &[&data, &store, &store.join("runs"), &ws]),
+            ["/workspace/.iterion"]
+        );
+        assert!(hidden_store_targets(&ws, "/workspace", &[&data, Path::new("rel")]).is_empty());
     }
 
     #[test]
