@@ -11,11 +11,14 @@ use serde_json::{Value, json};
 use crate::harness::{Hostile, engine_ready, node_output, show};
 
 /// A workflow whose only node fails inside a container (so the run parks `failed_resumable` with a
-/// checkpoint) and, run anywhere else, leaves `marker` on the host.
+/// checkpoint) and, run on the host, leaves `marker` there. "On the host" is told by the marker's directory,
+/// which exists only there (`/.dockerenv` does not tell: the host may itself be a container).
 fn victim(marker: &Path) -> String {
+    let dir = marker.parent().unwrap();
     format!(
-        "tool step:\n  command: `if [ -f /.dockerenv ]; then exit 3; fi; touch {}; echo '{{\"host\": true}}'`\n\n\
+        "tool step:\n  command: `if [ -d {} ]; then touch {}; echo '{{\"host\": true}}'; else exit 3; fi`\n\n\
          workflow victim:\n  entry: step\n  step -> done\n",
+        dir.display(),
         marker.display()
     )
 }
