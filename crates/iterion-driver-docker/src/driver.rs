@@ -379,7 +379,8 @@ impl DockerDriver {
                 let canonical = policy
                     .check_bind_source(&src)
                     .map_err(|r| refuse(format!("source {r}")))?;
-                let lexical = iterion_driver::mount_safety::clean(Path::new(&src)).unwrap_or_else(|| canonical.clone());
+                let lexical =
+                    iterion_driver::mount_safety::clean(Path::new(&src)).unwrap_or_else(|| canonical.clone());
                 let hs = &req.host_state;
                 if let Some(r) =
                     mounts::host_state_bind_refusal(&lexical, &canonical, &hs.data_dir, &hs.claude_dir)

@@ -144,7 +144,9 @@ pub fn agent_home(d: &Path) -> AgentHome {
     let mut out = AgentHome::default();
     for name in AGENT_HOME_WRITABLE {
         let p = d.join(name);
-        let Ok(md) = std::fs::symlink_metadata(&p) else { continue };
+        let Ok(md) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
         let ft = md.file_type();
         if ft.is_symlink() {
             out.skipped.push(Skipped {
@@ -169,7 +171,10 @@ pub fn agent_home(d: &Path) -> AgentHome {
 /// not overlap. Relative or empty state paths are ignored.
 pub fn host_state_bind_refusal(l: &Path, c: &Path, data_dir: &Path, agent_home: &Path) -> Option<String> {
     let named = [
-        (data_dir, "iterion's data directory (run store, keys and binaries)"),
+        (
+            data_dir,
+            "iterion's data directory (run store, keys and binaries)",
+        ),
         (agent_home, "the agent home"),
     ];
     for (dir, what) in named {
@@ -205,7 +210,9 @@ pub fn hidden_store_targets(ws_host: &Path, workspace: &str, dirs: &[&Path]) -> 
             continue;
         }
         let Ok(c) = std::fs::canonicalize(d) else { continue };
-        let Ok(rel) = c.strip_prefix(ws_host) else { continue };
+        let Ok(rel) = c.strip_prefix(ws_host) else {
+            continue;
+        };
         if rel.as_os_str().is_empty() || !c.is_dir() {
             continue;
         }
@@ -616,9 +623,16 @@ mod tests {
         std::fs::write(claude.join(".credentials.json"), "{}").expect("write");
         std::fs::write(claude.join("settings.json"), "{}").expect("write");
         std::os::unix::fs::symlink("/etc", claude.join("todos")).expect("symlink");
-        let before: Vec<_> = std::fs::read_dir(&claude).expect("ls").flatten().map(|e| e.file_name()).collect();
+        let before: Vec<_> = std::fs::read_dir(&claude)
+            .expect("ls")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
         let home = agent_home(&claude);
-        assert_eq!(home.writable, [claude.join(".credentials.json"), claude.join("projects")]);
+        assert_eq!(
+            home.writable,
+            [claude.join(".credentials.json"), claude.join("projects")]
+        );
         assert_eq!(
             home.skipped,
             [Skipped {
@@ -626,9 +640,20 @@ mod tests {
                 reason: "is a symbolic link"
             }]
         );
-        let after: Vec<_> = std::fs::read_dir(&claude).expect("ls").flatten().map(|e| e.file_name()).collect();
+        let after: Vec<_> = std::fs::read_dir(&claude)
+            .expect("ls")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
         assert_eq!(before.len(), after.len(), "nothing created in the agent home");
-        for obeyed in ["settings.json", "settings.local.json", "CLAUDE.md", "commands", "hooks", "skills"] {
+        for obeyed in [
+            "settings.json",
+            "settings.local.json",
+            "CLAUDE.md",
+            "commands",
+            "hooks",
+            "skills",
+        ] {
             assert!(!AGENT_HOME_WRITABLE.contains(&obeyed), "{obeyed}");
         }
     }

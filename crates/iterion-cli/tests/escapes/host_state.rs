@@ -103,7 +103,11 @@ fn a_node_cannot_write_the_run_store_or_the_data_dir() {
         (&json!(0), &json!(0), &json!(0)),
         "a sandboxed node wrote into the data dir: {got}"
     );
-    assert_eq!(std::fs::read(&victim_json).unwrap(), before, "the victim's run.json changed");
+    assert_eq!(
+        std::fs::read(&victim_json).unwrap(),
+        before,
+        "the victim's run.json changed"
+    );
     assert!(
         !bin_dir.join("iterion-relay-planted").exists(),
         "a sandboxed node planted a binary in the data dir's bin/"
@@ -125,7 +129,8 @@ fn a_node_cannot_write_the_run_store_or_the_data_dir() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|s| s["path"] == data.display().to_string() && s["reason"].as_str().unwrap().starts_with("never shared")),
+            .any(|s| s["path"] == data.display().to_string()
+                && s["reason"].as_str().unwrap().starts_with("never shared")),
         "{hs}"
     );
 
@@ -150,7 +155,10 @@ fn resume_refuses_a_run_record_changed_without_the_host_key() {
     let path = h.run_dir(&id).join("run.json");
     let mut doc: Value = h.doc(&id);
     assert!(
-        doc["integrity"].as_str().unwrap_or_default().starts_with("hmac-sha256:"),
+        doc["integrity"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("hmac-sha256:"),
         "the record carries no integrity tag: {doc:#}"
     );
     doc["sandbox"]["requested"]["cli_mode"] = json!("none");
@@ -164,7 +172,11 @@ fn resume_refuses_a_run_record_changed_without_the_host_key() {
     assert!(err.contains("does not match its integrity tag"), "{err}");
     assert!(err.contains("hint:"), "{err}");
     assert!(!marker.exists(), "a tampered record ran the node on the host");
-    assert_eq!(std::fs::read_to_string(&path).unwrap(), tampered, "the refused record was changed");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        tampered,
+        "the refused record was changed"
+    );
     // --force accepts a changed workflow, never a record whose tag does not match
     let out = h.iterion(&["resume", "--run-id", &id, "--force"]);
     assert!(stderr(&out).contains("RUN_RECORD_TAMPERED"), "{}", show(&out));
@@ -173,11 +185,18 @@ fn resume_refuses_a_run_record_changed_without_the_host_key() {
     // Stripping the tag is no way around it: an unsigned record is refused unless the operator forces it.
     doc.as_object_mut().unwrap().remove("integrity");
     doc["sandbox"]["requested"]["cli_mode"] = Value::Null;
-    std::fs::write(&path, format!("{}\n", serde_json::to_string_pretty(&doc).unwrap())).unwrap();
+    std::fs::write(
+        &path,
+        format!("{}\n", serde_json::to_string_pretty(&doc).unwrap()),
+    )
+    .unwrap();
     let out = h.iterion(&["resume", "--run-id", &id]);
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
     let err = stderr(&out);
-    assert!(err.contains("RUN_RECORD_TAMPERED") && err.contains("has no integrity tag"), "{err}");
+    assert!(
+        err.contains("RUN_RECORD_TAMPERED") && err.contains("has no integrity tag"),
+        "{err}"
+    );
     assert!(err.contains("--force"), "{err}");
     assert!(!marker.exists());
     // Accepted with --force (the record says container, so the node runs in one and fails again), and signed
@@ -185,7 +204,10 @@ fn resume_refuses_a_run_record_changed_without_the_host_key() {
     let out = h.iterion(&["resume", "--run-id", &id, "--force", "--json"]);
     assert!(!stderr(&out).contains("RUN_RECORD_TAMPERED"), "{}", show(&out));
     assert!(!marker.exists(), "the forced resume ran on the host");
-    assert!(h.doc(&id)["integrity"].is_string(), "the forced resume left the record unsigned");
+    assert!(
+        h.doc(&id)["integrity"].is_string(),
+        "the forced resume left the record unsigned"
+    );
     let out = h.iterion(&["resume", "--run-id", &id, "--json"]);
     assert!(!stderr(&out).contains("RUN_RECORD_TAMPERED"), "{}", show(&out));
     assert_eq!(h.doc(&id)["status"], "failed_resumable");
@@ -201,10 +223,22 @@ fn a_devcontainer_cannot_mount_the_data_dir_or_the_agent_home() {
         return;
     }
     let cases = [
-        ("source=${localEnv:HOME}/.iterion,target=/store,type=bind", "iterion's data directory"),
-        ("source=${localEnv:HOME}/.iterion/projects,target=/store,type=bind", "iterion's data directory"),
-        ("source=${localEnv:HOME}/.claude,target=/agent,type=bind", "the agent home"),
-        ("source=${localWorkspaceFolder}/link,target=/store,type=bind", "iterion's data directory"),
+        (
+            "source=${localEnv:HOME}/.iterion,target=/store,type=bind",
+            "iterion's data directory",
+        ),
+        (
+            "source=${localEnv:HOME}/.iterion/projects,target=/store,type=bind",
+            "iterion's data directory",
+        ),
+        (
+            "source=${localEnv:HOME}/.claude,target=/agent,type=bind",
+            "the agent home",
+        ),
+        (
+            "source=${localWorkspaceFolder}/link,target=/store,type=bind",
+            "iterion's data directory",
+        ),
     ];
     for host_state in ["auto", "none"] {
         for (mount, what) in cases {
@@ -227,9 +261,15 @@ fn a_devcontainer_cannot_mount_the_data_dir_or_the_agent_home() {
             assert!(!out.status.success(), "{host_state} {mount}: {}", show(&out));
             let id = h.run_ids().pop().expect("a run record");
             let doc = h.doc(&id);
-            assert_eq!(doc["failure_code"], "SANDBOX_SPEC_INVALID", "{host_state} {mount}: {doc:#}");
+            assert_eq!(
+                doc["failure_code"], "SANDBOX_SPEC_INVALID",
+                "{host_state} {mount}: {doc:#}"
+            );
             let error = doc["error"].as_str().unwrap_or_default();
-            assert!(error.contains("is refused") && error.contains(what), "{host_state} {mount}: {error}");
+            assert!(
+                error.contains("is refused") && error.contains(what),
+                "{host_state} {mount}: {error}"
+            );
             assert!(
                 !h.events(&id).iter().any(|e| e["type"] == "node_started"),
                 "{host_state} {mount}: a node ran"
@@ -293,7 +333,11 @@ fn agent_home_paths_the_host_executes_are_read_only_whether_or_not_they_exist() 
         .iter()
         .find(|e| e["type"] == "sandbox_host_state_mounted")
         .expect("sandbox_host_state_mounted");
-    assert_eq!(hs["data"]["created"], json!([]), "iterion created files in the agent home: {hs}");
+    assert_eq!(
+        hs["data"]["created"],
+        json!([]),
+        "iterion created files in the agent home: {hs}"
+    );
 }
 
 /// Class 2 with a project-local store (`<repo>/.iterion` holding `runs/`), which the workspace bind would
@@ -342,5 +386,9 @@ fn a_run_store_inside_the_workspace_is_hidden_from_the_sandbox() {
         &json!({"run_json": 0, "listed": 0}),
         "the project-local run store is reachable from the sandbox"
     );
-    assert_eq!(std::fs::read(&victim_json).unwrap(), before, "the victim's run.json changed");
+    assert_eq!(
+        std::fs::read(&victim_json).unwrap(),
+        before,
+        "the victim's run.json changed"
+    );
 }

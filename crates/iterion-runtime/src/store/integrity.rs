@@ -189,10 +189,7 @@ fn hmac_sha256(key: &[u8], msg: &[u8]) -> [u8; 32] {
         block[..key.len()].copy_from_slice(key);
     }
     let pad = |b: u8| block.map(|k| k ^ b);
-    let inner = Sha256::new()
-        .chain_update(pad(0x36))
-        .chain_update(msg)
-        .finalize();
+    let inner = Sha256::new().chain_update(pad(0x36)).chain_update(msg).finalize();
     Sha256::new()
         .chain_update(pad(0x5c))
         .chain_update(inner)
@@ -221,10 +218,12 @@ mod tests {
         let signed = unsigned.replacen("{\n", &format!("{{\n  \"integrity\": \"{tag}\",\n"), 1);
         assert_eq!(key.check(signed.as_bytes()), Integrity::Valid);
         // Re-indenting keeps the tag valid: it covers the parsed document, not its layout.
-        let compact = serde_json::to_string(&serde_json::from_str::<Value>(&signed).expect("json")).expect("enc");
+        let compact =
+            serde_json::to_string(&serde_json::from_str::<Value>(&signed).expect("json")).expect("enc");
         assert_eq!(key.check(compact.as_bytes()), Integrity::Valid);
         // Reordering keys keeps it valid too.
-        let reordered = format!("{{\"sandbox\": {{\"cli_mode\": null}}, \"integrity\": \"{tag}\", \"id\": \"r\"}}");
+        let reordered =
+            format!("{{\"sandbox\": {{\"cli_mode\": null}}, \"integrity\": \"{tag}\", \"id\": \"r\"}}");
         assert_eq!(key.check(reordered.as_bytes()), Integrity::Valid);
         let tampered = signed.replace("null", "\"none\"");
         assert_eq!(key.check(tampered.as_bytes()), Integrity::Mismatch);

@@ -30,10 +30,10 @@
 mod document;
 mod event_log;
 mod ids;
+mod integrity;
 mod location;
 mod lock;
 mod run;
-mod integrity;
 mod run_log;
 mod words;
 
@@ -43,8 +43,8 @@ pub use document::{
     launch_env, write_atomic,
 };
 pub use event_log::{Appended, EventLog, read_events};
-pub use integrity::{Integrity, KEY_FILE, RecordKey};
 pub use ids::{RunId, friendly_name, sha256_hex, validate_component};
+pub use integrity::{Integrity, KEY_FILE, RecordKey};
 pub use location::{
     LOCAL_STORE_DIR, STORE_SENTINEL, StoreDirRequest, absolutize, data_dir, is_managed_store, project_key,
     store_dir, workflow_project_dir,
@@ -212,7 +212,14 @@ impl Store {
             id: id.to_string(),
             ..new
         });
-        OpenRun::open_new(dir, id.as_str(), &owner, document, self.clock.clone(), self.key.clone())
+        OpenRun::open_new(
+            dir,
+            id.as_str(),
+            &owner,
+            document,
+            self.clock.clone(),
+            self.key.clone(),
+        )
     }
 
     /// Opens an existing run for writing (resume, crash recovery): takes its lock, reads `run.json` and opens

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use super::document::{Checkpoint, Owner, RunDocument, temp_prefix, write_atomic};
 use super::event_log::EventLog;
-use super::integrity::{Integrity, RecordKey};
 use super::ids::validate_component;
+use super::integrity::{Integrity, RecordKey};
 use super::lock::RunLock;
 use super::run_log::{LogClock, RunLog};
 use super::{create_private_dir, names};
