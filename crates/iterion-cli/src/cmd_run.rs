@@ -653,6 +653,8 @@ fn runtime(
     store_dir: &Path,
 ) -> Result<Runtime, Early> {
     let base: Vec<(String, String)> = p.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let facts = host_facts(&p.env, &p.cwd);
+    let key = store::RecordKey::load_or_create(&facts.data_dir).map_err(|e| fail1(e.to_string()))?;
     Runtime::builder()
         .host_driver(drivers::host_driver(base))
         .driver_choice(choice)
@@ -660,7 +662,8 @@ fn runtime(
         .env(p.env.clone())
         .builtin_default_mode(ModeChoice::Auto)
         .default_image_version(Some(env!("CARGO_PKG_VERSION").to_owned()))
-        .host_facts(host_facts(&p.env, &p.cwd))
+        .host_facts(facts)
+        .record_key(key)
         .observer(printer)
         .cancel(cancel)
         .exec_bounds(p.bounds)
@@ -849,7 +852,14 @@ fn resume_inner(args: ResumeArgs, env: &BTreeMap<String, String>) -> Result<Exit
         data_dir: &host.data_dir,
     });
     let flags = flags_of(&args.sandbox, &p.env)?;
-    let previous = iterion_runtime::store::Store::at(&store_dir)
+    // The record decides the workflow file, the work dir and the sandbox inputs: check its integrity tag
+    // before reading anything from it.
+    let key = store::RecordKey::load_or_create(&host.data_dir).map_err(|e| fail1(e.to_string()))?;
+    let previous_store = iterion_runtime::store::Store::at(&store_dir).with_record_key(Some(key));
+    previous_store
+        .check_record(&args.run_id, args.force)
+        .map_err(|e| fail1(e.to_string()))?;
+    let previous = previous_store
         .read_run(&args.run_id)
         .map_err(|e| fail1(e.to_string()))?;
     let forced = args

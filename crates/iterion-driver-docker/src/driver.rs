@@ -394,9 +394,17 @@ impl DockerDriver {
             };
             if m.kind == iterion_spec::values::MountKind::Bind {
                 let src = m.source.clone().unwrap_or_default();
-                policy
+                let canonical = policy
                     .check_bind_source(&src)
                     .map_err(|r| refuse(format!("source {r}")))?;
+                let lexical =
+                    iterion_driver::mount_safety::clean(Path::new(&src)).unwrap_or_else(|| canonical.clone());
+                let hs = &req.host_state;
+                if let Some(r) =
+                    mounts::host_state_bind_refusal(&lexical, &canonical, &hs.data_dir, &hs.claude_dir)
+                {
+                    return Err(refuse(format!("source {} {r}", lexical.display())));
+                }
             }
             policy.check_target(&m.target).map_err(refuse)?;
         }
@@ -444,20 +452,29 @@ impl DockerDriver {
         }
         let hs = &req.host_state;
         let mut skipped = Vec::new();
-        let mut claude_mounted = None;
         if hs.enabled {
-            let mut candidates = vec![hs.data_dir.clone()];
-            if !hs.claude_dir.as_os_str().is_empty() {
+            if !hs.data_dir.as_os_str().is_empty() {
+                skipped.push(mounts::Skipped {
+                    path: hs.data_dir.display().to_string(),
+                    reason: mounts::DATA_DIR_NOT_SHARED,
+                });
+            }
+            let mut candidates = Vec::new();
+            if hs.claude_dir.is_absolute() {
                 candidates.push(hs.claude_dir.clone());
             }
             let (kept, sk) = mounts::host_state_dirs(&candidates, &ws_host);
-            skipped = sk;
+            skipped.extend(sk);
             for k in kept {
-                if k == hs.claude_dir {
-                    claude_mounted = Some(k.clone());
-                }
+                // the agent home read-only, its writable state entries read-write over it (03 §8.6)
                 let s = k.to_string_lossy().into_owned();
-                planned.push(Planned::bind(s.clone(), s, false, Origin::HostState));
+                planned.push(Planned::bind(s.clone(), s, true, Origin::HostState));
+                let home = mounts::agent_home(&k);
+                skipped.extend(home.skipped);
+                for w in home.writable {
+                    let s = w.to_string_lossy().into_owned();
+                    planned.push(Planned::bind(s.clone(), s, false, Origin::HostState));
+                }
             }
             if let Some(home) = &hs.home {
                 for c in mounts::warm_caches(home, &ws_host) {
@@ -466,7 +483,7 @@ impl DockerDriver {
                 }
             }
         }
-        let protected = mounts::protect(&ws_host, claude_mounted.as_deref())?;
+        let protected = mounts::protect(&ws_host)?;
         let pinned = protected.pinned.iter().map(|p| (p, false));
         for (p, read_only) in pinned.chain(protected.paths.iter().map(|p| (p, true))) {
             let s = p.to_string_lossy().into_owned();
@@ -542,6 +559,11 @@ impl DockerDriver {
             "/run/iterion/exec".into(),
             "rw,nosuid,nodev,noexec,mode=1777,size=64m".into(),
         );
+        // A run store or data dir inside the workspace (a project-local `.iterion`) is hidden behind an empty
+        // read-only tmpfs: the workspace bind must not make run records or the run-record key reachable.
+        for t in mounts::hidden_store_targets(&ws_host, &workspace, &[&hs.data_dir, &req.owner.store_dir]) {
+            tmpfs.insert(t, mounts::HIDDEN_STORE_TMPFS.into());
+        }
         let mut home_tmpfs = Vec::new();
         if let (Some((uid, gid)), Some(h)) = (remap.remapped, hs.home.as_ref()) {
             let hstr = h.to_string_lossy().into_owned();

@@ -86,7 +86,10 @@ fn overlaps(a: &Path, b: &Path) -> bool {
     a.starts_with(b) || b.starts_with(a)
 }
 
-/// Host-state candidates (data dir, `<home>/.claude`) kept or skipped against the workspace (03 §8.3).
+/// Host-state candidates (`<home>/.claude`) kept or skipped against the workspace (03 §8.3). iterion's data
+/// dir is never a candidate: it holds every project's run records, the run-record key and the binaries iterion
+/// executes, and nothing inside a sandbox needs it (claw nodes talk envelopes, artifact files have their own
+/// mount); the caller reports it as skipped with [`DATA_DIR_NOT_SHARED`].
 pub fn host_state_dirs(candidates: &[PathBuf], workspace: &Path) -> (Vec<PathBuf>, Vec<Skipped>) {
     let mut kept = Vec::new();
     let mut skipped = Vec::new();
@@ -110,6 +113,121 @@ pub fn host_state_dirs(candidates: &[PathBuf], workspace: &Path) -> (Vec<PathBuf
         }
     }
     (kept, skipped)
+}
+
+/// Skip reason of the data dir in `host_state_skipped`.
+pub const DATA_DIR_NOT_SHARED: &str = "never shared: the run store is written by the host only";
+
+/// Entries of the agent home that stay writable inside the sandbox: Claude Code's credentials (so a token
+/// refresh works) and state it only reads back as data (sessions and per-project memory, todos, feature-flag
+/// cache). Everything else under the agent home, existing or not, is read-only, because the agent CLI on the
+/// host executes or obeys it: `settings.json` and `settings.local.json` (hooks, `statusLine`, `apiKeyHelper`,
+/// `env`), `CLAUDE.md`, `commands/`, `agents/`, `skills/`, `plugins/`, `hooks/`, `output-styles/`,
+/// `shell-snapshots/` and `session-env/` (sourced before shell commands), `file-history/` (restored into
+/// workspaces), `ide/` (connection targets), and whatever a later Claude Code version adds.
+pub const AGENT_HOME_WRITABLE: &[&str] = &[".credentials.json", "projects", "todos", "statsig"];
+
+/// How the agent home `D` is mounted: `D` itself read-only, then the writable entries that exist on the host
+/// bound read-write over it. Nothing is created on the host: a path that does not exist yet cannot be created
+/// inside either (the read-only `D` refuses it), so nothing planted there reaches the host.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentHome {
+    /// Host paths to bind read-write at the same path (existing regular files or directories, no symlinks).
+    pub writable: Vec<PathBuf>,
+    /// Writable entries left read-only, with why (`is a symbolic link`, `not a file or directory`).
+    pub skipped: Vec<Skipped>,
+}
+
+/// The writable entries of the agent home `d` ([`AGENT_HOME_WRITABLE`]) that exist on the host. A symbolic
+/// link is never bound (the engine would follow it to wherever it points).
+pub fn agent_home(d: &Path) -> AgentHome {
+    let mut out = AgentHome::default();
+    for name in AGENT_HOME_WRITABLE {
+        let p = d.join(name);
+        let Ok(md) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        let ft = md.file_type();
+        if ft.is_symlink() {
+            out.skipped.push(Skipped {
+                path: p.display().to_string(),
+                reason: "is a symbolic link",
+            });
+        } else if ft.is_dir() || ft.is_file() {
+            out.writable.push(p);
+        } else {
+            out.skipped.push(Skipped {
+                path: p.display().to_string(),
+                reason: "not a file or directory",
+            });
+        }
+    }
+    out
+}
+
+/// Why a user bind of `source` (lexical `l`, canonical `c`) is refused because it overlaps iterion's data dir
+/// or the agent home (in either direction): the run store must never be writable from a sandbox, and the agent
+/// home is shared only through host state, with what the agent executes kept read-only. `None` when it does
+/// not overlap. Relative or empty state paths are ignored.
+pub fn host_state_bind_refusal(l: &Path, c: &Path, data_dir: &Path, agent_home: &Path) -> Option<String> {
+    let named = [
+        (
+            data_dir,
+            "iterion's data directory (run store, keys and binaries)",
+        ),
+        (agent_home, "the agent home"),
+    ];
+    for (dir, what) in named {
+        if !dir.is_absolute() {
+            continue;
+        }
+        let canon = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        for p in [l, c] {
+            for d in [dir, canon.as_path()] {
+                if p.starts_with(d) {
+                    return Some(format!("is inside {what} {}", dir.display()));
+                }
+                if d.starts_with(p) {
+                    return Some(format!("contains {what} {}", dir.display()));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// tmpfs options hiding a run store inside the workspace: empty, read-only, nothing executable.
+pub const HIDDEN_STORE_TMPFS: &str = "ro,nosuid,nodev,noexec,size=4k,mode=0500";
+
+/// Container targets (under the workspace folder `workspace`) of the state directories `dirs` (the data dir,
+/// the run's store dir) that lie strictly inside the host workspace `ws_host` and exist: they are reachable
+/// through the workspace bind, so the caller hides each behind an empty read-only tmpfs. Paths are compared
+/// canonically; parents first, nested ones dropped.
+pub fn hidden_store_targets(ws_host: &Path, workspace: &str, dirs: &[&Path]) -> Vec<String> {
+    let mut rels: Vec<PathBuf> = Vec::new();
+    for d in dirs {
+        if !d.is_absolute() {
+            continue;
+        }
+        let Ok(c) = std::fs::canonicalize(d) else { continue };
+        let Ok(rel) = c.strip_prefix(ws_host) else {
+            continue;
+        };
+        if rel.as_os_str().is_empty() || !c.is_dir() {
+            continue;
+        }
+        rels.push(rel.to_path_buf());
+    }
+    rels.sort();
+    let mut out: Vec<PathBuf> = Vec::new();
+    for r in rels {
+        if !out.iter().any(|o| r.starts_with(o)) {
+            out.push(r);
+        }
+    }
+    out.iter()
+        .map(|r| Path::new(workspace).join(r).to_string_lossy().into_owned())
+        .collect()
 }
 
 /// Warm caches of 03 §8.4 under `home` that exist as directories and do not overlap the workspace.
@@ -152,23 +270,6 @@ fn ensure_dir(p: &Path, mode: u32, out: &mut Protected) -> crate::Result<()> {
             .mode(mode)
             .create(p)
             .map_err(io_err("create directory", p))?;
-        out.created.push(p.to_path_buf());
-    }
-    out.paths.push(p.to_path_buf());
-    Ok(())
-}
-
-fn ensure_json_file(p: &Path, out: &mut Protected) -> crate::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    if !p.exists() {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(p)
-            .map_err(io_err("create", p))?;
-        f.write_all(b"{}").map_err(io_err("write", p))?;
         out.created.push(p.to_path_buf());
     }
     out.paths.push(p.to_path_buf());
@@ -547,9 +648,9 @@ pub fn git_overlays(workspace: &Path, dirs: &GitDirs) -> Result<Vec<GitOverlay>,
     Ok(out)
 }
 
-/// Protected paths of the workspace repository and, when `claude_dir` is mounted, of `~/.claude`; missing
-/// required paths are created first (hooks directories, `{}` settings files).
-pub fn protect(workspace: &Path, claude_dir: Option<&Path>) -> crate::Result<Protected> {
+/// Protected paths of the workspace repository; missing required paths are created first (hooks
+/// directories). The agent home is protected by its own layout ([`agent_home`]), which creates nothing.
+pub fn protect(workspace: &Path) -> crate::Result<Protected> {
     let mut out = Protected::default();
     if let Some(dirs) = git_dirs(workspace).map_err(crate::Error::from)? {
         for o in git_overlays(workspace, &dirs).map_err(crate::Error::from)? {
@@ -560,14 +661,6 @@ pub fn protect(workspace: &Path, claude_dir: Option<&Path>) -> crate::Result<Pro
             } else {
                 out.paths.push(o.path);
             }
-        }
-    }
-    if let Some(d) = claude_dir {
-        ensure_json_file(&d.join("settings.json"), &mut out)?;
-        ensure_json_file(&d.join("settings.local.json"), &mut out)?;
-        ensure_dir(&d.join("hooks"), 0o700, &mut out)?;
-        for extra in ["plugins", "commands", "agents"] {
-            if_exists(d.join(extra), &mut out);
         }
     }
     Ok(out)
@@ -833,32 +926,11 @@ mod tests {
         let ws = d.path().join("ws");
         std::fs::create_dir_all(ws.join(".git")).expect("mkdir");
         std::fs::write(ws.join(".git/config"), "[core]\n").expect("write");
-        let claude = d.path().join(".claude");
-        std::fs::create_dir_all(&claude).expect("mkdir");
-        let p = protect(&ws, Some(&claude)).expect("protect");
+        let p = protect(&ws).expect("protect");
         assert!(p.paths.contains(&ws.join(".git/hooks")));
         assert!(p.paths.contains(&ws.join(".git/config")));
-        assert_eq!(
-            p.created,
-            [
-                ws.join(".git/hooks"),
-                claude.join("settings.json"),
-                claude.join("settings.local.json"),
-                claude.join("hooks")
-            ]
-        );
-        assert_eq!(
-            std::fs::read_to_string(claude.join("settings.json")).expect("read"),
-            "{}"
-        );
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(claude.join("settings.json"))
-            .expect("meta")
-            .permissions()
-            .mode()
-            & 0o777;
-        assert_eq!(mode, 0o600);
-        let again = protect(&ws, Some(&claude)).expect("protect again");
+        assert_eq!(p.created, [ws.join(".git/hooks")]);
+        let again = protect(&ws).expect("protect again");
         assert!(again.created.is_empty());
     }
 
@@ -1103,6 +1175,91 @@ mod tests {
         let r = protect(&ws, None).expect_err("missing hooks outside");
         assert!(r.to_string().contains("mkdir"), "{r}");
         assert!(!c.join("hooks").exists());
+    }
+
+    #[test]
+    fn the_agent_home_shares_only_existing_state_entries_and_creates_nothing() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let claude = d.path().join(".claude");
+        std::fs::create_dir_all(claude.join("projects")).expect("mkdir");
+        std::fs::create_dir_all(claude.join("commands")).expect("mkdir");
+        std::fs::write(claude.join(".credentials.json"), "{}").expect("write");
+        std::fs::write(claude.join("settings.json"), "{}").expect("write");
+        std::os::unix::fs::symlink("/etc", claude.join("todos")).expect("symlink");
+        let before: Vec<_> = std::fs::read_dir(&claude)
+            .expect("ls")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        let home = agent_home(&claude);
+        assert_eq!(
+            home.writable,
+            [claude.join(".credentials.json"), claude.join("projects")]
+        );
+        assert_eq!(
+            home.skipped,
+            [Skipped {
+                path: claude.join("todos").display().to_string(),
+                reason: "is a symbolic link"
+            }]
+        );
+        let after: Vec<_> = std::fs::read_dir(&claude)
+            .expect("ls")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(before.len(), after.len(), "nothing created in the agent home");
+        for obeyed in [
+            "settings.json",
+            "settings.local.json",
+            "CLAUDE.md",
+            "commands",
+            "hooks",
+            "skills",
+        ] {
+            assert!(!AGENT_HOME_WRITABLE.contains(&obeyed), "{obeyed}");
+        }
+    }
+
+    #[test]
+    fn user_binds_of_the_data_dir_or_the_agent_home_are_refused_in_both_directions() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let home = d.path().join("home");
+        let data = home.join(".iterion");
+        let claude = home.join(".claude");
+        for p in [&data, &claude] {
+            std::fs::create_dir_all(p).expect("mkdir");
+        }
+        let check = |p: &Path| host_state_bind_refusal(p, p, &data, &claude);
+        let r = check(&data.join("projects")).expect("inside the data dir");
+        assert!(r.starts_with("is inside iterion's data directory"), "{r}");
+        assert!(check(&data).is_some());
+        let r = check(&claude).expect("the agent home");
+        assert!(r.starts_with("is inside the agent home"), "{r}");
+        let r = check(&home).expect("contains both");
+        assert!(r.starts_with("contains iterion's data directory"), "{r}");
+        // through a symbolic link: the canonical path is what the engine mounts
+        let link = d.path().join("innocent");
+        std::os::unix::fs::symlink(&data, &link).expect("symlink");
+        let canon = std::fs::canonicalize(&link).expect("canon");
+        assert!(host_state_bind_refusal(&link, &canon, &data, &claude).is_some());
+        assert!(check(&d.path().join("elsewhere")).is_none());
+        assert!(host_state_bind_refusal(&data, &data, Path::new(""), Path::new(".claude")).is_none());
+    }
+
+    #[test]
+    fn a_store_inside_the_workspace_is_hidden_at_the_workspace_folder() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let ws = std::fs::canonicalize(d.path()).expect("canon").join("ws");
+        std::fs::create_dir_all(ws.join(".iterion/runs")).expect("mkdir");
+        std::fs::create_dir_all(d.path().join("data")).expect("mkdir");
+        let store = ws.join(".iterion");
+        let data = d.path().join("data");
+        assert_eq!(
+            hidden_store_targets(&ws, "/workspace", &[&data, &store, &store.join("runs"), &ws]),
+            ["/workspace/.iterion"]
+        );
+        assert!(hidden_store_targets(&ws, "/workspace", &[&data, Path::new("rel")]).is_empty());
     }
 
     #[test]

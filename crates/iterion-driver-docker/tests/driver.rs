@@ -287,7 +287,14 @@ async fn c22_host_state_and_c23_protected_paths() {
     let home = std::fs::canonicalize(home_dir.path()).expect("canon");
     std::fs::create_dir_all(home.join(".cache/go-build")).expect("mkdir");
     std::fs::write(home.join(".cache/go-build/marker"), "bind-content").expect("write");
-    std::fs::create_dir_all(home.join(".claude")).expect("mkdir");
+    std::fs::create_dir_all(home.join(".claude/projects")).expect("mkdir");
+    std::fs::write(home.join(".claude/.credentials.json"), "cred").expect("write");
+    {
+        // the test runs as root; the container user (1000) must be able to write sessions
+        use std::os::unix::fs::PermissionsExt;
+        let open = std::fs::Permissions::from_mode(0o777);
+        std::fs::set_permissions(home.join(".claude/projects"), open).expect("chmod");
+    }
     std::fs::create_dir_all(home.join(".iterion")).expect("mkdir");
     std::fs::create_dir_all(f.ws.join(".git")).expect("git dir");
     std::fs::write(f.ws.join(".git/config"), "[core]\n").expect("git config");
@@ -317,10 +324,20 @@ async fn c22_host_state_and_c23_protected_paths() {
         "{:?}",
         rep.tmpfs
     );
+    // Nothing is created in the agent home; the data dir is never mounted.
     let created: Vec<&str> = rep.protected_created.iter().map(String::as_str).collect();
+    assert!(!created.iter().any(|c| c.contains(".claude")), "{created:?}");
     assert!(
-        created.contains(&home.join(".claude/settings.json").to_str().expect("utf8")),
-        "{created:?}"
+        !rep.mounts.iter().any(|m| m.target.contains(".iterion")),
+        "{:?}",
+        rep.mounts
+    );
+    assert!(
+        rep.host_state_skipped
+            .iter()
+            .any(|s| s.path == home.join(".iterion").display().to_string()),
+        "{:?}",
+        rep.host_state_skipped
     );
     let run = started.run;
     // C22: HOME writable, a new directory under it works, the bind content is visible.
@@ -342,18 +359,17 @@ async fn c22_host_state_and_c23_protected_paths() {
     assert!(err.to_lowercase().contains("read-only"), "{err}");
     let (code, _, err) = sh(&*run, "echo x >> .git/config").await;
     assert_ne!(code, 0, "{err}");
+    // The agent home is read-only, existing or not (settings.json does not exist), except its state entries.
     let (code, _, _) = sh(&*run, "echo x > $HOME/.claude/settings.json").await;
     assert_ne!(code, 0);
-    assert_eq!(
-        std::fs::read_to_string(home.join(".claude/settings.json")).expect("read"),
-        "{}"
-    );
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(home.join(".claude/settings.json"))
-        .expect("meta")
-        .permissions()
-        .mode();
-    assert_eq!(mode & 0o777, 0o600);
+    assert!(!home.join(".claude/settings.json").exists());
+    let (code, out, err) = sh(
+        &*run,
+        "cat $HOME/.claude/.credentials.json && echo s > $HOME/.claude/projects/s.jsonl && echo ok",
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (0, "credok\n"), "{err}");
+    assert!(home.join(".claude/projects/s.jsonl").is_file());
     run.cleanup().await;
 }
 

@@ -35,7 +35,7 @@ use crate::lifecycle::{
     Cancel, Config, DriverChoice, Drivers, HostFacts, Launch, NoObserver, Observer, Outcome, Resume,
     SandboxFlags, Settings,
 };
-use crate::store::{Owner, RunId};
+use crate::store::{Owner, RecordKey, RunId};
 
 /// Builds a [`Runtime`]; [`RuntimeBuilder::build`] checks that the required parts are present.
 #[derive(Default)]
@@ -53,6 +53,7 @@ pub struct RuntimeBuilder {
     owner: Option<Owner>,
     exec_bounds: ExecBounds,
     reader: Option<Arc<dyn SourceReader + Send + Sync>>,
+    record_key: Option<RecordKey>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -152,6 +153,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// The host secret that signs `run.json` and is checked before a resume (the CLI uses the data dir's
+    /// [`RecordKey::load_or_create`]); default: none, records are unsigned and resumes check nothing.
+    pub fn record_key(mut self, key: RecordKey) -> Self {
+        self.record_key = Some(key);
+        self
+    }
+
     /// Reader of `devcontainer.json` (default: the file system).
     pub fn reader(mut self, reader: Arc<dyn SourceReader + Send + Sync>) -> Self {
         self.reader = Some(reader);
@@ -192,6 +200,7 @@ impl RuntimeBuilder {
                 cancel: self.cancel.unwrap_or_default(),
                 exec_bounds: self.exec_bounds,
                 reader: self.reader.unwrap_or_else(|| Arc::new(FsReader)),
+                record_key: self.record_key,
                 env: self.env,
             },
         })
@@ -323,7 +332,12 @@ impl Runtime {
             DriverChoice::Container(d) => vec![d.clone()],
             _ => Vec::new(),
         };
-        crate::lifecycle::reaper::reap_orphans(&drivers, &self.cfg.owner, std::time::Duration::from_secs(10))
-            .await
+        crate::lifecycle::reaper::reap_orphans(
+            &drivers,
+            &self.cfg.owner,
+            self.cfg.record_key.as_ref(),
+            std::time::Duration::from_secs(10),
+        )
+        .await
     }
 }

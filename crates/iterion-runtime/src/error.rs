@@ -132,6 +132,25 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// The data dir's run-record key exists but cannot be used (not a private regular file of 64 hex digits).
+    #[error("cannot use the run-record key {}: {reason}; remove it to create a new one (runs signed with it can then only be resumed with --force)", path.display())]
+    RecordKey {
+        /// The key file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A `run.json` failed its integrity check (`RUN_RECORD_TAMPERED`): nothing acts on it and it is not changed.
+    #[error("{}", tampered_message(run_id, path, *unsigned))]
+    RunRecordTampered {
+        /// The run.
+        run_id: String,
+        /// Its `run.json`.
+        path: PathBuf,
+        /// `true`: the record has no tag at all (older version, or the tag was removed); `false`: the tag does
+        /// not match.
+        unsigned: bool,
+    },
     /// A resume was refused (`RESUME_INVALID`); the run record is not changed.
     #[error("cannot resume run {run_id}: {reason}")]
     ResumeInvalid {
@@ -163,6 +182,24 @@ pub enum Error {
         /// What git reported.
         reason: String,
     },
+}
+
+fn tampered_message(run_id: &str, path: &std::path::Path, unsigned: bool) -> String {
+    if unsigned {
+        format!(
+            "RUN_RECORD_TAMPERED: run {run_id} cannot be resumed: {} has no integrity tag (it was written by an \
+             older iterion, or the tag was removed)\n  hint: check that its file_path, work_dir and sandbox settings \
+             are the ones you launched with (iterion runs show {run_id}), then resume with --force",
+            path.display()
+        )
+    } else {
+        format!(
+            "RUN_RECORD_TAMPERED: run {run_id} cannot be resumed: {} does not match its integrity tag, so something \
+             without this host's key (for example a sandboxed process) changed it\n  hint: do not trust this run's \
+             record; inspect it with iterion runs show {run_id} and start a new run",
+            path.display()
+        )
+    }
 }
 
 /// Result alias of this crate.

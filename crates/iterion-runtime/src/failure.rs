@@ -82,6 +82,8 @@ failure_codes! {
     FailNodeReached = "FAIL_NODE_REACHED", Deterministic;
     /// A resume was refused; the run record is not changed.
     ResumeInvalid = "RESUME_INVALID", Refusal;
+    /// A resume was refused because `run.json` failed its integrity check; the run record is not changed.
+    RunRecordTampered = "RUN_RECORD_TAMPERED", Refusal;
     /// The checkpoint names an unknown node.
     NodeNotFound = "NODE_NOT_FOUND", Deterministic;
     /// A node finished and no edge applies.
@@ -349,6 +351,7 @@ mod tests {
         check("WORKTREE_FAILED", Deterministic);
         check("FAIL_NODE_REACHED", Deterministic);
         check("RESUME_INVALID", Refusal);
+        check("RUN_RECORD_TAMPERED", Refusal);
         check("NODE_NOT_FOUND", Deterministic);
         check("NO_OUTGOING_EDGE", Resumable);
         check("LOOP_EXHAUSTED", Resumable);
@@ -365,7 +368,7 @@ mod tests {
         check("RUN_INTERRUPTED", Resumable);
         check("INTERNAL_ERROR", Resumable);
         check("CANCELLED", Cancellation);
-        assert_eq!(FailureCode::ALL.len(), 32);
+        assert_eq!(FailureCode::ALL.len(), 33);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 mod credentials;
 mod git_paths;
 mod harness;
+mod host_state;
 mod quoting;
 
 use harness::{Hostile, engine_ready, node_output, show};

@@ -127,6 +127,8 @@ pub struct Config {
     pub exec_bounds: ExecBounds,
     /// Reads `devcontainer.json`.
     pub reader: Arc<dyn SourceReader + Send + Sync>,
+    /// Signs `run.json` and is checked before a resume (none: unsigned records, no check).
+    pub record_key: Option<crate::store::RecordKey>,
 }
 
 impl std::fmt::Debug for Config {
@@ -389,7 +391,7 @@ pub async fn launch(cfg: &Config, launch: Launch) -> Result<Outcome> {
             project_dir: &pdir,
         },
     )?;
-    let store = Store::create(&launch.store_dir)?;
+    let store = Store::create(&launch.store_dir)?.with_record_key(cfg.record_key.clone());
     let id = launch.run_id.clone().unwrap_or_else(RunId::new_v7);
     let file_path = launch.workflow_path.to_string_lossy().into_owned();
     let run = store.create_run(
@@ -435,9 +437,14 @@ pub async fn launch(cfg: &Config, launch: Launch) -> Result<Outcome> {
 /// Resumes a `failed_resumable` or `cancelled` run (05 §9). `Err(Error::ResumeInvalid)` refuses without
 /// changing the record.
 pub async fn resume(cfg: &Config, req: Resume) -> Result<Outcome> {
-    let store = Store::at(&req.store_dir);
+    let store = Store::at(&req.store_dir).with_record_key(cfg.record_key.clone());
+    // Nothing below may act on a record that something without the key (a sandbox) could have written.
+    store.check_record(&req.run_id, req.force)?;
     reaper::recover_run(&store, &req.run_id, &cfg.owner);
-    let run = store.open_run(&req.run_id, &cfg.owner)?;
+    let mut run = store.open_run(&req.run_id, &cfg.owner)?;
+    if req.force {
+        run.adopt_unsigned();
+    }
     let doc = run.document().clone();
     let invalid = |reason: String| Error::ResumeInvalid {
         run_id: req.run_id.clone(),

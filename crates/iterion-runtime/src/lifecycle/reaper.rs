@@ -13,7 +13,7 @@ use iterion_driver::{Driver, Liveness, ManagedResource, RemoveOutcome};
 use crate::events::RunFailed;
 use crate::failure::FailureCode;
 use crate::status::{RunStatus, Transition};
-use crate::store::{Checkpoint, Owner, Store};
+use crate::store::{Checkpoint, Owner, RecordKey, Store};
 
 /// Error text of a run marked by crash recovery.
 pub const INTERRUPTED: &str = "the process that owned this run exited without finishing it";
@@ -88,11 +88,11 @@ pub fn recover_run(store: &Store, run_id: &str, me: &Owner) -> bool {
     true
 }
 
-fn run_state(store_dir: &Path, run_id: &str, me: &Owner) -> RunState {
+fn run_state(store_dir: &Path, run_id: &str, me: &Owner, key: Option<&RecordKey>) -> RunState {
     if !store_dir.is_dir() {
         return RunState::StoreMissing;
     }
-    let store = Store::at(store_dir);
+    let store = Store::at(store_dir).with_record_key(key.cloned());
     let Ok(dir) = store.run_dir(run_id) else {
         return RunState::StoreMissing;
     };
@@ -118,8 +118,14 @@ pub struct Reaped {
 }
 
 /// Lists managed resources of every driver and removes those of dead owners whose run is terminal, within
-/// `bound` in total. Errors are reported in the result, never raised.
-pub async fn reap_orphans(drivers: &[Arc<dyn Driver>], me: &Owner, bound: Duration) -> Vec<Reaped> {
+/// `bound` in total. Crash recovery of their runs signs with `key` (and leaves a record whose tag does not
+/// match alone). Errors are reported in the result, never raised.
+pub async fn reap_orphans(
+    drivers: &[Arc<dyn Driver>],
+    me: &Owner,
+    key: Option<&RecordKey>,
+    bound: Duration,
+) -> Vec<Reaped> {
     let work = async {
         let mut out = Vec::new();
         for d in drivers {
@@ -131,7 +137,7 @@ pub async fn reap_orphans(drivers: &[Arc<dyn Driver>], me: &Owner, bound: Durati
                 let store_dir = r.labels.get(STORE).map(PathBuf::from);
                 let run_id = r.labels.get(RUN_ID).cloned().unwrap_or_default();
                 let v = verdict(live, || match &store_dir {
-                    Some(s) if !run_id.is_empty() => run_state(s, &run_id, me),
+                    Some(s) if !run_id.is_empty() => run_state(s, &run_id, me, key),
                     _ => RunState::StoreMissing,
                 });
                 let kept = match v {

@@ -304,6 +304,10 @@ pub struct RunDocument {
     /// Recorded sandbox settings.
     #[serde(default)]
     pub sandbox: SandboxRecord,
+    /// Integrity tag (`hmac-sha256:<hex>`) over the rest of the document, keyed by the host secret of the data
+    /// dir; absent when the writer had no key. Set by [`RunDocument::save_signed`], checked before a resume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub integrity: Option<String>,
     /// Top-level fields this version does not know, preserved on rewrite.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -364,6 +368,7 @@ impl RunDocument {
             iterion_version: new.iterion_version,
             owner: new.owner,
             sandbox: SandboxRecord::default(),
+            integrity: None,
             extra: Map::new(),
         }
     }
@@ -387,9 +392,22 @@ impl RunDocument {
         })
     }
 
-    /// Writes the document atomically to `path` ([`write_atomic`]).
+    /// Writes the document atomically to `path` ([`write_atomic`]), without an integrity tag.
     pub fn save(&self, path: &Path) -> Result<()> {
-        write_atomic(path, self.to_pretty_json()?.as_bytes())
+        self.save_signed(path, None)
+    }
+
+    /// Writes the document atomically to `path`, with an integrity tag computed with `key` (none without a
+    /// key: a stale tag is never carried over to changed content).
+    pub fn save_signed(&self, path: &Path, key: Option<&super::integrity::RecordKey>) -> Result<()> {
+        let mut doc = self.clone();
+        doc.integrity = None;
+        let mut text = doc.to_pretty_json()?;
+        if let Some(k) = key {
+            doc.integrity = Some(k.sign_text(&text)?);
+            text = doc.to_pretty_json()?;
+        }
+        write_atomic(path, text.as_bytes())
     }
 }
 

@@ -30,6 +30,7 @@
 mod document;
 mod event_log;
 mod ids;
+mod integrity;
 mod location;
 mod lock;
 mod run;
@@ -43,6 +44,7 @@ pub use document::{
 };
 pub use event_log::{Appended, EventLog, read_events};
 pub use ids::{RunId, friendly_name, sha256_hex, validate_component};
+pub use integrity::{Integrity, KEY_FILE, RecordKey};
 pub use location::{
     LOCAL_STORE_DIR, STORE_SENTINEL, StoreDirRequest, absolutize, data_dir, is_managed_store, project_key,
     store_dir, workflow_project_dir,
@@ -93,6 +95,7 @@ pub(crate) fn create_private_dir(path: &Path) -> Result<()> {
 pub struct Store {
     root: PathBuf,
     clock: LogClock,
+    key: Option<RecordKey>,
 }
 
 /// One entry of [`Store::list_runs`].
@@ -110,7 +113,35 @@ impl Store {
         Store {
             root: root.into(),
             clock: LogClock::system(),
+            key: None,
         }
+    }
+
+    /// Signs the `run.json` of runs written through this value with `key`, and refuses to open for writing a
+    /// record whose tag does not match ([`RecordKey`]). Without a key records are written unsigned.
+    pub fn with_record_key(mut self, key: Option<RecordKey>) -> Store {
+        self.key = key;
+        self
+    }
+
+    /// Checks a run's `run.json` against the key before anything acts on it: `Ok` when its tag matches, or
+    /// when it has none and `accept_unsigned` is set, or when this store has no key;
+    /// [`Error::RunRecordTampered`] otherwise.
+    pub fn check_record(&self, run_id: &str, accept_unsigned: bool) -> Result<()> {
+        let Some(key) = &self.key else { return Ok(()) };
+        let path = self.existing_run_dir(run_id)?.join(names::RUN_JSON);
+        let bytes = fs::read(&path).map_err(|e| Error::io("read", &path, e))?;
+        let unsigned = match key.check(&bytes) {
+            Integrity::Valid => return Ok(()),
+            Integrity::Unsigned if accept_unsigned => return Ok(()),
+            Integrity::Unsigned => true,
+            Integrity::Mismatch => false,
+        };
+        Err(Error::RunRecordTampered {
+            run_id: run_id.to_owned(),
+            path,
+            unsigned,
+        })
     }
 
     /// Uses `clock` for the `run.log` timestamps of runs opened from this value (default: local time).
@@ -181,14 +212,21 @@ impl Store {
             id: id.to_string(),
             ..new
         });
-        OpenRun::open_new(dir, id.as_str(), &owner, document, self.clock.clone())
+        OpenRun::open_new(
+            dir,
+            id.as_str(),
+            &owner,
+            document,
+            self.clock.clone(),
+            self.key.clone(),
+        )
     }
 
     /// Opens an existing run for writing (resume, crash recovery): takes its lock, reads `run.json` and opens
     /// the logs for appending. Unknown run → [`Error::RunNotFound`]; held lock → [`Error::Locked`].
     pub fn open_run(&self, run_id: &str, owner: &Owner) -> Result<OpenRun> {
         let dir = self.existing_run_dir(run_id)?;
-        OpenRun::open_existing(dir, run_id, owner, self.clock.clone())
+        OpenRun::open_existing(dir, run_id, owner, self.clock.clone(), self.key.clone())
     }
 
     fn existing_run_dir(&self, run_id: &str) -> Result<PathBuf> {

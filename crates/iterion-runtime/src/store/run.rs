@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::document::{Checkpoint, Owner, RunDocument, temp_prefix, write_atomic};
 use super::event_log::EventLog;
 use super::ids::validate_component;
+use super::integrity::{Integrity, RecordKey};
 use super::lock::RunLock;
 use super::run_log::{LogClock, RunLog};
 use super::{create_private_dir, names};
@@ -39,6 +40,10 @@ pub struct OpenRun {
     events: Arc<EventLog>,
     log: Arc<RunLog>,
     lock: RunLock,
+    key: Option<RecordKey>,
+    /// Whether writes carry an integrity tag: a new run, or a record whose tag matched when opened (an
+    /// unsigned record stays unsigned until [`OpenRun::adopt_unsigned`]).
+    sign: bool,
 }
 
 impl OpenRun {
@@ -48,11 +53,12 @@ impl OpenRun {
         owner: &Owner,
         document: RunDocument,
         clock: LogClock,
+        key: Option<RecordKey>,
     ) -> Result<OpenRun> {
         let lock = RunLock::try_acquire(&dir.join(names::LOCK), id, owner)?;
         let log = Arc::new(RunLog::open(&dir.join(names::RUN_LOG), clock)?);
         let events = Arc::new(EventLog::open(&dir.join(names::EVENTS), id)?);
-        document.save(&dir.join(names::RUN_JSON))?;
+        document.save_signed(&dir.join(names::RUN_JSON), key.as_ref())?;
         Ok(OpenRun {
             dir,
             id: id.to_owned(),
@@ -60,13 +66,38 @@ impl OpenRun {
             events,
             log,
             lock,
+            sign: key.is_some(),
+            key,
         })
     }
 
-    pub(crate) fn open_existing(dir: PathBuf, id: &str, owner: &Owner, clock: LogClock) -> Result<OpenRun> {
+    /// Opens a run for writing. With a key, a record whose tag does not match is refused
+    /// ([`Error::RunRecordTampered`]) before anything is written, so no later write can launder it.
+    pub(crate) fn open_existing(
+        dir: PathBuf,
+        id: &str,
+        owner: &Owner,
+        clock: LogClock,
+        key: Option<RecordKey>,
+    ) -> Result<OpenRun> {
         let lock = RunLock::try_acquire(&dir.join(names::LOCK), id, owner)?;
         let run_json = dir.join(names::RUN_JSON);
-        let document = RunDocument::load(&run_json)?;
+        let bytes = fs::read(&run_json).map_err(|e| Error::io("read", &run_json, e))?;
+        let sign = match key.as_ref().map(|k| k.check(&bytes)) {
+            None | Some(Integrity::Unsigned) => false,
+            Some(Integrity::Valid) => true,
+            Some(Integrity::Mismatch) => {
+                return Err(Error::RunRecordTampered {
+                    run_id: id.to_owned(),
+                    path: run_json,
+                    unsigned: false,
+                });
+            }
+        };
+        let document: RunDocument = serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
+            path: run_json.clone(),
+            source,
+        })?;
         remove_stale_temp_files(&run_json);
         let log = Arc::new(RunLog::open(&dir.join(names::RUN_LOG), clock)?);
         let events = Arc::new(EventLog::open(&dir.join(names::EVENTS), id)?);
@@ -77,7 +108,15 @@ impl OpenRun {
             events,
             log,
             lock,
+            key,
+            sign,
         })
+    }
+
+    /// Signs this record from its next write on, when the store has a key: the operator accepted an unsigned
+    /// record (`resume --force`).
+    pub fn adopt_unsigned(&mut self) {
+        self.sign = self.key.is_some();
     }
 
     /// The run directory.
@@ -132,7 +171,8 @@ impl OpenRun {
     }
 
     fn commit(&mut self, next: RunDocument) -> Result<()> {
-        next.save(&self.dir.join(names::RUN_JSON))?;
+        let key = if self.sign { self.key.as_ref() } else { None };
+        next.save_signed(&self.dir.join(names::RUN_JSON), key)?;
         self.document = next;
         Ok(())
     }

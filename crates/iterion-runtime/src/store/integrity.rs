@@ -1,0 +1,258 @@
+//! Integrity tags of `run.json`: an HMAC-SHA256 over the document, keyed by a host secret that lives in the
+//! data dir (`run-record.key`, mode 0600) and is never mounted into a sandbox. `resume` acts on a record only
+//! when its tag matches, so a record rewritten by anything that does not hold the key (a sandboxed process, a
+//! repository) is refused instead of deciding where the next steps run.
+//!
+//! The tag is the `integrity` field of `run.json` itself (`hmac-sha256:<64 hex>`), so a document and its tag
+//! are written in the same atomic rename. It is computed over the compact JSON of the parsed document without
+//! that field, with keys sorted, which is deterministic for a given file text whatever the key order.
+use std::fs::{self, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+
+/// Name of the key file in the data dir.
+pub const KEY_FILE: &str = "run-record.key";
+/// Field of `run.json` holding the tag.
+pub const FIELD: &str = "integrity";
+const SCHEME: &str = "hmac-sha256:";
+
+/// The host secret that signs run records.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RecordKey([u8; 32]);
+
+impl std::fmt::Debug for RecordKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RecordKey([redacted])")
+    }
+}
+
+/// What a `run.json` says about its own integrity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Integrity {
+    /// The tag matches the document.
+    Valid,
+    /// The document has no tag (written by a version without tags, or by a caller without a key).
+    Unsigned,
+    /// The tag is malformed or does not match the document.
+    Mismatch,
+}
+
+impl RecordKey {
+    /// A key from raw bytes (tests and library callers that manage their own secret).
+    pub fn from_bytes(bytes: [u8; 32]) -> RecordKey {
+        RecordKey(bytes)
+    }
+
+    /// `<data_dir>/run-record.key`.
+    pub fn path(data_dir: &Path) -> PathBuf {
+        data_dir.join(KEY_FILE)
+    }
+
+    /// Reads the key of `data_dir`, creating it (32 random bytes as hex, mode 0600, data dir 0700) on first
+    /// use. A key file that is not a private regular file of 64 hex characters is an error, never replaced.
+    pub fn load_or_create(data_dir: &Path) -> Result<RecordKey> {
+        let path = Self::path(data_dir);
+        match Self::load(&path) {
+            Err(Error::Io { source, .. }) if source.kind() == ErrorKind::NotFound => {}
+            other => return other,
+        }
+        super::create_private_dir(data_dir)?;
+        let bytes: [u8; 32] = rand::random();
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+        {
+            Ok(mut f) => {
+                f.write_all(hex::encode(bytes).as_bytes())
+                    .and_then(|()| f.sync_all())
+                    .map_err(|e| Error::io("write", &path, e))?;
+                Ok(RecordKey(bytes))
+            }
+            // another process created it first: use theirs
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => Self::load(&path),
+            Err(e) => Err(Error::io("create", &path, e)),
+        }
+    }
+
+    fn load(path: &Path) -> Result<RecordKey> {
+        let md = fs::symlink_metadata(path).map_err(|e| Error::io("read", path, e))?;
+        let bad = |reason: &str| Error::RecordKey {
+            path: path.to_path_buf(),
+            reason: reason.to_owned(),
+        };
+        if !md.file_type().is_file() {
+            return Err(bad("not a regular file"));
+        }
+        if md.permissions().mode() & 0o077 != 0 {
+            return Err(bad("readable by other users (expected mode 0600)"));
+        }
+        let text = fs::read_to_string(path).map_err(|e| Error::io("read", path, e))?;
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(text.trim(), &mut out).map_err(|_| bad("not 64 hexadecimal characters"))?;
+        Ok(RecordKey(out))
+    }
+
+    /// HMAC-SHA256 (RFC 2104) of `msg`.
+    fn mac(&self, msg: &[u8]) -> [u8; 32] {
+        hmac_sha256(&self.0, msg)
+    }
+
+    /// The tag of a document value (its top-level `integrity` field ignored).
+    fn tag_of(&self, doc: &Value) -> Result<String> {
+        let mut canon = Vec::new();
+        canonical(doc, true, &mut canon)?;
+        Ok(format!("{SCHEME}{}", hex::encode(self.mac(&canon))))
+    }
+
+    /// The tag to store for the pretty text `unsigned` (a document without the field).
+    pub(crate) fn sign_text(&self, unsigned: &str) -> Result<String> {
+        let v: Value = serde_json::from_str(unsigned).map_err(|source| Error::Encode {
+            what: "run document",
+            source,
+        })?;
+        self.tag_of(&v)
+    }
+
+    /// Checks the `integrity` field of the `run.json` bytes.
+    pub fn check(&self, bytes: &[u8]) -> Integrity {
+        let Ok(v) = serde_json::from_slice::<Value>(bytes) else {
+            return Integrity::Mismatch;
+        };
+        let Some(tag) = v.get(FIELD) else {
+            return Integrity::Unsigned;
+        };
+        let Some(tag) = tag.as_str() else {
+            return Integrity::Mismatch;
+        };
+        match self.tag_of(&v) {
+            Ok(expect) if constant_time_eq(expect.as_bytes(), tag.as_bytes()) => Integrity::Valid,
+            _ => Integrity::Mismatch,
+        }
+    }
+}
+
+/// Compact JSON with object keys sorted at every level, so the bytes depend only on the parsed values, never
+/// on the order a serializer keeps; `top` drops the top-level `integrity` field.
+fn canonical(v: &Value, top: bool, out: &mut Vec<u8>) -> Result<()> {
+    let enc = |source| Error::Encode {
+        what: "run document",
+        source,
+    };
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().filter(|k| !(top && k.as_str() == FIELD)).collect();
+            keys.sort();
+            out.push(b'{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                serde_json::to_writer(&mut *out, k).map_err(enc)?;
+                out.push(b':');
+                canonical(&m[k], false, out)?;
+            }
+            out.push(b'}');
+        }
+        Value::Array(a) => {
+            out.push(b'[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                canonical(x, false, out)?;
+            }
+            out.push(b']');
+        }
+        scalar => serde_json::to_writer(&mut *out, scalar).map_err(enc)?,
+    }
+    Ok(())
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// HMAC-SHA256 with a key of at most one block (64 bytes).
+fn hmac_sha256(key: &[u8], msg: &[u8]) -> [u8; 32] {
+    let mut block = [0u8; 64];
+    if key.len() > 64 {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let pad = |b: u8| block.map(|k| k ^ b);
+    let inner = Sha256::new().chain_update(pad(0x36)).chain_update(msg).finalize();
+    Sha256::new()
+        .chain_update(pad(0x5c))
+        .chain_update(inner)
+        .finalize()
+        .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hmac_matches_rfc_4231_case_2() {
+        let mac = hmac_sha256(b"Jefe", b"what do ya want for nothing?");
+        assert_eq!(
+            hex::encode(mac),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    #[test]
+    fn a_changed_document_or_tag_is_a_mismatch_and_a_missing_tag_is_unsigned() {
+        let key = RecordKey::from_bytes([7; 32]);
+        let unsigned = "{\n  \"id\": \"r\",\n  \"sandbox\": {\"cli_mode\": null}\n}\n";
+        let tag = key.sign_text(unsigned).expect("sign");
+        let signed = unsigned.replacen("{\n", &format!("{{\n  \"integrity\": \"{tag}\",\n"), 1);
+        assert_eq!(key.check(signed.as_bytes()), Integrity::Valid);
+        // Re-indenting keeps the tag valid: it covers the parsed document, not its layout.
+        let compact =
+            serde_json::to_string(&serde_json::from_str::<Value>(&signed).expect("json")).expect("enc");
+        assert_eq!(key.check(compact.as_bytes()), Integrity::Valid);
+        // Reordering keys keeps it valid too.
+        let reordered =
+            format!("{{\"sandbox\": {{\"cli_mode\": null}}, \"integrity\": \"{tag}\", \"id\": \"r\"}}");
+        assert_eq!(key.check(reordered.as_bytes()), Integrity::Valid);
+        let tampered = signed.replace("null", "\"none\"");
+        assert_eq!(key.check(tampered.as_bytes()), Integrity::Mismatch);
+        assert_eq!(
+            RecordKey::from_bytes([8; 32]).check(signed.as_bytes()),
+            Integrity::Mismatch
+        );
+        assert_eq!(key.check(unsigned.as_bytes()), Integrity::Unsigned);
+        assert_eq!(key.check(b"not json"), Integrity::Mismatch);
+        let wrong_type = signed.replace(&format!("\"{tag}\""), "42");
+        assert_eq!(key.check(wrong_type.as_bytes()), Integrity::Mismatch);
+    }
+
+    #[test]
+    fn the_key_file_is_created_private_once_and_refused_when_shared() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let data = d.path().join("data");
+        let a = RecordKey::load_or_create(&data).expect("create");
+        let b = RecordKey::load_or_create(&data).expect("load");
+        assert_eq!(a, b);
+        let path = RecordKey::path(&data);
+        let mode = fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).expect("chmod");
+        let e = RecordKey::load_or_create(&data).expect_err("shared key");
+        assert!(e.to_string().contains("readable by other users"), "{e}");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).expect("chmod");
+        fs::write(&path, "short").expect("write");
+        let e = RecordKey::load_or_create(&data).expect_err("bad key");
+        assert!(e.to_string().contains("64 hexadecimal"), "{e}");
+    }
+}
