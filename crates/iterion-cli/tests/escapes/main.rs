@@ -7,6 +7,7 @@
 //! shared workspace and assertions live in `harness`.
 
 mod builds;
+mod full_disk;
 mod harness;
 
 use harness::{Hostile, engine_ready, node_output, show};
