@@ -418,7 +418,14 @@ impl Observer for Printer {
                 v.sandbox = Some(format!("skipped — {}", s(&data, "reason")));
             }
             "sandbox_image_ready" => self.spin(&mut v, &format!("image {} ready", s(&data, "image"))),
-            "sandbox_build_started" => self.spin(&mut v, &format!("building {}", s(&data, "dockerfile"))),
+            "sandbox_build_started" => {
+                let offline = if s(&data, "network") == "none" {
+                    " (no network)"
+                } else {
+                    ""
+                };
+                self.spin(&mut v, &format!("building {}{offline}", s(&data, "dockerfile")))
+            }
             "sandbox_network_started" => self.spin(&mut v, "egress proxy started"),
             "sandbox_post_create_started" => self.spin(&mut v, "running post_create"),
             "sandbox_started" => {

@@ -23,8 +23,8 @@ use iterion_driver::labels::{self, Component, LabelInput};
 use iterion_driver::mount_safety::{HostFacts, HostOs, MountPolicy, RealFs};
 use iterion_driver::owner::{HostProcesses, owner_liveness};
 use iterion_driver::{
-    BuildRequest, Capabilities, DriverEvent, DriverKind, EngineInfo, Error as DError, ExecRequest,
-    HardeningProfile, HardeningReport, HomeSource, ImageRef, ImageReport, Liveness, LogLevel,
+    BuildNetwork, BuildRequest, Capabilities, DriverEvent, DriverKind, EngineInfo, Error as DError,
+    ExecRequest, HardeningProfile, HardeningReport, HomeSource, ImageRef, ImageReport, Liveness, LogLevel,
     ManagedResource, MountOrigin, MountReport, NetworkLease, NetworkRequest, Placement, PrepareRequest,
     Prepared, ProxyListen, PullPolicy, RemoveOutcome, ResourceKind, Run, SetupPhase, SkippedPath,
     StartReport, StartRequest, Started, UidMismatch, UserRemap,
@@ -147,6 +147,15 @@ impl From<crate::Error> for DError {
             } => DError::BuildFailed {
                 dockerfile,
                 tail: format!("{message}\n{tail}"),
+            },
+            E::BuildRefused {
+                dockerfile,
+                line,
+                reason,
+            } => DError::BuildRefused {
+                dockerfile,
+                line,
+                reason,
             },
             E::InvalidSpec { field, reason } => DError::InvalidSpec { field, reason },
             E::Unsupported { driver, feature } => DError::Unsupported {
@@ -1097,7 +1106,18 @@ impl iterion_driver::Driver for DockerDriver {
         );
         input.target = b.target.clone();
         input.args = b.args.clone();
-        input.pull = req.pull_policy == PullPolicy::Always;
+        input.network = req.network;
+        input.pull = req.pull_policy == PullPolicy::Always && req.network == BuildNetwork::Open;
+        if req.pull_policy == PullPolicy::Always && req.network == BuildNetwork::None {
+            req.events.log(
+                LogLevel::Warn,
+                format!(
+                    "build of {}: base images are not pulled (pull policy always) because the build has no \
+                     network under this network policy; the images present on this host are used",
+                    b.dockerfile
+                ),
+            );
+        }
         input.timeout = req.build_timeout;
         let kind = self.kind();
         req.events.emit(DriverEvent::BuildStarted {
@@ -1105,6 +1125,7 @@ impl iterion_driver::Driver for DockerDriver {
             dockerfile: b.dockerfile.clone(),
             context: b.context.clone(),
             target: b.target.clone().unwrap_or_default(),
+            network: req.network,
         });
         let started = Instant::now();
         let events = req.events.clone();
@@ -1115,6 +1136,7 @@ impl iterion_driver::Driver for DockerDriver {
                     driver: kind,
                     target: tag.clone(),
                     duration_ms: ms(started.elapsed()),
+                    network: req.network,
                 });
                 let local = image::inspect(engine, &tag).await?;
                 let mut p = prepared;

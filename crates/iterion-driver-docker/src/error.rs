@@ -70,6 +70,17 @@ pub enum Error {
         /// Last output bytes.
         tail: String,
     },
+    /// The build was refused before it started: a Dockerfile line would make the engine fetch from the network
+    /// while the build has none.
+    #[error("build of {dockerfile} refused before it started: {dockerfile}:{line}: {reason}")]
+    BuildRefused {
+        /// Dockerfile path.
+        dockerfile: String,
+        /// 1-based line of the instruction.
+        line: usize,
+        /// Why, and what to do.
+        reason: String,
+    },
     /// A spec field is invalid.
     #[error("invalid sandbox spec field {field}: {reason}")]
     InvalidSpec {

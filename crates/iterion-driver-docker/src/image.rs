@@ -135,6 +135,10 @@ pub struct LocalImage {
     pub os: Option<String>,
     /// Image architecture.
     pub arch: Option<String>,
+    /// Its environment (`K=V`).
+    pub env: Vec<String>,
+    /// Its `ONBUILD` triggers.
+    pub onbuild: Vec<String>,
 }
 
 /// The outcome of [`ensure_image`].
@@ -155,12 +159,17 @@ pub struct ImageReady {
 /// Inspects `reference` locally; `None` when the engine has no such image.
 pub async fn inspect(engine: &Engine, reference: &str) -> Result<Option<LocalImage>> {
     match engine.docker.inspect_image(reference).await {
-        Ok(i) => Ok(Some(LocalImage {
-            id: i.id.unwrap_or_default(),
-            digest: i.repo_digests.and_then(|d| d.into_iter().next()),
-            os: i.os,
-            arch: i.architecture,
-        })),
+        Ok(i) => {
+            let config = i.config.unwrap_or_default();
+            Ok(Some(LocalImage {
+                id: i.id.unwrap_or_default(),
+                digest: i.repo_digests.and_then(|d| d.into_iter().next()),
+                os: i.os,
+                arch: i.architecture,
+                env: config.env.unwrap_or_default(),
+                onbuild: config.on_build.unwrap_or_default(),
+            }))
+        }
         Err(e) if status_of(&e) == Some(404) => Ok(None),
         Err(e) => Err(engine_err(e)),
     }

@@ -2,11 +2,14 @@
 //! streamed to the engine (`.dockerignore` honoured, symlinks never followed), the classic builder request,
 //! a 4 KiB output tail and a bound.
 
+use crate::dockerfile::{self, BaseImage, Refusal};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::image;
 use bollard::query_parameters::{BuildImageOptionsBuilder, BuilderVersion};
 use bytes::Bytes;
 use futures::StreamExt;
+pub use iterion_driver::BuildNetwork;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::Write;
@@ -437,8 +440,11 @@ pub struct BuildInput {
     pub tag: String,
     /// Run id (label).
     pub run_id: String,
-    /// `pull=1` (pull policy always).
+    /// `pull=1` (pull policy always); never sent with [`BuildNetwork::None`].
     pub pull: bool,
+    /// The network of the build: with [`BuildNetwork::None`] the Dockerfile is checked first (nothing the
+    /// engine would fetch itself, every base image present) and its `RUN` steps get `networkmode=none`.
+    pub network: BuildNetwork,
     /// Bound of the whole build.
     pub timeout: Duration,
 }
@@ -455,6 +461,7 @@ impl BuildInput {
             tag,
             run_id,
             pull: false,
+            network: BuildNetwork::None,
             timeout: Duration::from_secs(30 * 60),
         }
     }
@@ -499,6 +506,67 @@ impl Write for ChanWriter {
     }
 }
 
+/// Bytes of Dockerfile the check before a build without network reads; a larger Dockerfile is refused.
+pub const MAX_DOCKERFILE_BYTES: u64 = 1024 * 1024;
+
+/// Before a build without network: refuses the Dockerfile when a line would make the engine fetch something
+/// itself (a remote `ADD`, a base image it would pull because it is absent), naming the line.
+pub async fn check_offline(
+    engine: &Engine,
+    dockerfile: &Path,
+    display: &str,
+    args: &BTreeMap<String, String>,
+) -> Result<()> {
+    let refuse = |r: Refusal| Error::BuildRefused {
+        dockerfile: display.to_owned(),
+        line: r.line,
+        reason: r.reason,
+    };
+    let f = std::fs::File::open(dockerfile).map_err(io_err("read", dockerfile))?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_DOCKERFILE_BYTES + 1), &mut bytes)
+        .map_err(io_err("read", dockerfile))?;
+    if bytes.len() as u64 > MAX_DOCKERFILE_BYTES {
+        return Err(refuse(Refusal {
+            line: 1,
+            reason: format!(
+                "the Dockerfile is larger than {MAX_DOCKERFILE_BYTES} bytes and cannot be checked before a build \
+                 without network"
+            ),
+        }));
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let mut bases = HashMap::new();
+    for img in dockerfile::from_images(&text, args) {
+        if let Some(l) = image::inspect(engine, &img.reference).await? {
+            bases.insert(
+                img.reference,
+                BaseImage {
+                    env: l.env,
+                    onbuild: l.onbuild,
+                    os: l.os,
+                    arch: l.arch,
+                },
+            );
+        }
+    }
+    let copies = dockerfile::offline_plan(&text, args, &bases).map_err(refuse)?;
+    for c in copies {
+        if image::inspect(engine, &c.reference).await?.is_none() {
+            return Err(refuse(Refusal {
+                line: c.line,
+                reason: format!(
+                    "COPY --from={}: the image is not present on this host, and the build has no network to \
+                     pull it; a pull would leave outside the run's network policy (make the image present on this \
+                     host first, or run with network mode open)",
+                    c.reference
+                ),
+            }));
+        }
+    }
+    Ok(())
+}
+
 /// Builds the image and returns its tag. Progress lines go to `progress`.
 pub async fn build(
     engine: &Engine,
@@ -520,6 +588,10 @@ pub async fn build(
             (name.clone(), Some((name, data)))
         }
     };
+    let offline = input.network == BuildNetwork::None;
+    if offline {
+        check_offline(engine, &dockerfile, &df_display, &input.args).await?;
+    }
     let entries = context_entries(&context, extra.is_none().then_some(df_name.as_str()))?;
 
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(16);
@@ -550,8 +622,11 @@ pub async fn build(
         .labels(&labels)
         .rm(true)
         .forcerm(true)
-        .pull(if input.pull { "1" } else { "" })
+        .pull(if input.pull && !offline { "1" } else { "" })
         .version(BuilderVersion::BuilderV1);
+    if offline {
+        opts = opts.networkmode("none");
+    }
     if let Some(t) = &input.target {
         opts = opts.target(t);
     }

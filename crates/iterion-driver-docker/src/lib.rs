@@ -8,7 +8,8 @@
 //!   fills once (endpoint inputs, relay binary, host name, uid); its `Run` is [`DockerRun`].
 //! - [`endpoint`]: the candidate sockets of 03 §4.1; [`engine`]: ping, API negotiation, identity (§4.2–4.3).
 //! - [`image`]: presence, pull with a bound and error classification (§5.2, §16.9); [`imagebuild`]: builds
-//!   with a deterministic, streamed context (§6).
+//!   with a deterministic, streamed context (§6), without network under a filtering policy, after
+//!   [`dockerfile`] has refused whatever the engine would fetch itself.
 //! - [`mounts`]: host state, warm caches, protected paths, UID remap, HOME tmpfs layering (§8.3–8.6).
 //! - [`relay`]: installing and checking the static egress relay (§7.2); [`names`]: run tags (§16.3).
 //!
@@ -28,6 +29,7 @@
 
 pub mod auth;
 mod dexec;
+pub mod dockerfile;
 mod driver;
 pub mod endpoint;
 pub mod engine;

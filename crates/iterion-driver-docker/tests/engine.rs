@@ -170,3 +170,67 @@ async fn build_from_the_test_image_and_a_failing_build() {
         other => panic!("expected BuildFailed, got {other}"),
     }
 }
+
+/// A build without network: its `RUN` steps see only the loopback interface, and a remote `ADD` is refused
+/// before the engine is asked to build, naming the line. With the open network the same step sees more.
+#[tokio::test]
+async fn a_build_without_network_has_only_loopback_and_refuses_a_remote_add() {
+    if !iterion_test_support::engine_required(
+        "a_build_without_network_has_only_loopback_and_refuses_a_remote_add",
+    ) {
+        return;
+    }
+    let img = iterion_test_support::docker_image::ensure_test_image().expect("test image");
+    let e = engine().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = std::fs::canonicalize(dir.path()).expect("canon");
+    let build = |network: imagebuild::BuildNetwork, dockerfile: &str| {
+        std::fs::write(root.join("Dockerfile"), dockerfile).expect("write");
+        let tag = format!("iterion-sandbox-build:{}", unique("n"));
+        let mut input = BuildInput::new(
+            root.join("Dockerfile"),
+            root.clone(),
+            root.clone(),
+            tag.clone(),
+            "r1".into(),
+        );
+        input.network = network;
+        input.timeout = Duration::from_secs(120);
+        (input, ImageGuard(tag))
+    };
+    let only_lo = format!("FROM {img}\nRUN test \"$(ls /sys/class/net)\" = lo\n");
+    let (input, _g1) = build(imagebuild::BuildNetwork::None, &only_lo);
+    imagebuild::build(&e, &input, &|_: &str| {})
+        .await
+        .expect("an offline build has only loopback");
+    // Another step text, so the engine's layer cache does not answer with the offline result.
+    let only_lo_open = format!("FROM {img}\nRUN test \"$(ls /sys/class/net)\" = lo # open\n");
+    let (input, _g2) = build(imagebuild::BuildNetwork::Open, &only_lo_open);
+    let err = imagebuild::build(&e, &input, &|_: &str| {})
+        .await
+        .expect_err("the open build has the bridge too");
+    assert!(matches!(err, Error::BuildFailed { .. }), "{err}");
+
+    let (input, _g3) = build(
+        imagebuild::BuildNetwork::None,
+        &format!("FROM {img}\nRUN true\nADD https://example.invalid/x /x\n"),
+    );
+    let mut lines = Vec::new();
+    let progress = std::sync::Mutex::new(&mut lines);
+    let err = imagebuild::build(&e, &input, &|l: &str| progress.lock().unwrap().push(l.to_owned()))
+        .await
+        .expect_err("refused");
+    match &err {
+        Error::BuildRefused { line, reason, .. } => {
+            assert_eq!(*line, 3);
+            assert!(reason.contains("https://example.invalid/x"), "{reason}");
+        }
+        other => panic!("expected BuildRefused, got {other}"),
+    }
+    assert!(lines.is_empty(), "the engine was not asked to build: {lines:?}");
+    assert!(
+        err.to_string()
+            .contains(&format!("{}:3:", root.join("Dockerfile").display())),
+        "{err}"
+    );
+}

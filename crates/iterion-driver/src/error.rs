@@ -216,6 +216,17 @@ pub enum Error {
         /// The last 4 KiB of the build output.
         tail: String,
     },
+    /// The build was refused before it started: a Dockerfile line would make the engine fetch from the network
+    /// (a remote `ADD`, a base image to pull) while the build has none.
+    #[error("build of {dockerfile} refused before it started: {dockerfile}:{line}: {reason}")]
+    BuildRefused {
+        /// The Dockerfile path.
+        dockerfile: String,
+        /// 1-based line of the instruction.
+        line: usize,
+        /// Why, and what to do.
+        reason: String,
+    },
     /// A post-create command exited non-zero.
     #[error("post_create command {index} exited {code}")]
     PostCreateFailed {
@@ -394,7 +405,7 @@ impl Error {
             Error::ImageNotFound { .. } | Error::ImageAuth { .. } | Error::ImageAbsent { .. } => {
                 F::ImageUnavailable
             }
-            Error::BuildFailed { .. } => F::BuildFailed,
+            Error::BuildFailed { .. } | Error::BuildRefused { .. } => F::BuildFailed,
             Error::PostCreateFailed { .. } => F::PostCreateFailed,
             Error::SetupTimeout { .. } => F::SetupTimeout,
             Error::ImagePull { .. } | Error::StartFailed { .. } | Error::SandboxInUse { .. } => {

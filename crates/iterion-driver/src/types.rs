@@ -243,6 +243,8 @@ pub enum DriverEvent {
         context: String,
         /// The tag being built.
         target: String,
+        /// The network the build gets.
+        network: BuildNetwork,
     },
     /// A build finished (`sandbox_build_finished`).
     BuildFinished {
@@ -252,6 +254,8 @@ pub enum DriverEvent {
         target: String,
         /// Time taken.
         duration_ms: u64,
+        /// The network the build had.
+        network: BuildNetwork,
     },
     /// A build failed (`sandbox_build_failed`).
     BuildFailed {
@@ -346,22 +350,56 @@ pub struct BuildRequest {
     pub spec_key: Option<String>,
     /// Bound of the build (default 30 m).
     pub build_timeout: Duration,
-    /// Pull policy for base images.
+    /// Pull policy for base images (only with [`BuildNetwork::Open`]).
     pub pull_policy: PullPolicy,
+    /// Whether the build may use the network.
+    pub network: BuildNetwork,
     /// Event sink.
     pub events: EventSink,
 }
 
 impl BuildRequest {
-    /// A request with the default bound.
+    /// A request with the default bound and no network.
     pub fn new(run_id: impl Into<String>) -> Self {
         BuildRequest {
             run_id: run_id.into(),
             spec_key: None,
             build_timeout: Duration::from_secs(1800),
             pull_policy: PullPolicy::Auto,
+            network: BuildNetwork::None,
             events: EventSink::discard(),
         }
+    }
+}
+
+/// The network an image build gets.
+///
+/// Under a filtering policy (`allowlist`, `denylist`) nothing a Dockerfile does may leave the host except through
+/// the run's proxy, and a build has no proxy: it gets [`BuildNetwork::None`]. Its `RUN` steps have no network,
+/// and the driver refuses, before the build, whatever the engine would fetch itself (a remote `ADD`, a base
+/// image it would pull).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum BuildNetwork {
+    /// No network; nothing pulled or downloaded by the engine.
+    #[default]
+    None,
+    /// The engine's default build network, and base images pulled as the pull policy says (policy `open`).
+    Open,
+}
+
+impl BuildNetwork {
+    /// The word used in events: `none` or `open`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BuildNetwork::None => "none",
+            BuildNetwork::Open => "open",
+        }
+    }
+}
+
+impl fmt::Display for BuildNetwork {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -46,6 +46,11 @@ fn all() -> Vec<Error> {
             dockerfile: s("/w/Dockerfile"),
             tail: s("RUN false: exit 1"),
         },
+        Error::BuildRefused {
+            dockerfile: s("/w/Dockerfile"),
+            line: 3,
+            reason: s("ADD fetches http://10.0.0.1/x itself, and the build has no network"),
+        },
         Error::PostCreateFailed {
             index: 1,
             code: 99,

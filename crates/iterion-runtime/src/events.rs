@@ -522,6 +522,8 @@ pub struct SandboxBuildStarted {
     /// Build target stage.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// The network of the build: `none` under `allowlist`/`denylist`, `open` under `open`.
+    pub network: String,
     /// Node of a node container spec.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,
@@ -540,6 +542,8 @@ pub struct SandboxBuildFinished {
     pub target: String,
     /// Duration in milliseconds.
     pub duration_ms: u64,
+    /// The network the build had (`none` or `open`).
+    pub network: String,
     /// Node of a node container spec.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,

@@ -114,6 +114,9 @@ failure_codes! {
     RunInterrupted = "RUN_INTERRUPTED", Resumable;
     /// A bug (panic) in iterion; the checkpoint is kept.
     InternalError = "INTERNAL_ERROR", Resumable;
+    /// A write to the run store failed (a full disk, an I/O error): the record of the run is incomplete, so the
+    /// run is stopped and never ends `finished`.
+    StoreWriteFailed = "STORE_WRITE_FAILED", Deterministic;
     /// Status `cancelled`: signal or operator cancellation.
     Cancelled = "CANCELLED", Cancellation;
 }
@@ -367,6 +370,7 @@ mod tests {
         check("ENVELOPE_PROTOCOL_ERROR", Resumable);
         check("RUN_INTERRUPTED", Resumable);
         check("INTERNAL_ERROR", Resumable);
+        check("STORE_WRITE_FAILED", Deterministic);
         check("CANCELLED", Cancellation);
         assert_eq!(FailureCode::ALL.len(), 33);
     }

@@ -304,11 +304,49 @@ fn lc13_build_failure() {
     let ev = fx.events(&o);
     let t = types(&ev);
     assert!(t.contains(&"sandbox_build_started".to_string()));
+    // The default policy is open: the build keeps the engine's network.
+    assert_eq!(first(&ev, "sandbox_build_started").data["network"], json!("open"));
     assert!(
         first(&ev, "sandbox_build_failed").data["error"]
             .as_str()
             .unwrap()
             .contains("failed to solve")
+    );
+}
+
+/// Under a filtering policy the build is asked to run without network, and a build the driver refuses before
+/// it starts fails the run with the Dockerfile line in the message.
+#[test]
+fn lc13_build_under_allowlist_has_no_network_and_a_refusal_names_the_line() {
+    let fx = Fixture::new(
+        "tool hello:\n  command: \"echo hi\"\n\nworkflow greet:\n  entry: hello\n  sandbox:\n    build:\n      dockerfile: \"Dockerfile\"\n    network:\n      mode: allowlist\n  hello -> done\n",
+    );
+    fx.write("Dockerfile", "FROM scratch\n");
+    let fake = FakeDriver::new(Faults {
+        build: Some(DError::BuildRefused {
+            dockerfile: "/w/Dockerfile".into(),
+            line: 3,
+            reason: "ADD http://h/x: the engine would fetch it itself".into(),
+        }),
+        ..Faults::default()
+    });
+    let o = rt()
+        .block_on(fx.runtime(container(&fake), &[], true).launch(fx.launch()))
+        .unwrap();
+    assert_eq!(
+        (o.status, o.failure_code),
+        (RunStatus::Failed, Some(FailureCode::SandboxBuildFailed)),
+        "{o:?}"
+    );
+    let ev = fx.events(&o);
+    assert_eq!(first(&ev, "sandbox_build_started").data["network"], json!("none"));
+    let failed = first(&ev, "run_failed");
+    assert!(
+        failed.data["error"]
+            .as_str()
+            .unwrap()
+            .contains("/w/Dockerfile:3: ADD"),
+        "{failed:?}"
     );
 }
 

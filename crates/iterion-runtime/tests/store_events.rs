@@ -158,6 +158,7 @@ fn catalogue() -> Vec<Event> {
             dockerfile: s(".devcontainer/Dockerfile"),
             context: s(".devcontainer"),
             target: None,
+            network: s("none"),
             node_id: some("lint"),
         }
         .into(),
@@ -165,6 +166,7 @@ fn catalogue() -> Vec<Event> {
             driver: s("docker"),
             target: s("iterion-sandbox-build:r-5f0c1a2b"),
             duration_ms: 30000,
+            network: s("none"),
             node_id: some("lint"),
         }
         .into(),

@@ -6,7 +6,9 @@
 //! The threat model and what each module proves are in docs/security.md. One module per escape class; the
 //! shared workspace and assertions live in `harness`.
 
+mod builds;
 mod credentials;
+mod full_disk;
 mod git_paths;
 mod harness;
 mod host_state;

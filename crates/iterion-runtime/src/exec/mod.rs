@@ -147,7 +147,8 @@ pub trait NodeSandboxes: Send + Sync {
 /// Where the executor reports: events, log lines, checkpoints and artifacts. Implemented by the lifecycle
 /// over the run store.
 pub trait RunSink: Send + Sync {
-    /// Appends an event (failures to append are the sink's business: they never fail the run).
+    /// Appends an event. A failed append is the sink's business: the run's sink records it, cancels the run
+    /// and ends it `STORE_WRITE_FAILED`.
     fn emit(&self, event: Event);
     /// Writes one `run.log` line (never a secret value: the executor only logs names).
     fn log(&self, level: LogLevel, message: &str);

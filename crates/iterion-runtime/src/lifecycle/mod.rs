@@ -36,6 +36,8 @@ pub mod reaper;
 mod sandbox;
 pub mod settings;
 mod sink;
+#[cfg(test)]
+mod store_failure_tests;
 
 pub use sandbox::HostFacts;
 pub use settings::Settings;
@@ -373,6 +375,15 @@ fn project_dir(plan: &std::result::Result<SandboxPlan, ResolveError>, work_dir: 
 /// Starts a new run and drives it to a terminal status. `Err` only for problems before the run record exists
 /// (usage errors, a locked or existing run, store I/O); every later failure is a status in the [`Outcome`].
 pub async fn launch(cfg: &Config, launch: Launch) -> Result<Outcome> {
+    launch_with(cfg, launch, |log| log).await
+}
+
+/// [`launch`] with the run's events appended through `events` (given the run's own event log).
+pub(crate) async fn launch_with(
+    cfg: &Config,
+    launch: Launch,
+    events: impl FnOnce(Arc<dyn sink::Append>) -> Arc<dyn sink::Append>,
+) -> Result<Outcome> {
     let requested = requested_of(&launch.sandbox, &cfg.env, cfg.builtin_default_mode);
     let plan = resolve_with(
         cfg,
@@ -412,7 +423,7 @@ pub async fn launch(cfg: &Config, launch: Launch) -> Result<Outcome> {
             now: crate::events::now_timestamp(),
         },
     )?;
-    let em = sink::Emitter::new(run, cfg.observer.clone());
+    let em = sink::Emitter::with_events(run, cfg.observer.clone(), events);
     let repo_root = launch.repo_root.clone();
     em.update(|d| {
         d.repo_root = repo_root.map(|p| p.to_string_lossy().into_owned());
@@ -640,6 +651,7 @@ async fn drive(
         owner,
     };
     let cancel_token = cfg.cancel.token();
+    let store_abort = em.store_abort();
     if input.resume.is_none() {
         // A stub checkpoint from the start, so a crash before the first node leaves a resumable record.
         let _ = em.run().save_checkpoint(stub.clone());
@@ -647,6 +659,8 @@ async fn drive(
     let end = tokio::select! {
         biased;
         _ = cancel_token.cancelled() => End::Cancelled(cancel_reason(cfg), Some(stub.clone())),
+        // Replaced by the store failure below.
+        _ = store_abort.cancelled() => End::Cancelled(String::new(), Some(stub.clone())),
         r = setup.run(&input.plan, &mut resources) => match r {
             Err(f) => End::Failed(f, Some(stub.clone())),
             Ok(sandboxes) => {
@@ -660,11 +674,12 @@ async fn drive(
             }
         },
     };
+    let end = store_failure_end(&em, end);
     let outcome = finish(&em, end, started, stub);
     let report = resources.cleanup(&em, cfg.cancel.force_token()).await;
     em.emit(report);
     let doc = em.run().document().clone();
-    Outcome {
+    let mut out = Outcome {
         run_id,
         run_name: doc.name.clone(),
         store_dir: input.store_dir,
@@ -674,7 +689,44 @@ async fn drive(
         error: outcome.0,
         hint: outcome.1,
         resumed_from,
+    };
+    // Whatever `run.json` could still record, an incomplete record never reports a clean end.
+    if let Some(f) = em.store_failure() {
+        out.status = RunStatus::Failed;
+        out.failure_code = Some(FailureCode::StoreWriteFailed);
+        let message = f.message();
+        if out.error.as_deref().is_none_or(|e| !e.starts_with(&message)) {
+            out.error = Some(message);
+            out.hint = Some(STORE_HINT.to_owned());
+        }
     }
+    out
+}
+
+const STORE_HINT: &str = "free space in the run store (or repair its file system) and start the run again";
+
+/// A run during which a write to the store failed ends `failed` / `STORE_WRITE_FAILED`, whatever it would have
+/// ended with: its record has a hole. The first such write aborted setup or the executor.
+fn store_failure_end(em: &sink::Emitter, end: End) -> End {
+    let Some(f) = em.store_failure() else {
+        return end;
+    };
+    let mut message = f.message();
+    let checkpoint = match &end {
+        End::Finished => None,
+        End::Failed(prior, c) => {
+            message.push_str(&format!(
+                "; the run had also failed ({}): {}",
+                prior.event.code, prior.event.error
+            ));
+            c.clone()
+        }
+        End::Cancelled(_, c) => c.clone(),
+    };
+    End::Failed(
+        Failure::new(FailureCode::StoreWriteFailed, message).hint(Some(STORE_HINT.to_owned())),
+        checkpoint,
+    )
 }
 
 fn cancel_reason(cfg: &Config) -> String {
@@ -744,6 +796,9 @@ async fn execute(
     run_id: &str,
     stub: Checkpoint,
 ) -> End {
+    // The executor stops on cancellation and on the first failed write to the store.
+    let exec_cancel = cfg.cancel.token().child_token();
+    em.abort_also(exec_cancel.clone());
     let mut ctx = ExecContext::new(
         run_id,
         input.vars.clone(),
@@ -751,7 +806,7 @@ async fn execute(
         sandboxes,
         Arc::new(em.clone()),
     )
-    .with_cancel(cfg.cancel.token())
+    .with_cancel(exec_cancel)
     .with_bounds(cfg.exec_bounds);
     if let Some(c) = &input.resume {
         ctx = ctx.with_resume(c.clone());
@@ -792,7 +847,10 @@ fn finish(
     match end {
         End::Finished => {
             if let Err(e) = em.run().transition(Transition::Finish) {
-                em.log(LogLevel::Error, &format!("cannot write the final status: {e}"));
+                em.store_failed(format!(
+                    "the final status in run.json was not written: {}",
+                    sink::chain(&e)
+                ));
             }
             em.emit(RunFinished {
                 duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
@@ -817,7 +875,10 @@ fn finish(
                 }
             };
             if let Err(e) = em.run().transition(transition) {
-                em.log(LogLevel::Error, &format!("cannot write the final status: {e}"));
+                em.store_failed(format!(
+                    "the final status in run.json was not written: {}",
+                    sink::chain(&e)
+                ));
             }
             em.log(
                 LogLevel::Error,
@@ -834,7 +895,10 @@ fn finish(
                 checkpoint: checkpoint.or(current).or(Some(stub)),
             };
             if let Err(e) = em.run().transition(t) {
-                em.log(LogLevel::Error, &format!("cannot write the final status: {e}"));
+                em.store_failed(format!(
+                    "the final status in run.json was not written: {}",
+                    sink::chain(&e)
+                ));
             }
             em.emit(RunCancelled::new(reason.clone()));
             (Some(reason), None)

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use iterion_driver::{
-    AuxMount, AuxMountKind, BuildRequest, Driver, DriverEvent, Error as DError, EventSink, ExecRequest,
-    HostStatePlan, NetworkLease, NetworkRequest, OutputLimits, OwnerInfo, PrepareRequest, Prepared,
-    ProxyListen, Run, SetupPhase, StartReport, StartRequest,
+    AuxMount, AuxMountKind, BuildNetwork, BuildRequest, Driver, DriverEvent, Error as DError, EventSink,
+    ExecRequest, HostStatePlan, NetworkLease, NetworkRequest, OutputLimits, OwnerInfo, PrepareRequest,
+    Prepared, ProxyListen, Run, SetupPhase, StartReport, StartRequest,
 };
 use iterion_envdeny::{EnvLayers as DenyLayers, RepoEnv, Reserved, SandboxEnvEntry};
 use iterion_netpolicy::{Mode, Policy};
@@ -476,21 +476,25 @@ impl Starter {
                 dockerfile,
                 context,
                 target,
+                network,
             } => em.emit(crate::events::SandboxBuildStarted {
                 driver: driver.to_string(),
                 dockerfile,
                 context,
                 target: Some(target),
+                network: network.as_str().to_owned(),
                 node_id: node_id.clone(),
             }),
             DriverEvent::BuildFinished {
                 driver,
                 target,
                 duration_ms,
+                network,
             } => em.emit(crate::events::SandboxBuildFinished {
                 driver: driver.to_string(),
                 target,
                 duration_ms,
+                network: network.as_str().to_owned(),
                 node_id: node_id.clone(),
             }),
             DriverEvent::BuildFailed { driver, error } => em.emit(crate::events::SandboxBuildFailed {
@@ -631,6 +635,12 @@ impl Starter {
         breq.spec_key = key.map(str::to_owned);
         breq.build_timeout = s.build_timeout.duration;
         breq.pull_policy = s.pull_policy;
+        // Under a filtering policy a build has no proxy, so it gets no network at all: nothing it does may
+        // leave except through the policy (the driver also refuses what the engine would fetch itself).
+        breq.network = match spec.network.mode {
+            NetworkMode::Open => BuildNetwork::Open,
+            NetworkMode::Allowlist | NetworkMode::Denylist => BuildNetwork::None,
+        };
         breq.events = self.sink(node_id.map(str::to_owned));
         let built =
             match tokio::time::timeout(s.build_timeout.duration, self.driver.build(prepared, breq)).await {

@@ -110,6 +110,7 @@ impl Driver for FakeDriver {
             dockerfile: b.dockerfile.clone(),
             context: b.context.clone(),
             target: "iterion-sandbox-build:x".into(),
+            network: req.network,
         });
         if let Some(e) = &self.faults.build {
             req.events.emit(DriverEvent::BuildFailed {
