@@ -37,6 +37,7 @@ pub mod model;
 pub mod parser;
 pub mod resolve;
 pub mod resolved;
+pub mod source;
 pub mod template;
 pub mod values;
 
