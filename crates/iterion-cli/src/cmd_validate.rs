@@ -94,15 +94,15 @@ pub fn run(args: ValidateArgs) -> ExitCode {
     let mut worst = 0u8;
     for path in &args.files {
         let label = path.display().to_string();
-        let bytes = match std::fs::read(path) {
-            Ok(b) => b,
+        // Regular files only, bounded: a FIFO, a device or a file over the size limit is never read.
+        let (bytes, checked) = match iterion_spec::source::check_file(path, &label) {
+            Ok(r) => r,
             Err(e) => {
-                eprintln!("iterion: error: cannot read {label}: {e}");
+                eprintln!("iterion: error: cannot read {}: {e}", crate::terminal::clean(&label));
                 worst = worst.max(2);
                 continue;
             }
         };
-        let checked = iterion_spec::check_bytes(&bytes, &label);
         let failed = checked.has_errors();
         if failed {
             worst = worst.max(1);
@@ -154,6 +154,7 @@ fn write_human(
     let verdict = if failed { "invalid" } else { "ok" };
     writeln!(
         out,
-        "{label}: {verdict} ({errors} error(s), {warnings} warning(s))"
+        "{}: {verdict} ({errors} error(s), {warnings} warning(s))",
+        crate::terminal::clean(label)
     )
 }

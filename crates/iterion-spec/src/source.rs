@@ -92,18 +92,17 @@ fn kind_of(ft: std::fs::FileType) -> &'static str {
     if ft.is_dir() { "a directory" } else { "not a file" }
 }
 
-/// Reads the regular file at `path` (symlinks followed), at most `limit` bytes.
-pub fn read_regular(path: &Path, limit: u64) -> FileRead {
+/// Opens the regular file at `path` (symlinks followed) for reading, without blocking: `Err` is
+/// [`FileRead::NotFound`], [`FileRead::NotRegular`] or [`FileRead::Failed`]. The type is checked before
+/// opening and again on the open descriptor. Returns the file and its size at opening.
+pub fn open_regular(path: &Path) -> Result<(std::fs::File, u64), FileRead> {
     let meta = match std::fs::metadata(path) {
         Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return FileRead::NotFound,
-        Err(e) => return FileRead::Failed(e.to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(FileRead::NotFound),
+        Err(e) => return Err(FileRead::Failed(e.to_string())),
     };
     if !meta.is_file() {
-        return FileRead::NotRegular(kind_of(meta.file_type()));
-    }
-    if meta.len() > limit {
-        return FileRead::TooLarge(limit);
+        return Err(FileRead::NotRegular(kind_of(meta.file_type())));
     }
     let mut opts = std::fs::OpenOptions::new();
     opts.read(true);
@@ -115,18 +114,29 @@ pub fn read_regular(path: &Path, limit: u64) -> FileRead {
     }
     let file = match opts.open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return FileRead::NotFound,
-        Err(e) => return FileRead::Failed(e.to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(FileRead::NotFound),
+        Err(e) => return Err(FileRead::Failed(e.to_string())),
     };
     // The type again, of what was actually opened.
-    let meta = match file.metadata() {
-        Ok(m) => m,
-        Err(e) => return FileRead::Failed(e.to_string()),
-    };
+    let meta = file.metadata().map_err(|e| FileRead::Failed(e.to_string()))?;
     if !meta.is_file() {
-        return FileRead::NotRegular(kind_of(meta.file_type()));
+        return Err(FileRead::NotRegular(kind_of(meta.file_type())));
     }
-    let mut buf = Vec::with_capacity(meta.len().min(limit) as usize);
+    Ok((file, meta.len()))
+}
+
+/// Reads the regular file at `path` (symlinks followed, see [`open_regular`]), at most `limit` bytes: a file
+/// whose size is over the limit is not read, and a file that grows while it is read is cut at `limit + 1`
+/// bytes and refused.
+pub fn read_regular(path: &Path, limit: u64) -> FileRead {
+    let (file, len) = match open_regular(path) {
+        Ok(f) => f,
+        Err(e) => return e,
+    };
+    if len > limit {
+        return FileRead::TooLarge(limit);
+    }
+    let mut buf = Vec::with_capacity(len.min(limit) as usize);
     match file.take(limit.saturating_add(1)).read_to_end(&mut buf) {
         Ok(_) if buf.len() as u64 > limit => FileRead::TooLarge(limit),
         Ok(_) => FileRead::Found(buf),
