@@ -221,6 +221,44 @@ fn sigterm_during_a_long_parse_ends_the_process() {
     }
 }
 
+#[test]
+fn sigterm_while_a_run_reads_a_huge_devcontainer_ends_the_run() {
+    if !engine_ready("escapes::bad_input::sigterm_while_a_run_reads_a_huge_devcontainer_ends_the_run") {
+        return;
+    }
+    let h = Hostile::new();
+    h.write(".devcontainer/devcontainer.json", &huge_devcontainer(630_000));
+    h.write(
+        "wf.bot",
+        "tool t:\n  command: `echo '{}'`\n\nworkflow w:\n  entry: t\n  sandbox: auto\n  t -> done\n",
+    );
+    let child = h
+        .cmd(&["run", "wf.bot"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut sent = false;
+    // The signal lands while the file is read and mapped (the run's signal handling is installed by then): the
+    // run must end as cancelled (or refuse the file), not carry on for minutes.
+    let out = wait_watched(child, |elapsed| {
+        if !sent && elapsed > Duration::from_secs(2) {
+            sent = true;
+            let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+        }
+    });
+    assert!(sent, "{}", show(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(
+        all.contains("signal SIGTERM") || all.contains("sandbox environment is too large"),
+        "{}",
+        show(&out)
+    );
+}
+
 /// A condition of 200 000 operands.
 fn long_condition() -> String {
     format!(
