@@ -181,7 +181,8 @@ pub fn load_dotenv(env: &mut BTreeMap<String, String>, cwd: &Path, warnings: &mu
     let Some(file) = cwd.ancestors().map(|d| d.join(".env")).find(|p| p.is_file()) else {
         return;
     };
-    let Ok(bytes) = iterion_spec::source::read_regular(&file, iterion_spec::source::MAX_FILE_BYTES).into_bytes()
+    let Ok(bytes) =
+        iterion_spec::source::read_regular(&file, iterion_spec::source::MAX_FILE_BYTES).into_bytes()
     else {
         return;
     };

@@ -98,7 +98,10 @@ pub fn run(args: ValidateArgs) -> ExitCode {
         let (bytes, checked) = match iterion_spec::source::check_file(path, &label) {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("iterion: error: cannot read {}: {e}", crate::terminal::clean(&label));
+                eprintln!(
+                    "iterion: error: cannot read {}: {e}",
+                    crate::terminal::clean(&label)
+                );
                 worst = worst.max(2);
                 continue;
             }

@@ -30,7 +30,13 @@ pub fn render(diag: &Diagnostic, source: Option<&str>) -> String {
         // caret is placed by the width of the escaped text before it.
         let shown_width = |chars: &mut dyn Iterator<Item = char>| -> usize {
             chars
-                .map(|c| if c == '\t' { 1 } else { clean(c.encode_utf8(&mut [0; 4])).chars().count() })
+                .map(|c| {
+                    if c == '\t' {
+                        1
+                    } else {
+                        clean(c.encode_utf8(&mut [0; 4])).chars().count()
+                    }
+                })
                 .sum()
         };
         let len_chars = line_text.chars().count();
@@ -44,7 +50,12 @@ pub fn render(diag: &Diagnostic, source: Option<&str>) -> String {
             .collect();
         let width = diag.line.to_string().len().max(3);
         out.push_str(&format!("\n{:>width$} | {}", diag.line, clean(&shown)));
-        out.push_str(&format!("\n{:>width$} | {}{}", "", " ".repeat(before), "^".repeat(under)));
+        out.push_str(&format!(
+            "\n{:>width$} | {}{}",
+            "",
+            " ".repeat(before),
+            "^".repeat(under)
+        ));
     }
     if let Some(hint) = &diag.hint {
         out.push_str(&format!("\n  hint: {}", clean(hint)));
@@ -100,7 +111,8 @@ mod tests {
 
     #[test]
     fn control_characters_in_the_excerpt_and_message_are_escaped_and_the_caret_follows() {
-        let d = Diagnostic::error("C001", "e\x1b[2J.bot", 1, 10, "unknown node '\x1b]0;t\x07'").with_end(1, 11);
+        let d =
+            Diagnostic::error("C001", "e\x1b[2J.bot", 1, 10, "unknown node '\x1b]0;t\x07'").with_end(1, 11);
         assert_eq!(
             render(&d, Some("a -> \x1b[2Jb")),
             "e\\x1b[2J.bot:1:10: error[C001]: unknown node '\\x1b]0;t\\x07'\n  1 | a -> \\x1b[2Jb\n    |             ^"

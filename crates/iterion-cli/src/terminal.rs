@@ -53,7 +53,10 @@ mod tests {
         assert_eq!(clean("\x1b]0;pwned\x07\x1b[2J"), "\\x1b]0;pwned\\x07\\x1b[2J");
         assert_eq!(clean("a\rb\x7f\u{9b}c"), "a\\rb\\x7f\\x9bc");
         assert_eq!(clean("user \u{202e}gnp.exe"), "user \\u{202e}gnp.exe");
-        assert_eq!(clean("\u{2066}x\u{2069}\u{200f}\u{61c}"), "\\u{2066}x\\u{2069}\\u{200f}\\u{061c}");
+        assert_eq!(
+            clean("\u{2066}x\u{2069}\u{200f}\u{61c}"),
+            "\\u{2066}x\\u{2069}\\u{200f}\\u{061c}"
+        );
         assert!(matches!(clean("line 1\n\tline 2 · é ✓"), Cow::Borrowed(_)));
         assert_eq!(clean("\0"), "\\x00");
     }

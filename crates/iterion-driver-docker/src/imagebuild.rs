@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use bollard::query_parameters::{BuildImageOptionsBuilder, BuilderVersion};
 use bytes::Bytes;
 use futures::StreamExt;
+use iterion_spec::source::{FileRead, MAX_FILE_BYTES, read_regular};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::Write;
@@ -14,7 +15,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use iterion_spec::source::{FileRead, MAX_FILE_BYTES, read_regular};
 
 /// Bytes of build output kept for the error message.
 pub const TAIL_BYTES: usize = 4096;
@@ -228,7 +228,11 @@ pub fn context_entries(context: &Path, dockerfile_rel: Option<&str>) -> Result<V
     let ignore = match read_regular(&ignore_path, MAX_FILE_BYTES) {
         FileRead::Found(t) => DockerIgnore::parse(&String::from_utf8_lossy(&t)),
         FileRead::NotFound => DockerIgnore::default(),
-        other => return Err(io_err("read", &ignore_path)(std::io::Error::other(other.to_string()))),
+        other => {
+            return Err(io_err("read", &ignore_path)(std::io::Error::other(
+                other.to_string(),
+            )));
+        }
     };
     let mut out = Vec::new();
     let mut stack = vec![(context.to_path_buf(), String::new())];

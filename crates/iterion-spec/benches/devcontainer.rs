@@ -38,7 +38,10 @@ fn time(iters: usize, mut f: impl FnMut()) -> (Duration, Duration) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     let keys: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(700_000);
     let iters: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(3).max(1);
     let text = file(keys);
@@ -51,7 +54,11 @@ fn main() {
         let p = parse_jsonc(&text).expect("valid JSONC");
         assert_eq!(p.duplicates.len(), keys.div_ceil(10));
     });
-    println!("  jsonc parse   median {:>8.1} ms   min {:>8.1} ms", ms(med), ms(min));
+    println!(
+        "  jsonc parse   median {:>8.1} ms   min {:>8.1} ms",
+        ms(med),
+        ms(min)
+    );
     let reader = MemReader::new().with_file("/repo/.devcontainer.json", text.clone());
     let env = BTreeMap::new();
     let (med, min) = time(iters, || {
@@ -64,7 +71,11 @@ fn main() {
         let out = load(&ctx);
         assert!(out.spec.is_some() || !out.diagnostics.is_empty());
     });
-    println!("  load (all)    median {:>8.1} ms   min {:>8.1} ms", ms(med), ms(min));
+    println!(
+        "  load (all)    median {:>8.1} ms   min {:>8.1} ms",
+        ms(med),
+        ms(min)
+    );
 }
 
 fn ms(d: Duration) -> f64 {

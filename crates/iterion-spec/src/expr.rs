@@ -277,7 +277,9 @@ impl<'a> P<'a> {
     fn operand(&mut self) -> Result<(), ExprError> {
         self.operands += 1;
         if self.operands > MAX_EXPR_OPERANDS {
-            return self.err(format!("expression has too many operands (max {MAX_EXPR_OPERANDS})"));
+            return self.err(format!(
+                "expression has too many operands (max {MAX_EXPR_OPERANDS})"
+            ));
         }
         Ok(())
     }
@@ -897,7 +899,8 @@ mod tests {
 
     #[test]
     fn unique_keeps_first_occurrences_of_equal_values() {
-        let input = json!({"l": [1, 1.0, "1", {"a": 1, "b": 2}, {"b": 2, "a": 1}, [1, 2], [2, 1], 1, null, null]});
+        let input =
+            json!({"l": [1, 1.0, "1", {"a": 1, "b": 2}, {"b": 2, "a": 1}, [1, 2], [2, 1], 1, null, null]});
         let e = parse_expr("unique(l)").unwrap();
         let got = eval(&e, &|r: &str| (r == "input").then(|| input.clone())).unwrap();
         assert_eq!(got, json!([1, 1.0, "1", {"a": 1, "b": 2}, [1, 2], [2, 1], null]));
@@ -909,27 +912,59 @@ mod tests {
         assert!(parse_expr(&ok).is_ok());
         let over = vec!["a"; 200_000].join(" && ");
         let e = parse_expr(&over).unwrap_err();
-        assert_eq!(e.detail, format!("expression has too many operands (max {MAX_EXPR_OPERANDS})"));
-        assert_eq!(e.offset, MAX_EXPR_OPERANDS * 5, "offset of operand {}", MAX_EXPR_OPERANDS + 1);
+        assert_eq!(
+            e.detail,
+            format!("expression has too many operands (max {MAX_EXPR_OPERANDS})")
+        );
+        assert_eq!(
+            e.offset,
+            MAX_EXPR_OPERANDS * 5,
+            "offset of operand {}",
+            MAX_EXPR_OPERANDS + 1
+        );
         // `||`, arithmetic and function arguments count the same way.
         let sum = vec!["1"; MAX_EXPR_OPERANDS + 1].join("+");
         assert!(parse_expr(&sum).unwrap_err().detail.contains("too many operands"));
         let args = format!("concat({})", vec!["'x'"; MAX_EXPR_OPERANDS].join(","));
-        assert!(parse_expr(&args).unwrap_err().detail.contains("too many operands"));
+        assert!(
+            parse_expr(&args)
+                .unwrap_err()
+                .detail
+                .contains("too many operands")
+        );
     }
 
     #[test]
     fn nesting_counts_parentheses_calls_and_prefix_operators_together() {
-        let at = |prefix: &str, n: usize| format!("{}x{}", prefix.repeat(n), if prefix == "(" { ")".repeat(n) } else { String::new() });
+        let at = |prefix: &str, n: usize| {
+            format!(
+                "{}x{}",
+                prefix.repeat(n),
+                if prefix == "(" {
+                    ")".repeat(n)
+                } else {
+                    String::new()
+                }
+            )
+        };
         // `or` is entered once for the whole expression, so MAX - 1 further levels are accepted.
         for p in ["(", "!", "-", "not "] {
             assert!(parse_expr(&at(p, MAX_EXPR_NESTING - 1)).is_ok(), "{p}");
             let e = parse_expr(&at(p, 100_000)).unwrap_err();
-            assert_eq!(e.detail, format!("expression nested too deeply (max {MAX_EXPR_NESTING})"), "{p}");
+            assert_eq!(
+                e.detail,
+                format!("expression nested too deeply (max {MAX_EXPR_NESTING})"),
+                "{p}"
+            );
         }
         // Mixed: 40 parentheses each holding `!` can not reach 40 × 64 levels.
         let mixed = "(!".repeat(40) + "x" + &")".repeat(40);
-        assert!(parse_expr(&mixed).unwrap_err().detail.contains("nested too deeply"));
+        assert!(
+            parse_expr(&mixed)
+                .unwrap_err()
+                .detail
+                .contains("nested too deeply")
+        );
     }
 
     #[test]

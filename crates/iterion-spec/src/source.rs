@@ -64,7 +64,7 @@ impl fmt::Display for FileRead {
 }
 
 fn human_size(n: u64) -> String {
-    if n >= 1024 * 1024 && n % (1024 * 1024) == 0 {
+    if n >= 1024 * 1024 && n.is_multiple_of(1024 * 1024) {
         format!("{} MiB", n / (1024 * 1024))
     } else {
         format!("{n} bytes")
@@ -248,7 +248,10 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn devices_and_fifos_are_refused_without_blocking() {
-        assert_eq!(read_regular(Path::new("/dev/zero"), 100), FileRead::NotRegular("a character device"));
+        assert_eq!(
+            read_regular(Path::new("/dev/zero"), 100),
+            FileRead::NotRegular("a character device")
+        );
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("fifo");
         let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
@@ -274,7 +277,11 @@ mod tests {
         let p = dir.path().join("big.bot");
         std::fs::write(&p, vec![b' '; crate::lexer::MAX_SOURCE_BYTES + 1]).unwrap();
         let (_, checked) = check_file(&p, "big.bot").unwrap();
-        let codes: Vec<_> = checked.diagnostics.iter().map(|d| (d.code, d.line, d.col)).collect();
+        let codes: Vec<_> = checked
+            .diagnostics
+            .iter()
+            .map(|d| (d.code, d.line, d.col))
+            .collect();
         assert_eq!(codes, [("E007", 1, 1)]);
         assert_eq!(
             check_file(Path::new("/dev/zero"), "z").unwrap_err(),

@@ -119,10 +119,17 @@ fn validate_and_run_of_a_fifo_are_refused_not_waited_on() {
     let h = Hostile::new();
     let fifo = h.repo().join("wf.bot");
     mkfifo(&fifo);
-    for args in [&["validate", "wf.bot"][..], &["run", "wf.bot", "--sandbox", "none"][..]] {
+    for args in [
+        &["validate", "wf.bot"][..],
+        &["run", "wf.bot", "--sandbox", "none"][..],
+    ] {
         let out = watched(h.cmd(args));
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", show(&out));
-        assert!(stderr(&out).contains("not a regular file (a FIFO)"), "{args:?}: {}", show(&out));
+        assert!(
+            stderr(&out).contains("not a regular file (a FIFO)"),
+            "{args:?}: {}",
+            show(&out)
+        );
     }
     // Through a symlink too.
     std::os::unix::fs::symlink(&fifo, h.repo().join("link.bot")).unwrap();
@@ -182,7 +189,11 @@ fn a_devcontainer_with_700k_keys_is_read_in_linear_time() {
     // that it gets there.
     let out = watched(h.cmd(&["run", "wf.bot"]));
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
-    assert!(stderr(&out).contains("sandbox environment is too large"), "{}", show(&out));
+    assert!(
+        stderr(&out).contains("sandbox environment is too large"),
+        "{}",
+        show(&out)
+    );
 }
 
 #[test]
@@ -199,7 +210,10 @@ fn sigterm_during_a_long_parse_ends_the_process() {
     }
     wf.push_str("workflow w:\n  entry: t0\n  sandbox: none\n  t0 -> done\n");
     h.write("wf.bot", &wf);
-    for args in [&["validate", "wf.bot"][..], &["run", "wf.bot", "--sandbox", "none"][..]] {
+    for args in [
+        &["validate", "wf.bot"][..],
+        &["run", "wf.bot", "--sandbox", "none"][..],
+    ] {
         let child = h
             .cmd(args)
             .stdin(Stdio::null())
@@ -215,9 +229,16 @@ fn sigterm_during_a_long_parse_ends_the_process() {
                 let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
             }
         });
-        assert!(sent, "{args:?} finished before the signal; make the file slower to check");
+        assert!(
+            sent,
+            "{args:?} finished before the signal; make the file slower to check"
+        );
         let by_term = out.status.signal() == Some(15);
-        assert!(by_term || out.status.code() == Some(1), "{args:?}: {}", show(&out));
+        assert!(
+            by_term || out.status.code() == Some(1),
+            "{args:?}: {}",
+            show(&out)
+        );
     }
 }
 
@@ -284,7 +305,10 @@ fn a_200k_operand_condition_is_a_positioned_diagnostic_not_an_abort() {
     assert_eq!(c040[0]["line"], 8);
     assert!(c040[0]["col"].as_u64().unwrap() > 20, "{report}");
     assert!(
-        c040[0]["message"].as_str().unwrap().contains("too many operands (max 512)"),
+        c040[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("too many operands (max 512)"),
         "{report}"
     );
 
@@ -300,12 +324,16 @@ fn escape_sequences_in_workflow_text_are_escaped_in_diagnostics() {
         "wf.bot",
         "tool a:\n  command: `echo '{}'`\n  sandbox: none\n\nworkflow w:\n  entry: a\n  sandbox: none\n  a -> \"\x1b]0;pwned\x07\x1b[2J\"\n",
     );
-    for args in [&["validate", "wf.bot"][..], &["run", "wf.bot", "--sandbox", "none"][..]] {
+    for args in [
+        &["validate", "wf.bot"][..],
+        &["run", "wf.bot", "--sandbox", "none"][..],
+    ] {
         let out = watched(h.cmd(args));
         assert_eq!(out.status.code(), Some(1), "{args:?}: {}", show(&out));
         assert_no_escape(&out);
         assert!(
-            String::from_utf8_lossy(&[out.stdout.clone(), out.stderr.clone()].concat()).contains("\\x1b]0;pwned\\x07"),
+            String::from_utf8_lossy(&[out.stdout.clone(), out.stderr.clone()].concat())
+                .contains("\\x1b]0;pwned\\x07"),
             "{args:?}: the text is shown, escaped: {}",
             show(&out)
         );
@@ -326,7 +354,8 @@ fn escape_sequences_from_a_sandboxed_node_never_reach_the_terminal() {
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
     assert_no_escape(&out);
     assert!(
-        stderr(&out).contains("\\x1b]0;pwned") || String::from_utf8_lossy(&out.stdout).contains("\\x1b]0;pwned"),
+        stderr(&out).contains("\\x1b]0;pwned")
+            || String::from_utf8_lossy(&out.stdout).contains("\\x1b]0;pwned"),
         "the node's stderr is shown, escaped: {}",
         show(&out)
     );
@@ -336,5 +365,9 @@ fn escape_sequences_from_a_sandboxed_node_never_reach_the_terminal() {
     let shown = watched(h.cmd(&["runs", "show", &ids[0], "--events"]));
     assert!(shown.status.success(), "{}", show(&shown));
     assert_no_escape(&shown);
-    assert!(String::from_utf8_lossy(&shown.stdout).contains("\\x1b]0;pwned"), "{}", show(&shown));
+    assert!(
+        String::from_utf8_lossy(&shown.stdout).contains("\\x1b]0;pwned"),
+        "{}",
+        show(&shown)
+    );
 }

@@ -48,7 +48,11 @@ impl Hostile {
             .current_dir(h.repo())
             .output()
             .expect("git is installed");
-        assert!(git.status.success(), "git init: {}", String::from_utf8_lossy(&git.stderr));
+        assert!(
+            git.status.success(),
+            "git init: {}",
+            String::from_utf8_lossy(&git.stderr)
+        );
         h
     }
 

@@ -541,7 +541,9 @@ mod tests {
         }
         text.push('}');
         let p = parse(&text).unwrap();
-        let Json::Object(m) = p.root.value else { panic!("object expected") };
+        let Json::Object(m) = p.root.value else {
+            panic!("object expected")
+        };
         assert_eq!(m.len(), 200_000);
         assert_eq!(p.duplicates.len(), 20_000);
         assert_eq!(m[0].key, "k1");
