@@ -36,7 +36,7 @@ commands:
   check-layers   check the crate layer DAG and where heavy dependencies may appear
   test           run every test of the workspace
   images         build the local test images (no registry needed), e.g. iterion-test/busybox:latest
-  bench NAME     run a benchmark: spec | proxy | docker | doctor | envelope
+  bench NAME     run a benchmark: spec | devcontainer | proxy | docker | doctor | envelope
   demo           prepare the local test image and run the sandboxed demo workflow
   fuzz [DIR TARGET [SECONDS]]
                  list fuzz targets, or run fuzz/DIR's TARGET for SECONDS (default 300) with cargo-fuzz";
@@ -118,6 +118,7 @@ fn ci() -> Result<()> {
 /// Benchmarks are `harness = false` bench targets of the crate they measure; each prints its own table.
 const BENCHES: &[(&str, &str, &str)] = &[
     ("spec", "iterion-spec", "parse"),
+    ("devcontainer", "iterion-spec", "devcontainer"),
     ("proxy", "iterion-netproxy", "proxy"),
     ("docker", "iterion-driver-docker", "docker"),
     ("doctor", "iterion-cli", "doctor"),

@@ -68,7 +68,7 @@ pub struct DoctorArgs {
 }
 
 fn usage(msg: impl std::fmt::Display) -> ExitCode {
-    eprintln!("error: {msg}");
+    eprintln!("error: {}", crate::terminal::clean(&msg.to_string()));
     ExitCode::from(2)
 }
 
@@ -106,7 +106,7 @@ pub fn inputs(args: &DoctorArgs, env: &BTreeMap<String, String>) -> Result<Input
     }
     let (timeout, warning) = doctor::doctor_timeout(env);
     if let Some(w) = warning {
-        eprintln!("warning: {w}");
+        eprintln!("warning: {}", crate::terminal::clean(&w));
     }
     let mut i = Inputs::new(env.clone(), work_dir);
     i.strict = args.strict;
@@ -148,7 +148,7 @@ fn run_doctor(args: DoctorArgs, env: &BTreeMap<String, String>) -> ExitCode {
                 Some(l)
             }
             Err(m) => {
-                eprintln!("{m}");
+                eprintln!("{}", crate::terminal::clean(&m));
                 return ExitCode::from(2);
             }
         },
@@ -162,7 +162,7 @@ fn run_doctor(args: DoctorArgs, env: &BTreeMap<String, String>) -> ExitCode {
         let work = async {
             let host = doctor::gather(&inputs).await.map_err(|e| e.to_string())?;
             for w in &host.selection.warnings {
-                eprintln!("warning: {w}");
+                eprintln!("warning: {}", crate::terminal::clean(w));
             }
             doctor::run(&inputs, &host, loaded.as_ref()).await
         };

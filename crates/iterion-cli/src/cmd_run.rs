@@ -24,6 +24,7 @@ use iterion_spec::resolve::ModeChoice;
 use iterion_spec::resolved::HostState;
 
 use crate::drivers;
+use crate::terminal::clean;
 
 /// `auto` or `none`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -164,12 +165,12 @@ fn report_early(e: Early, json: bool) -> ExitCode {
             for d in diags {
                 eprintln!("{}", crate::render::render(d, Some(src)));
             }
-            eprintln!("error: {}", e.message);
+            eprintln!("error: {}", clean(&e.message));
         }
         (None, true) => {
             let _ = writeln!(out, "{}", serde_json::json!({"error": e.message}));
         }
-        (None, false) => eprintln!("error: {}", e.message),
+        (None, false) => eprintln!("error: {}", clean(&e.message)),
     }
     ExitCode::from(e.code)
 }
@@ -180,9 +181,12 @@ pub fn load_dotenv(env: &mut BTreeMap<String, String>, cwd: &Path, warnings: &mu
     let Some(file) = cwd.ancestors().map(|d| d.join(".env")).find(|p| p.is_file()) else {
         return;
     };
-    let Ok(text) = std::fs::read_to_string(&file) else {
+    let Ok(bytes) =
+        iterion_spec::source::read_regular(&file, iterion_spec::source::MAX_FILE_BYTES).into_bytes()
+    else {
         return;
     };
+    let text = String::from_utf8_lossy(&bytes);
     for line in text.lines() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -343,8 +347,8 @@ impl Printer {
         let run_dir = Path::new(&v.store).join("runs").join(&v.run_id);
         let doc = iterion_runtime::store::RunDocument::load(&run_dir.join("run.json")).ok();
         let (wf, name) = doc.map(|d| (d.workflow_name, d.name)).unwrap_or_default();
-        let row = |label: &str, value: &str| format!("  {:<16} {value}", format!("{label}:"));
-        let _ = writeln!(out, "── Run: {wf} ──");
+        let row = |label: &str, value: &str| format!("  {:<16} {}", format!("{label}:"), clean(value));
+        let _ = writeln!(out, "── Run: {} ──", clean(&wf));
         let _ = writeln!(out, "{}", row("Run name", &name));
         let _ = writeln!(out, "{}", row("Run ID", &v.run_id));
         let _ = writeln!(out, "{}", row("Store", &v.store));
@@ -365,7 +369,7 @@ impl Printer {
         }
         self.header(v);
         v.nodes_printed = true;
-        let _ = writeln!(std::io::stdout().lock(), "  {text}");
+        let _ = writeln!(std::io::stdout().lock(), "  {}", clean(&text));
     }
 
     fn spin(&self, v: &mut View, msg: &str) {
@@ -489,6 +493,8 @@ impl Observer for Printer {
 
     fn log(&self, line: &str) {
         if line_level(line) <= self.level {
+            // Log lines carry node output (stdout / stderr of sandboxed processes): never raw to the terminal.
+            let line = clean(line);
             let v = self.view.lock().unwrap_or_else(|p| p.into_inner());
             match &v.spinner {
                 Some(b) => b.suspend(|| eprintln!("{line}")),
@@ -545,7 +551,7 @@ fn print_outcome(p: &Printer, o: &Outcome) {
         }
     }
     for l in lines {
-        let _ = writeln!(out, "  {l}");
+        let _ = writeln!(out, "  {}", clean(&l));
     }
 }
 
@@ -579,7 +585,7 @@ fn prepare_common(
     let mut warnings = Vec::new();
     load_dotenv(&mut env, &cwd, &mut warnings);
     for w in warnings {
-        eprintln!("warning: {w}");
+        eprintln!("warning: {}", clean(&w));
     }
     let level = log_level(log_flag, &env)?;
     let level_name = ["error", "warn", "info", "debug", "trace"][level as usize].to_owned();
@@ -737,10 +743,11 @@ fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, 
     let p = prepare_common(env, args.log_level.as_deref(), args.timeout.as_deref())?;
     let work_dir = store::absolutize(args.work_dir.as_deref().unwrap_or(&p.cwd), &p.cwd);
     let file = store::absolutize(&args.file, &p.cwd);
-    let bytes = std::fs::read(&file).map_err(|e| usage(format!("cannot read {}: {e}", file.display())))?;
-    let text = String::from_utf8_lossy(&bytes).into_owned();
     let label = args.file.to_string_lossy().into_owned();
-    let checked = iterion_spec::check(&text, &label);
+    // Regular files only, bounded (the same reader as `validate`).
+    let (bytes, checked) = iterion_spec::source::check_file(&file, &label)
+        .map_err(|e| usage(format!("cannot read {}: {e}", file.display())))?;
+    let text = String::from_utf8_lossy(&bytes).into_owned();
     let mut diags = checked.diagnostics.clone();
     let workflow = checked.workflows.into_iter().next();
     if let Some(wf) = &workflow {

@@ -2,6 +2,7 @@
 //!
 //! Store dir: `--store-dir`, else the store of the current directory as for a workflow file located there
 //! (05 §1.1: a managed `./.iterion`, else `<data dir>/projects/<key>`).
+use crate::terminal::clean;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -91,7 +92,7 @@ fn resolve_store(flag: Option<&Path>, env: &BTreeMap<String, String>, cwd: &Path
 }
 
 fn fail(code: u8, message: &str) -> ExitCode {
-    eprintln!("iterion: error: {message}");
+    eprintln!("iterion: error: {}", clean(message));
     ExitCode::from(code)
 }
 
@@ -173,6 +174,12 @@ fn list(store: &Store, json: bool, out: &mut impl Write) -> ExitCode {
             ],
         });
     }
+    // Names, workflow names and ids come from stored documents a sandbox may have written.
+    for r in &mut rows {
+        for c in r.iter_mut() {
+            *c = clean(c).into_owned();
+        }
+    }
     let mut widths = [0usize; 7];
     for r in &rows {
         for (w, c) in widths.iter_mut().zip(r) {
@@ -239,11 +246,12 @@ fn show(store: &Store, run_id: &str, with_events: bool, json: bool, out: &mut im
         }
         return ExitCode::SUCCESS;
     }
-    let _ = write!(out, "{}", summary(&doc, store.root(), &dir));
+    // The stored run: its error, names and event data may hold any text a node produced.
+    let _ = write!(out, "{}", clean(&summary(&doc, store.root(), &dir)));
     if with_events {
         let _ = writeln!(out);
         for e in &events {
-            let _ = writeln!(out, "{}", event_line(e));
+            let _ = writeln!(out, "{}", clean(&event_line(e)));
         }
     }
     ExitCode::SUCCESS

@@ -14,6 +14,7 @@ use iterion_spec::diag::{Diagnostic, Severity};
 use iterion_spec::model::{SandboxDecl, Workflow};
 use serde::Serialize;
 use std::collections::BTreeMap;
+use iterion_spec::source::FileRead;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -147,15 +148,29 @@ pub fn run(args: ValidateArgs, env: &BTreeMap<String, String>) -> ExitCode {
     let mut worst = 0u8;
     for path in &args.files {
         let label = path.display().to_string();
-        let bytes = match std::fs::read(path) {
-            Ok(b) => b,
-            Err(e) => {
-                eprintln!("iterion: error: cannot read {label}: {e}");
+        // Regular files only, bounded: a FIFO, a device or a file over the size limit is never read.
+        let limit = iterion_spec::lexer::MAX_SOURCE_BYTES as u64;
+        let (bytes, checked) = match iterion_spec::source::read_regular(path, limit) {
+            FileRead::Found(bytes) => {
+                let checked = check_file(&bytes, path, &label, env, args.syntax_only);
+                (bytes, checked)
+            }
+            FileRead::TooLarge(_) => (
+                Vec::new(),
+                iterion_spec::Checked {
+                    workflows: Vec::new(),
+                    diagnostics: vec![iterion_spec::lexer::too_large(&label)],
+                },
+            ),
+            other => {
+                eprintln!(
+                    "iterion: error: cannot read {}: {other}",
+                    crate::terminal::clean(&label)
+                );
                 worst = worst.max(2);
                 continue;
             }
         };
-        let checked = check_file(&bytes, path, &label, env, args.syntax_only);
         let failed = checked.has_errors();
         if failed {
             worst = worst.max(1);
@@ -207,6 +222,7 @@ fn write_human(
     let verdict = if failed { "invalid" } else { "ok" };
     writeln!(
         out,
-        "{label}: {verdict} ({errors} error(s), {warnings} warning(s))"
+        "{}: {verdict} ({errors} error(s), {warnings} warning(s))",
+        crate::terminal::clean(label)
     )
 }

@@ -13,6 +13,7 @@ mod drivers;
 mod probe;
 mod relay;
 mod render;
+mod terminal;
 
 fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();

@@ -1,5 +1,6 @@
 //! Human rendering of diagnostics: the header line, the source line with a caret, and the hint.
 
+use crate::terminal::clean;
 use iterion_spec::diag::Diagnostic;
 
 /// Renders one diagnostic against the text of the file it blames.
@@ -14,33 +15,50 @@ use iterion_spec::diag::Diagnostic;
 /// Tabs in the excerpt are shown as one space, so the caret lines up with the column (a tab counts as one
 /// column). When the line does not exist (a diagnostic at end of file) only the header and hint are printed.
 pub fn render(diag: &Diagnostic, source: Option<&str>) -> String {
-    let mut out = diag.render_header();
+    // The header names a file and may quote the workflow (a node name, a value); the excerpt is the
+    // workflow's own text: both go through the terminal sanitiser.
+    let mut out = clean(&diag.render_header()).into_owned();
     if let Some(line_text) = source.and_then(|s| line_of(s, diag.line)) {
-        let shown: String = line_text
-            .chars()
-            .map(|c| if c == '\t' { ' ' } else { c })
-            .collect();
-        let shown = shown.trim_end_matches(['\r', '\n']);
-        let width = diag.line.to_string().len().max(3);
+        let line_text = line_text.trim_end_matches(['\r', '\n']);
         let col = diag.col.max(1) as usize;
-        let len_chars = shown.chars().count();
         let span = if diag.end_line == diag.line && diag.end_col > diag.col {
             (diag.end_col - diag.col) as usize
         } else {
             1
         };
+        // Columns count characters of the source; an escaped control character is wider on screen, so the
+        // caret is placed by the width of the escaped text before it.
+        let shown_width = |chars: &mut dyn Iterator<Item = char>| -> usize {
+            chars
+                .map(|c| {
+                    if c == '\t' {
+                        1
+                    } else {
+                        clean(c.encode_utf8(&mut [0; 4])).chars().count()
+                    }
+                })
+                .sum()
+        };
+        let len_chars = line_text.chars().count();
         // Never draw carets far past the end of the line (an end-of-line diagnostic gets one caret).
         let span = span.min(len_chars.saturating_sub(col - 1).max(1));
-        out.push_str(&format!("\n{:>width$} | {}", diag.line, shown));
+        let before = shown_width(&mut line_text.chars().take(col - 1)) + (col - 1).saturating_sub(len_chars);
+        let under = shown_width(&mut line_text.chars().skip(col - 1).take(span)).max(1);
+        let shown: String = line_text
+            .chars()
+            .map(|c| if c == '\t' { ' ' } else { c })
+            .collect();
+        let width = diag.line.to_string().len().max(3);
+        out.push_str(&format!("\n{:>width$} | {}", diag.line, clean(&shown)));
         out.push_str(&format!(
             "\n{:>width$} | {}{}",
             "",
-            " ".repeat(col - 1),
-            "^".repeat(span)
+            " ".repeat(before),
+            "^".repeat(under)
         ));
     }
     if let Some(hint) = &diag.hint {
-        out.push_str(&format!("\n  hint: {hint}"));
+        out.push_str(&format!("\n  hint: {}", clean(hint)));
     }
     out
 }
@@ -89,6 +107,16 @@ mod tests {
             "e.bot:9:1: error[E002]: unexpected end of file"
         );
         assert_eq!(render(&d, None), "e.bot:9:1: error[E002]: unexpected end of file");
+    }
+
+    #[test]
+    fn control_characters_in_the_excerpt_and_message_are_escaped_and_the_caret_follows() {
+        let d =
+            Diagnostic::error("C001", "e\x1b[2J.bot", 1, 10, "unknown node '\x1b]0;t\x07'").with_end(1, 11);
+        assert_eq!(
+            render(&d, Some("a -> \x1b[2Jb")),
+            "e\\x1b[2J.bot:1:10: error[C001]: unknown node '\\x1b]0;t\\x07'\n  1 | a -> \\x1b[2Jb\n    |             ^"
+        );
     }
 
     #[test]

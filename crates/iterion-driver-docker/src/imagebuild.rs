@@ -10,6 +10,7 @@ use bollard::query_parameters::{BuildImageOptionsBuilder, BuilderVersion};
 use bytes::Bytes;
 use futures::StreamExt;
 pub use iterion_driver::BuildNetwork;
+use iterion_spec::source::{FileRead, MAX_FILE_BYTES, read_regular};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::Write;
@@ -226,10 +227,15 @@ fn io_err(what: &'static str, p: &Path) -> impl FnOnce(std::io::Error) -> Error 
 /// always kept), sockets, FIFOs and devices skipped. `dockerfile_rel` is the Dockerfile's name inside the
 /// context when it lies there.
 pub fn context_entries(context: &Path, dockerfile_rel: Option<&str>) -> Result<Vec<ContextEntry>> {
-    let ignore = match std::fs::read_to_string(context.join(".dockerignore")) {
-        Ok(t) => DockerIgnore::parse(&t),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => DockerIgnore::default(),
-        Err(e) => return Err(io_err("read", &context.join(".dockerignore"))(e)),
+    let ignore_path = context.join(".dockerignore");
+    let ignore = match read_regular(&ignore_path, MAX_FILE_BYTES) {
+        FileRead::Found(t) => DockerIgnore::parse(&String::from_utf8_lossy(&t)),
+        FileRead::NotFound => DockerIgnore::default(),
+        other => {
+            return Err(io_err("read", &ignore_path)(std::io::Error::other(
+                other.to_string(),
+            )));
+        }
     };
     let mut out = Vec::new();
     let mut stack = vec![(context.to_path_buf(), String::new())];
@@ -370,7 +376,9 @@ fn append_entry<W: Write>(b: &mut tar::Builder<W>, entry: &ContextEntry) -> std:
     h.set_cksum();
     match entry {
         ContextEntry::File { source, size, .. } => {
-            let f = std::fs::File::open(source)?;
+            // Never blocks: a context file swapped for a FIFO after listing is refused, not waited on.
+            let (f, _) = iterion_spec::source::open_regular(source)
+                .map_err(|e| std::io::Error::other(format!("{}: {e}", source.display())))?;
             // A file that changed size while archiving: read exactly the recorded size (padded by tar).
             let mut r = std::io::Read::take(f, *size);
             let mut buf = Vec::new();
@@ -580,7 +588,9 @@ pub async fn build(
     let (df_name, extra) = match dockerfile.strip_prefix(&context) {
         Ok(rel) => (rel.to_string_lossy().into_owned(), None),
         Err(_) => {
-            let data = std::fs::read(&dockerfile).map_err(io_err("read", &dockerfile))?;
+            let data = read_regular(&dockerfile, MAX_FILE_BYTES)
+                .into_bytes()
+                .map_err(|e| io_err("read", &dockerfile)(std::io::Error::other(e)))?;
             let name = format!(
                 ".iterion/Dockerfile.{}",
                 &hex::encode(Sha256::digest(&data))[..16]

@@ -272,11 +272,15 @@ impl Runtime {
     /// runs it. Compile and executability errors are [`Error::Compile`]; nothing is created then.
     pub async fn run(&self, path: impl AsRef<Path>, opts: RunOptions) -> Result<Outcome> {
         let path = crate::store::absolutize(path.as_ref(), &opts.work_dir);
-        let bytes = std::fs::read(&path).map_err(|e| Error::Io {
-            op: "read",
-            path: path.clone(),
-            source: e,
-        })?;
+        // Regular files only, bounded (a file over the source limit is read no further and fails E007 below).
+        let bytes =
+            iterion_spec::source::read_regular(&path, iterion_spec::lexer::MAX_SOURCE_BYTES as u64 + 1)
+                .into_bytes()
+                .map_err(|e| Error::Io {
+                    op: "read",
+                    path: path.clone(),
+                    source: std::io::Error::other(e),
+                })?;
         let text = String::from_utf8_lossy(&bytes).into_owned();
         let checked = iterion_spec::check(&text, &path.to_string_lossy());
         let mut diagnostics = checked.diagnostics.clone();

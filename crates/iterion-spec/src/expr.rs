@@ -210,10 +210,19 @@ fn tokenize(s: &str) -> Result<Vec<(Tok<'_>, usize)>, ExprError> {
     Ok(out)
 }
 
+/// The most operands (literals and paths) one expression may have. A longer expression is `C040`, so every
+/// tree the parser builds is small enough for the recursive evaluator and the walkers over it.
+pub const MAX_EXPR_OPERANDS: usize = 512;
+
+/// The deepest nesting one expression may have: parentheses, function calls and prefix `!` / `not` / `-`
+/// together.
+pub const MAX_EXPR_NESTING: usize = 64;
+
 struct P<'a> {
     toks: Vec<(Tok<'a>, usize)>,
     i: usize,
     depth: usize,
+    operands: usize,
 }
 
 impl<'a> P<'a> {
@@ -255,11 +264,28 @@ impl<'a> P<'a> {
         }
     }
 
-    fn or(&mut self) -> Result<Expr, ExprError> {
+    /// One more level of nesting at the current token, refused past [`MAX_EXPR_NESTING`].
+    fn enter(&mut self) -> Result<(), ExprError> {
         self.depth += 1;
-        if self.depth > 64 {
-            return self.err("expression nested too deeply");
+        if self.depth > MAX_EXPR_NESTING {
+            return self.err(format!("expression nested too deeply (max {MAX_EXPR_NESTING})"));
         }
+        Ok(())
+    }
+
+    /// One more operand at the current token, refused past [`MAX_EXPR_OPERANDS`].
+    fn operand(&mut self) -> Result<(), ExprError> {
+        self.operands += 1;
+        if self.operands > MAX_EXPR_OPERANDS {
+            return self.err(format!(
+                "expression has too many operands (max {MAX_EXPR_OPERANDS})"
+            ));
+        }
+        Ok(())
+    }
+
+    fn or(&mut self) -> Result<Expr, ExprError> {
+        self.enter()?;
         let mut l = self.and()?;
         while self.is_op("||") || self.is_word("or") {
             self.bump();
@@ -281,16 +307,15 @@ impl<'a> P<'a> {
     fn not(&mut self) -> Result<Expr, ExprError> {
         let mut n = 0;
         while self.is_op("!") || self.is_word("not") {
+            self.enter()?;
             self.bump();
             n += 1;
-            if n > 64 {
-                return self.err("expression nested too deeply");
-            }
         }
         let mut e = self.cmp()?;
         for _ in 0..n {
             e = Expr::Not(Box::new(e));
         }
+        self.depth -= n;
         Ok(e)
     }
     fn cmp(&mut self) -> Result<Expr, ExprError> {
@@ -341,19 +366,21 @@ impl<'a> P<'a> {
     fn unary(&mut self) -> Result<Expr, ExprError> {
         let mut n = 0;
         while self.is_op("-") {
+            self.enter()?;
             self.bump();
             n += 1;
-            if n > 64 {
-                return self.err("expression nested too deeply");
-            }
         }
         let mut e = self.primary()?;
         for _ in 0..n {
             e = Expr::Neg(Box::new(e));
         }
+        self.depth -= n;
         Ok(e)
     }
     fn primary(&mut self) -> Result<Expr, ExprError> {
+        if !self.is_op("(") {
+            self.operand()?;
+        }
         let literal = match &mut self.toks[self.i].0 {
             Tok::Num(n) => Some(std::mem::take(n)),
             Tok::Str(v) => Some(Value::String(std::mem::take(v))),
@@ -446,7 +473,12 @@ impl<'a> P<'a> {
 /// Parses an expression (01 §5.3). Errors carry the byte offset inside `text`.
 pub fn parse_expr(text: &str) -> Result<Expr, ExprError> {
     let toks = tokenize(text)?;
-    let mut p = P { toks, i: 0, depth: 0 };
+    let mut p = P {
+        toks,
+        i: 0,
+        depth: 0,
+        operands: 0,
+    };
     if matches!(p.peek(), Tok::End) {
         return p.err("empty expression");
     }
@@ -497,61 +529,117 @@ pub fn truthy(v: &Value) -> bool {
 
 /// Evaluates an expression. `root` returns the value of a namespace (`input`, `outputs`, `vars`, `loop`,
 /// `run`); missing paths evaluate to `null`.
+///
+/// The evaluation is iterative (an explicit stack on the heap), so a deep tree cannot overflow the thread's
+/// stack, whatever built it. Operands are evaluated left to right and the first error stops the evaluation;
+/// `||`, `&&` and `if` are lazy.
 pub fn eval(e: &Expr, root: &dyn Fn(&str) -> Option<Value>) -> Result<Value, EvalError> {
-    match e {
-        Expr::Lit(v) => Ok(v.clone()),
-        Expr::Path(p) => {
-            let mut cur = root(&p[0]).unwrap_or(Value::Null);
-            for seg in &p[1..] {
-                cur = match cur {
-                    Value::Object(mut o) => o.remove(seg).unwrap_or(Value::Null),
-                    Value::Array(mut a) => match seg.parse::<usize>() {
-                        Ok(i) if i < a.len() => a.swap_remove(i),
-                        _ => Value::Null,
+    /// What to do next: evaluate a tree, or combine the values on top of the value stack.
+    enum Step<'e> {
+        Eval(&'e Expr),
+        Not,
+        Neg,
+        /// The left operand of `||` is on the stack; the right one is evaluated only when it is false.
+        Or(&'e Expr),
+        /// The left operand of `&&` is on the stack; the right one is evaluated only when it is true.
+        And(&'e Expr),
+        /// The truthiness of the value on the stack.
+        Truthy,
+        /// The left operand is on the stack; evaluate the right one, then [`Step::Apply`].
+        Right(BinOp, &'e Expr),
+        Apply(BinOp, Value),
+        /// The condition of `if` is on the stack.
+        Branch(&'e Expr, &'e Expr),
+        /// The `n` arguments of a call are on the stack.
+        Call(Func, usize),
+    }
+    let mut steps = vec![Step::Eval(e)];
+    let mut vals: Vec<Value> = Vec::new();
+    let pop = |vals: &mut Vec<Value>| vals.pop().unwrap_or(Value::Null);
+    while let Some(step) = steps.pop() {
+        match step {
+            Step::Eval(e) => match e {
+                Expr::Lit(v) => vals.push(v.clone()),
+                Expr::Path(p) => vals.push(read_path(p, root)),
+                Expr::Not(x) => steps.extend([Step::Not, Step::Eval(x)]),
+                Expr::Neg(x) => steps.extend([Step::Neg, Step::Eval(x)]),
+                Expr::Bin(BinOp::Or, a, b) => steps.extend([Step::Or(b), Step::Eval(a)]),
+                Expr::Bin(BinOp::And, a, b) => steps.extend([Step::And(b), Step::Eval(a)]),
+                Expr::Bin(op, a, b) => steps.extend([Step::Right(*op, b), Step::Eval(a)]),
+                Expr::Call(Func::If, args) => {
+                    steps.extend([Step::Branch(&args[1], &args[2]), Step::Eval(&args[0])]);
+                }
+                Expr::Call(f, args) => {
+                    steps.push(Step::Call(*f, args.len()));
+                    steps.extend(args.iter().rev().map(Step::Eval));
+                }
+            },
+            Step::Not => {
+                let v = pop(&mut vals);
+                vals.push(Value::Bool(!truthy(&v)));
+            }
+            Step::Neg => {
+                let v = match pop(&mut vals) {
+                    Value::Number(n) => match n.as_i64() {
+                        Some(i) => i.checked_neg().map_or(Value::from(-(i as f64)), Value::from),
+                        None => Value::from(-n.as_f64().unwrap_or(0.0)),
                     },
-                    _ => Value::Null,
+                    other => return Err(EvalError(format!("cannot negate {}", type_name(&other)))),
                 };
+                vals.push(v);
             }
-            Ok(cur)
-        }
-        Expr::Not(x) => Ok(Value::Bool(!truthy(&eval(x, root)?))),
-        Expr::Neg(x) => match eval(x, root)? {
-            Value::Number(n) => Ok(match n.as_i64() {
-                Some(i) => i.checked_neg().map_or(Value::from(-(i as f64)), Value::from),
-                None => Value::from(-n.as_f64().unwrap_or(0.0)),
-            }),
-            other => Err(EvalError(format!("cannot negate {}", type_name(&other)))),
-        },
-        Expr::Bin(BinOp::Or, a, b) => {
-            if truthy(&eval(a, root)?) {
-                Ok(Value::Bool(true))
-            } else {
-                Ok(Value::Bool(truthy(&eval(b, root)?)))
+            Step::Or(b) => {
+                if truthy(&pop(&mut vals)) {
+                    vals.push(Value::Bool(true));
+                } else {
+                    steps.extend([Step::Truthy, Step::Eval(b)]);
+                }
             }
-        }
-        Expr::Bin(BinOp::And, a, b) => {
-            if !truthy(&eval(a, root)?) {
-                Ok(Value::Bool(false))
-            } else {
-                Ok(Value::Bool(truthy(&eval(b, root)?)))
+            Step::And(b) => {
+                if truthy(&pop(&mut vals)) {
+                    steps.extend([Step::Truthy, Step::Eval(b)]);
+                } else {
+                    vals.push(Value::Bool(false));
+                }
             }
-        }
-        Expr::Bin(op, a, b) => binop(*op, eval(a, root)?, eval(b, root)?),
-        Expr::Call(Func::If, args) => {
-            if truthy(&eval(&args[0], root)?) {
-                eval(&args[1], root)
-            } else {
-                eval(&args[2], root)
+            Step::Truthy => {
+                let v = pop(&mut vals);
+                vals.push(Value::Bool(truthy(&v)));
             }
-        }
-        Expr::Call(f, args) => {
-            let vals = args
-                .iter()
-                .map(|a| eval(a, root))
-                .collect::<Result<Vec<_>, _>>()?;
-            call(*f, vals)
+            Step::Right(op, b) => {
+                let l = pop(&mut vals);
+                steps.extend([Step::Apply(op, l), Step::Eval(b)]);
+            }
+            Step::Apply(op, l) => {
+                let r = pop(&mut vals);
+                vals.push(binop(op, l, r)?);
+            }
+            Step::Branch(a, b) => {
+                let c = pop(&mut vals);
+                steps.push(Step::Eval(if truthy(&c) { a } else { b }));
+            }
+            Step::Call(f, n) => {
+                let args = vals.split_off(vals.len().saturating_sub(n));
+                vals.push(call(f, args)?);
+            }
         }
     }
+    Ok(pop(&mut vals))
+}
+
+fn read_path(p: &[String], root: &dyn Fn(&str) -> Option<Value>) -> Value {
+    let mut cur = root(&p[0]).unwrap_or(Value::Null);
+    for seg in &p[1..] {
+        cur = match cur {
+            Value::Object(mut o) => o.remove(seg).unwrap_or(Value::Null),
+            Value::Array(mut a) => match seg.parse::<usize>() {
+                Ok(i) if i < a.len() => a.swap_remove(i),
+                _ => Value::Null,
+            },
+            _ => Value::Null,
+        };
+    }
+    cur
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -675,12 +763,9 @@ fn call(f: Func, args: Vec<Value>) -> Result<Value, EvalError> {
         }
         Func::Unique => match &args[0] {
             Value::Array(a) => {
-                let mut out: Vec<Value> = Vec::new();
-                for v in a {
-                    if !out.contains(v) {
-                        out.push(v.clone());
-                    }
-                }
+                // Linear: a set of canonical forms, not a scan of the kept items per item.
+                let mut seen = std::collections::HashSet::new();
+                let out: Vec<Value> = a.iter().filter(|v| seen.insert(canonical(v))).cloned().collect();
                 Ok(Value::Array(out))
             }
             v => Err(EvalError(format!("unique of {}", type_name(v)))),
@@ -704,6 +789,43 @@ fn call(f: Func, args: Vec<Value>) -> Result<Value, EvalError> {
         },
         Func::If => Ok(Value::Null),
     }
+}
+
+/// A text that two values share exactly when they are equal (`==` of [`Value`]): JSON with object keys
+/// sorted (objects compare without regard to key order).
+fn canonical(v: &Value) -> String {
+    fn write(v: &Value, out: &mut String) {
+        match v {
+            Value::Array(a) => {
+                out.push('[');
+                for (i, x) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write(x, out);
+                }
+                out.push(']');
+            }
+            Value::Object(o) => {
+                let mut keys: Vec<&String> = o.keys().collect();
+                keys.sort();
+                out.push('{');
+                for (i, k) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::String(k.clone()).to_string());
+                    out.push(':');
+                    write(&o[k.as_str()], out);
+                }
+                out.push('}');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write(v, &mut out);
+    out
 }
 
 /// Every path the expression reads, namespace first.
@@ -772,5 +894,129 @@ mod tests {
         check("'x", "C040@0: unterminated string");
         check("", "C040@0: empty expression");
         check("a # b", "C040@2: unexpected character '#'");
+        check("length(unique(concat(items, items)))", "2");
+    }
+
+    #[test]
+    fn unique_keeps_first_occurrences_of_equal_values() {
+        let input =
+            json!({"l": [1, 1.0, "1", {"a": 1, "b": 2}, {"b": 2, "a": 1}, [1, 2], [2, 1], 1, null, null]});
+        let e = parse_expr("unique(l)").unwrap();
+        let got = eval(&e, &|r: &str| (r == "input").then(|| input.clone())).unwrap();
+        assert_eq!(got, json!([1, 1.0, "1", {"a": 1, "b": 2}, [1, 2], [2, 1], null]));
+    }
+
+    #[test]
+    fn operand_count_is_limited_with_the_offset_of_the_first_operand_past_it() {
+        let ok = vec!["a"; MAX_EXPR_OPERANDS].join(" && ");
+        assert!(parse_expr(&ok).is_ok());
+        let over = vec!["a"; 200_000].join(" && ");
+        let e = parse_expr(&over).unwrap_err();
+        assert_eq!(
+            e.detail,
+            format!("expression has too many operands (max {MAX_EXPR_OPERANDS})")
+        );
+        assert_eq!(
+            e.offset,
+            MAX_EXPR_OPERANDS * 5,
+            "offset of operand {}",
+            MAX_EXPR_OPERANDS + 1
+        );
+        // `||`, arithmetic and function arguments count the same way.
+        let sum = vec!["1"; MAX_EXPR_OPERANDS + 1].join("+");
+        assert!(parse_expr(&sum).unwrap_err().detail.contains("too many operands"));
+        let args = format!("concat({})", vec!["'x'"; MAX_EXPR_OPERANDS].join(","));
+        assert!(
+            parse_expr(&args)
+                .unwrap_err()
+                .detail
+                .contains("too many operands")
+        );
+    }
+
+    #[test]
+    fn nesting_counts_parentheses_calls_and_prefix_operators_together() {
+        let at = |prefix: &str, n: usize| {
+            format!(
+                "{}x{}",
+                prefix.repeat(n),
+                if prefix == "(" {
+                    ")".repeat(n)
+                } else {
+                    String::new()
+                }
+            )
+        };
+        // `or` is entered once for the whole expression, so MAX - 1 further levels are accepted.
+        for p in ["(", "!", "-", "not "] {
+            assert!(parse_expr(&at(p, MAX_EXPR_NESTING - 1)).is_ok(), "{p}");
+            let e = parse_expr(&at(p, 100_000)).unwrap_err();
+            assert_eq!(
+                e.detail,
+                format!("expression nested too deeply (max {MAX_EXPR_NESTING})"),
+                "{p}"
+            );
+        }
+        // Mixed: 40 parentheses each holding `!` can not reach 40 × 64 levels.
+        let mixed = "(!".repeat(40) + "x" + &")".repeat(40);
+        assert!(
+            parse_expr(&mixed)
+                .unwrap_err()
+                .detail
+                .contains("nested too deeply")
+        );
+    }
+
+    #[test]
+    fn a_tree_deeper_than_any_parse_evaluates_without_recursion() {
+        // 100 000 levels, on a small stack: the evaluator keeps its work on the heap.
+        let mut e = Expr::Lit(Value::Bool(true));
+        for i in 0..100_000 {
+            e = if i % 2 == 0 {
+                Expr::Not(Box::new(e))
+            } else {
+                Expr::Bin(BinOp::And, Box::new(Expr::Lit(Value::from(1))), Box::new(e))
+            };
+        }
+        let got = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                let r = eval(&e, &|_: &str| None);
+                // Take the chain apart by hand: the derived drop recurses.
+                let mut cur = e;
+                loop {
+                    cur = match cur {
+                        Expr::Not(inner) => *inner,
+                        Expr::Bin(_, _, inner) => *inner,
+                        _ => break,
+                    };
+                }
+                r
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(got, Ok(Value::Bool(true)));
+    }
+
+    #[test]
+    fn the_largest_accepted_expressions_parse_and_evaluate_on_a_worker_sized_stack() {
+        // 2 MiB is the stack of an async runtime's worker thread, where the runtime evaluates conditions.
+        let chain = vec!["a"; MAX_EXPR_OPERANDS].join(" && ");
+        let nested = "(!".repeat(MAX_EXPR_NESTING / 2 - 1) + "a" + &")".repeat(MAX_EXPR_NESTING / 2 - 1);
+        std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || {
+                let input = json!({"a": true});
+                for text in [&chain, &nested] {
+                    let e = parse_expr(text).unwrap();
+                    let v = eval(&e, &|r: &str| (r == "input").then(|| input.clone())).unwrap();
+                    assert_eq!(v, Value::Bool(text == &chain), "{}", &text[..20]);
+                    drop(e);
+                }
+            })
+            .unwrap()
+            .join()
+            .unwrap();
     }
 }

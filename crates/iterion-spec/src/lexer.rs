@@ -306,6 +306,11 @@ pub fn lex(src: &str, file: &str) -> Lexed {
     lex_bytes(src.as_bytes(), file)
 }
 
+/// `E007` for a source over [`MAX_SOURCE_BYTES`], at 1:1 (the only diagnostic such a file gets).
+pub fn too_large(file: &str) -> Diagnostic {
+    Diagnostic::error("E007", file, 1, 1, "source file exceeds maximum size (10 MiB)")
+}
+
 /// Lexes raw file bytes: checks the size limit and UTF-8 first (`E007`).
 pub fn lex_bytes(bytes: &[u8], file: &str) -> Lexed {
     let empty = |d: Diagnostic| Lexed {
@@ -323,13 +328,7 @@ pub fn lex_bytes(bytes: &[u8], file: &str) -> Lexed {
         extras: Vec::new(),
     };
     if bytes.len() > MAX_SOURCE_BYTES {
-        return empty(Diagnostic::error(
-            "E007",
-            file,
-            1,
-            1,
-            "source file exceeds maximum size (10 MiB)",
-        ));
+        return empty(too_large(file));
     }
     let text = match std::str::from_utf8(bytes) {
         Ok(t) => t,

@@ -39,6 +39,7 @@ pub mod parser;
 pub mod resolve;
 pub mod resolved;
 pub mod shell;
+pub mod source;
 pub mod template;
 pub mod values;
 

@@ -12,7 +12,7 @@ fn reads_regular_files_only() {
     std::fs::create_dir(root.join(".devcontainer.json")).unwrap();
     assert_eq!(
         FsReader.read(&root.join(".devcontainer.json")),
-        FileRead::NotFound
+        FileRead::NotRegular("a directory")
     );
     assert_eq!(FsReader.read(&root.join("missing.json")), FileRead::NotFound);
     let (found, diags) = locate(root, &FsReader);

@@ -34,8 +34,8 @@ pub struct Loaded {
 /// diagnostics with positions).
 pub fn load(path: &Path) -> Result<Loaded, String> {
     let label = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {label}: {e}"))?;
-    let checked = iterion_spec::check_bytes(&bytes, &label);
+    let (_, checked) =
+        iterion_spec::source::check_file(path, &label).map_err(|e| format!("cannot read {label}: {e}"))?;
     let lexical: Vec<String> = checked
         .diagnostics
         .iter()
@@ -1362,7 +1362,13 @@ fn build_context(ctx: &Ctx<'_>) -> Check {
             ));
             continue;
         }
-        let ignore_text = std::fs::read_to_string(cx.join(".dockerignore")).unwrap_or_default();
+        let ignore_bytes = iterion_spec::source::read_regular(
+            &cx.join(".dockerignore"),
+            iterion_spec::source::MAX_FILE_BYTES,
+        )
+        .into_bytes()
+        .unwrap_or_default();
+        let ignore_text = String::from_utf8_lossy(&ignore_bytes);
         let ignore = iterion_driver_docker::imagebuild::DockerIgnore::parse(&ignore_text);
         const GIB: u64 = 1 << 30;
         let size = context_size(&cx, &ignore, GIB);

@@ -471,7 +471,12 @@ pub async fn resume(cfg: &Config, req: Resume) -> Result<Outcome> {
         return Err(invalid("the run has no checkpoint".into()));
     };
     let file = req.file.clone().unwrap_or_else(|| PathBuf::from(&doc.file_path));
-    let bytes = std::fs::read(&file).map_err(|e| invalid(format!("cannot read {}: {e}", file.display())))?;
+    // Regular files only, bounded (a file over the source limit is read no further and fails E007 below).
+    let bytes =
+        match iterion_spec::source::read_regular(&file, iterion_spec::lexer::MAX_SOURCE_BYTES as u64 + 1) {
+            iterion_spec::source::FileRead::Found(b) => b,
+            other => return Err(invalid(format!("cannot read {}: {other}", file.display()))),
+        };
     let hash = crate::store::sha256_hex(&bytes);
     if hash != doc.workflow_hash && !req.force {
         return Err(invalid(format!(

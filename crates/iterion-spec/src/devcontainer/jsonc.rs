@@ -4,6 +4,8 @@
 //! between them), a leading BOM is skipped. Everything else is strict JSON. The reader never panics: nesting is
 //! bounded and every failure is a [`JsoncError`] with the line and column in the original text.
 
+use std::collections::HashMap;
+
 /// A 1-based line and column (columns count Unicode scalar values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Pos {
@@ -83,6 +85,11 @@ pub struct Parsed {
 }
 
 const MAX_DEPTH: usize = 128;
+
+/// The members left once the ones a later repeated key replaced (`None`) are dropped.
+fn compact(members: Vec<Option<Member>>) -> Vec<Member> {
+    members.into_iter().flatten().collect()
+}
 
 struct Reader {
     chars: Vec<char>,
@@ -237,11 +244,14 @@ impl Reader {
 
     fn object(&mut self, depth: usize) -> Result<Json, JsoncError> {
         self.bump(); // {
-        let mut members: Vec<Member> = Vec::new();
+        let mut members: Vec<Option<Member>> = Vec::new();
+        // Index of each key in `members`: a repeated key is found in constant time, so an object with
+        // hundreds of thousands of keys reads in linear time.
+        let mut index: HashMap<String, usize> = HashMap::new();
         self.skip_ws()?;
         if self.peek() == Some('}') {
             self.bump();
-            return Ok(Json::Object(members));
+            return Ok(Json::Object(Vec::new()));
         }
         loop {
             self.skip_ws()?;
@@ -265,11 +275,13 @@ impl Reader {
             }
             self.skip_ws()?;
             let value = self.value(depth + 1)?;
-            if let Some(i) = members.iter().position(|m| m.key == key) {
-                members.remove(i);
+            // The last value wins, at the place of the last occurrence: the earlier one becomes `None` and is
+            // dropped when the object closes.
+            if let Some(i) = index.insert(key.clone(), members.len()) {
+                members[i] = None;
                 self.duplicates.push((key.clone(), key_pos));
             }
-            members.push(Member { key, key_pos, value });
+            members.push(Some(Member { key, key_pos, value }));
             self.skip_ws()?;
             match self.peek() {
                 Some(',') => {
@@ -277,12 +289,12 @@ impl Reader {
                     self.skip_ws()?;
                     if self.peek() == Some('}') {
                         self.bump();
-                        return Ok(Json::Object(members));
+                        return Ok(Json::Object(compact(members)));
                     }
                 }
                 Some('}') => {
                     self.bump();
-                    return Ok(Json::Object(members));
+                    return Ok(Json::Object(compact(members)));
                 }
                 Some(c) => return Err(self.err_here(format!("expected ',' or '}}', found {}", describe(c)))),
                 None => return Err(self.err_here("unexpected end of input inside an object")),
@@ -476,6 +488,67 @@ mod tests {
             panic!("object expected")
         };
         assert_eq!(m[0].value.pos, Pos { line: 3, col: 19 });
+    }
+
+    /// The members and duplicates the former scan produced: remove the earlier member, push the new one.
+    fn reference(pairs: &[(String, u32)]) -> (Vec<(String, String)>, Vec<String>) {
+        let mut members: Vec<(String, String)> = Vec::new();
+        let mut dups = Vec::new();
+        for (k, v) in pairs {
+            if let Some(i) = members.iter().position(|m| &m.0 == k) {
+                members.remove(i);
+                dups.push(k.clone());
+            }
+            members.push((k.clone(), v.to_string()));
+        }
+        (members, dups)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn repeated_keys_keep_the_last_value_in_the_last_place(
+            pairs in proptest::collection::vec(("[a-d]{1,2}", 0u32..100), 0..40)
+        ) {
+            let text = format!(
+                "{{{}}}",
+                pairs.iter().map(|(k, v)| format!("\"{k}\": {v}")).collect::<Vec<_>>().join(",")
+            );
+            let p = parse(&text).unwrap();
+            let Json::Object(m) = p.root.value else { panic!("object expected") };
+            let got: Vec<(String, String)> = m
+                .iter()
+                .map(|m| match &m.value.value {
+                    Json::Number(n) => (m.key.clone(), n.clone()),
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            let (want, dups) = reference(&pairs);
+            proptest::prop_assert_eq!(got, want);
+            proptest::prop_assert_eq!(p.duplicates.into_iter().map(|d| d.0).collect::<Vec<_>>(), dups);
+        }
+    }
+
+    #[test]
+    fn an_object_with_two_hundred_thousand_keys_and_repeats_reads() {
+        // Each key once, then every tenth again: 220 k members, 20 k duplicates (the former scan was
+        // quadratic here and did not finish).
+        let mut text = String::from("{");
+        for i in 0..200_000 {
+            text.push_str(&format!("\"k{i}\":1,"));
+        }
+        for i in (0..200_000).step_by(10) {
+            text.push_str(&format!("\"k{i}\":2,"));
+        }
+        text.push('}');
+        let p = parse(&text).unwrap();
+        let Json::Object(m) = p.root.value else {
+            panic!("object expected")
+        };
+        assert_eq!(m.len(), 200_000);
+        assert_eq!(p.duplicates.len(), 20_000);
+        assert_eq!(m[0].key, "k1");
+        assert_eq!(m.last().unwrap().key, "k199990");
+        assert_eq!(m.last().unwrap().value.value, Json::Number("2".into()));
     }
 
     #[test]

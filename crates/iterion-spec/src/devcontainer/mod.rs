@@ -34,93 +34,7 @@ pub use vars::{
     ExpandContext, Expanded, LOCAL_ENV_ALLOWLIST, VarWarning, check_vars, expand_local_vars, is_allowlisted,
 };
 
-// ---------------------------------------------------------------------------------------------------------
-// Reading files
-// ---------------------------------------------------------------------------------------------------------
-
-/// The outcome of reading one file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FileRead {
-    /// A regular file and its bytes.
-    Found(Vec<u8>),
-    /// No regular file at that path.
-    NotFound,
-    /// The file exists but could not be read (the I/O error's text).
-    Failed(String),
-}
-
-/// Reads the files this crate is asked to parse. Implementations decide what "reading" means (the real file
-/// system, an in-memory map, a git tree).
-pub trait SourceReader {
-    /// Reads the regular file at `path`.
-    fn read(&self, path: &Path) -> FileRead;
-
-    /// The canonical form of `path` (every symlink resolved), when the reader can tell; `None` means "use the
-    /// lexical path only".
-    fn canonicalize(&self, _path: &Path) -> Option<PathBuf> {
-        None
-    }
-}
-
-/// A [`SourceReader`] over an in-memory map of files (no symlinks).
-#[derive(Debug, Clone, Default)]
-pub struct MemReader {
-    files: BTreeMap<PathBuf, Vec<u8>>,
-    unreadable: BTreeMap<PathBuf, String>,
-}
-
-impl MemReader {
-    /// An empty file set.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Adds a file.
-    pub fn with_file(mut self, path: impl Into<PathBuf>, content: impl Into<Vec<u8>>) -> Self {
-        self.files.insert(path.into(), content.into());
-        self
-    }
-
-    /// Adds a file that exists but fails to read with `error`.
-    pub fn with_unreadable(mut self, path: impl Into<PathBuf>, error: impl Into<String>) -> Self {
-        self.unreadable.insert(path.into(), error.into());
-        self
-    }
-}
-
-impl SourceReader for MemReader {
-    fn read(&self, path: &Path) -> FileRead {
-        if let Some(e) = self.unreadable.get(path) {
-            return FileRead::Failed(e.clone());
-        }
-        match self.files.get(path) {
-            Some(b) => FileRead::Found(b.clone()),
-            None => FileRead::NotFound,
-        }
-    }
-}
-
-/// A [`SourceReader`] over the real file system (`std::fs`), for the CLI and library callers.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct FsReader;
-
-impl SourceReader for FsReader {
-    fn read(&self, path: &Path) -> FileRead {
-        match std::fs::metadata(path) {
-            Ok(m) if m.is_file() => match std::fs::read(path) {
-                Ok(b) => FileRead::Found(b),
-                Err(e) => FileRead::Failed(e.to_string()),
-            },
-            Ok(_) => FileRead::NotFound,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => FileRead::NotFound,
-            Err(e) => FileRead::Failed(e.to_string()),
-        }
-    }
-
-    fn canonicalize(&self, path: &Path) -> Option<PathBuf> {
-        std::fs::canonicalize(path).ok()
-    }
-}
+pub use crate::source::{FileRead, FsReader, MemReader, SourceReader};
 
 // ---------------------------------------------------------------------------------------------------------
 // Location (§7.1)
@@ -147,8 +61,10 @@ pub fn locate(repo_root: &Path, reader: &dyn SourceReader) -> (Option<Located>, 
     for (i, rel) in CANDIDATES.iter().enumerate() {
         let abs = repo_root.join(rel);
         match reader.read(&abs) {
-            FileRead::NotFound => continue,
-            FileRead::Failed(e) => {
+            // A directory is not a candidate ("the first existing regular file wins").
+            FileRead::NotFound | FileRead::NotRegular("a directory") => continue,
+            // A FIFO, device or socket, an oversized file, an I/O error: refused, never read.
+            e @ (FileRead::NotRegular(_) | FileRead::TooLarge(_) | FileRead::Failed(_)) => {
                 diags.push(Diagnostic::error(
                     "D015",
                     *rel,
@@ -159,7 +75,12 @@ pub fn locate(repo_root: &Path, reader: &dyn SourceReader) -> (Option<Located>, 
                 return (None, diags);
             }
             FileRead::Found(bytes) => {
-                if i == 0 && reader.read(&repo_root.join(CANDIDATES[1])) != FileRead::NotFound {
+                if i == 0
+                    && !matches!(
+                        reader.read(&repo_root.join(CANDIDATES[1])),
+                        FileRead::NotFound | FileRead::NotRegular("a directory")
+                    )
+                {
                     diags.push(Diagnostic::warning(
                         "D016",
                         *rel,

@@ -1,0 +1,373 @@
+//! Bad input must not take the host down: files that never end or never open, files built to make a parser
+//! quadratic or recursive, and text built to drive the operator's terminal.
+//!
+//! Every child runs under a watchdog: a child still running after a generous bound is killed and the test
+//! fails as a hang (a hang detector, not a timing assertion).
+
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::harness::{Hostile, engine_ready, show};
+
+/// Far above what any of these commands needs; only a hang reaches it.
+const HANG: Duration = Duration::from_secs(300);
+
+/// Spawns `cmd` with piped output and waits for it under the watchdog.
+fn watched(mut cmd: Command) -> Output {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn iterion");
+    wait_watched(child, |_| {})
+}
+
+/// Waits for `child` under the watchdog, calling `tick` with the elapsed time while it runs; stdout and
+/// stderr are drained on threads so a chatty child cannot block on a full pipe.
+fn wait_watched(mut child: Child, mut tick: impl FnMut(Duration)) -> Output {
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = drain(child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
+    let err = drain(child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if start.elapsed() > HANG {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("iterion hung: still running after {HANG:?}, killed");
+        }
+        tick(start.elapsed());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Peak resident set of the process (`VmHWM` from /proc), in KiB, sampled while it runs.
+fn sample_hwm(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// `mkfifo PATH`.
+fn mkfifo(path: &std::path::Path) {
+    let st = Command::new("mkfifo").arg(path).status().expect("mkfifo");
+    assert!(st.success(), "mkfifo {}", path.display());
+}
+
+fn assert_no_escape(out: &Output) {
+    for (name, bytes) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
+        assert!(
+            !bytes.contains(&0x1b) && !bytes.contains(&0x07),
+            "a raw ESC or BEL reached the terminal on {name}:\n{}",
+            show(out)
+        );
+    }
+}
+
+#[test]
+fn validate_of_dev_zero_is_refused_before_reading() {
+    let h = Hostile::new();
+    let child = h
+        .cmd(&["validate", "/dev/zero"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut peak = 0;
+    let out = wait_watched(child, |_| peak = peak.max(sample_hwm(pid).unwrap_or(0)));
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    assert!(
+        stderr(&out).contains("cannot read /dev/zero: not a regular file (a character device)"),
+        "{}",
+        show(&out)
+    );
+    // Bounded memory: reported in the failure message only (the exit above already proves nothing was
+    // read); a reader that read first would have grown without limit.
+    assert!(peak < 1 << 20, "peak RSS {peak} KiB");
+}
+
+#[test]
+fn validate_and_run_of_a_fifo_are_refused_not_waited_on() {
+    let h = Hostile::new();
+    let fifo = h.repo().join("wf.bot");
+    mkfifo(&fifo);
+    for args in [
+        &["validate", "wf.bot"][..],
+        &["run", "wf.bot", "--sandbox", "none"][..],
+    ] {
+        let out = watched(h.cmd(args));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", show(&out));
+        assert!(
+            stderr(&out).contains("not a regular file (a FIFO)"),
+            "{args:?}: {}",
+            show(&out)
+        );
+    }
+    // Through a symlink too.
+    std::os::unix::fs::symlink(&fifo, h.repo().join("link.bot")).unwrap();
+    let out = watched(h.cmd(&["validate", "link.bot"]));
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+}
+
+#[test]
+fn a_fifo_devcontainer_is_refused_not_waited_on() {
+    if !engine_ready("escapes::bad_input::a_fifo_devcontainer_is_refused_not_waited_on") {
+        return;
+    }
+    let h = Hostile::new();
+    let dc = h.repo().join(".devcontainer/devcontainer.json");
+    std::fs::remove_file(&dc).unwrap();
+    mkfifo(&dc);
+    h.write(
+        "wf.bot",
+        "tool t:\n  command: `echo '{}'`\n\nworkflow w:\n  entry: t\n  sandbox: auto\n  t -> done\n",
+    );
+    let out = watched(h.cmd(&["run", "wf.bot"]));
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        stderr(&out).contains("cannot read devcontainer.json: not a regular file (a FIFO)"),
+        "{}",
+        show(&out)
+    );
+}
+
+/// `{"image": …, "containerEnv": {"K0": "v", …}}` with `n` keys, every tenth one repeated.
+fn huge_devcontainer(n: usize) -> String {
+    let mut s = format!("{{\"image\": \"{}\", \"containerEnv\": {{", crate::harness::IMAGE);
+    for i in 0..n {
+        s.push_str(&format!("\"K{i}\":\"v\",\n"));
+    }
+    for i in (0..n).step_by(10) {
+        s.push_str(&format!("\"K{i}\":\"w\",\n"));
+    }
+    s.push_str("\"END\":\"v\"}}\n");
+    s
+}
+
+#[test]
+fn a_devcontainer_with_700k_keys_is_read_in_linear_time() {
+    if !engine_ready("escapes::bad_input::a_devcontainer_with_700k_keys_is_read_in_linear_time") {
+        return;
+    }
+    let h = Hostile::new();
+    let text = huge_devcontainer(630_000);
+    assert!(text.len() < 10 << 20, "{} bytes", text.len());
+    h.write(".devcontainer/devcontainer.json", &text);
+    h.write(
+        "wf.bot",
+        "tool t:\n  command: `echo '{}'`\n\nworkflow w:\n  entry: t\n  sandbox: auto\n  t -> done\n",
+    );
+    // The run refuses the environment (far over the entry limit) after reading the whole file; the point is
+    // that it gets there.
+    let out = watched(h.cmd(&["run", "wf.bot"]));
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        stderr(&out).contains("sandbox environment is too large"),
+        "{}",
+        show(&out)
+    );
+}
+
+#[test]
+fn sigterm_during_a_long_parse_ends_the_process() {
+    let h = Hostile::new();
+    // Close to the size limit and slow to check: many nodes with templates and conditions.
+    let mut wf = String::new();
+    let mut i = 0;
+    while wf.len() < 9 << 20 {
+        wf.push_str(&format!(
+            "tool t{i}:\n  command: `echo {{{{input.x}}}} {i}`\n  sandbox: none\n\n"
+        ));
+        i += 1;
+    }
+    wf.push_str("workflow w:\n  entry: t0\n  sandbox: none\n  t0 -> done\n");
+    h.write("wf.bot", &wf);
+    for args in [
+        &["validate", "wf.bot"][..],
+        &["run", "wf.bot", "--sandbox", "none"][..],
+    ] {
+        let child = h
+            .cmd(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let mut sent = false;
+        let out = wait_watched(child, |elapsed| {
+            if !sent && elapsed > Duration::from_millis(300) {
+                sent = true;
+                let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+            }
+        });
+        assert!(
+            sent,
+            "{args:?} finished before the signal; make the file slower to check"
+        );
+        let by_term = out.status.signal() == Some(15);
+        assert!(
+            by_term || out.status.code() == Some(1),
+            "{args:?}: {}",
+            show(&out)
+        );
+    }
+}
+
+#[test]
+fn sigterm_while_a_run_reads_a_huge_devcontainer_ends_the_run() {
+    if !engine_ready("escapes::bad_input::sigterm_while_a_run_reads_a_huge_devcontainer_ends_the_run") {
+        return;
+    }
+    let h = Hostile::new();
+    h.write(".devcontainer/devcontainer.json", &huge_devcontainer(630_000));
+    h.write(
+        "wf.bot",
+        "tool t:\n  command: `echo '{}'`\n\nworkflow w:\n  entry: t\n  sandbox: auto\n  t -> done\n",
+    );
+    let child = h
+        .cmd(&["run", "wf.bot"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut sent = false;
+    // The signal lands while the file is read and mapped (the run's signal handling is installed by then): the
+    // run must end as cancelled (or refuse the file), not carry on for minutes.
+    let out = wait_watched(child, |elapsed| {
+        if !sent && elapsed > Duration::from_secs(2) {
+            sent = true;
+            let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+        }
+    });
+    assert!(sent, "{}", show(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(
+        all.contains("signal SIGTERM") || all.contains("sandbox environment is too large"),
+        "{}",
+        show(&out)
+    );
+}
+
+/// A condition of 200 000 operands.
+fn long_condition() -> String {
+    format!(
+        "tool a:\n  command: `echo '{{\"x\": true}}'`\n  sandbox: none\n\nworkflow w:\n  entry: a\n  sandbox: none\n  a -> done when \"{}\"\n  a -> done\n",
+        vec!["x"; 200_000].join(" && ")
+    )
+}
+
+#[test]
+fn a_200k_operand_condition_is_a_positioned_diagnostic_not_an_abort() {
+    let h = Hostile::new();
+    h.write("wf.bot", &long_condition());
+    let out = watched(h.cmd(&["validate", "--json", "wf.bot"]));
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    let c040: Vec<_> = report["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["code"] == "C040")
+        .collect();
+    assert_eq!(c040.len(), 1, "{report}");
+    assert_eq!(c040[0]["line"], 8);
+    assert!(c040[0]["col"].as_u64().unwrap() > 20, "{report}");
+    assert!(
+        c040[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("too many operands (max 512)"),
+        "{report}"
+    );
+
+    let out = watched(h.cmd(&["run", "wf.bot", "--sandbox", "none"]));
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(stderr(&out).contains("C040"), "{}", show(&out));
+}
+
+#[test]
+fn escape_sequences_in_workflow_text_are_escaped_in_diagnostics() {
+    let h = Hostile::new();
+    h.write(
+        "wf.bot",
+        "tool a:\n  command: `echo '{}'`\n  sandbox: none\n\nworkflow w:\n  entry: a\n  sandbox: none\n  a -> \"\x1b]0;pwned\x07\x1b[2J\"\n",
+    );
+    for args in [
+        &["validate", "wf.bot"][..],
+        &["run", "wf.bot", "--sandbox", "none"][..],
+    ] {
+        let out = watched(h.cmd(args));
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", show(&out));
+        assert_no_escape(&out);
+        assert!(
+            String::from_utf8_lossy(&[out.stdout.clone(), out.stderr.clone()].concat())
+                .contains("\\x1b]0;pwned\\x07"),
+            "{args:?}: the text is shown, escaped: {}",
+            show(&out)
+        );
+    }
+}
+
+#[test]
+fn escape_sequences_from_a_sandboxed_node_never_reach_the_terminal() {
+    if !engine_ready("escapes::bad_input::escape_sequences_from_a_sandboxed_node_never_reach_the_terminal") {
+        return;
+    }
+    let h = Hostile::new();
+    h.write(
+        "wf.bot",
+        "tool evil:\n  command: `printf '\\033]0;pwned\\007\\033[2J' >&2; printf '\\033[31mred\\r' ; exit 3`\n\nworkflow w:\n  entry: evil\n  sandbox: auto\n  evil -> done\n",
+    );
+    let out = watched(h.cmd(&["run", "wf.bot", "--log-level", "debug"]));
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert_no_escape(&out);
+    assert!(
+        stderr(&out).contains("\\x1b]0;pwned")
+            || String::from_utf8_lossy(&out.stdout).contains("\\x1b]0;pwned"),
+        "the node's stderr is shown, escaped: {}",
+        show(&out)
+    );
+    // The stored run keeps the bytes; `runs show` prints them escaped.
+    let ids = h.run_ids();
+    assert_eq!(ids.len(), 1);
+    let shown = watched(h.cmd(&["runs", "show", &ids[0], "--events"]));
+    assert!(shown.status.success(), "{}", show(&shown));
+    assert_no_escape(&shown);
+    assert!(
+        String::from_utf8_lossy(&shown.stdout).contains("\\x1b]0;pwned"),
+        "{}",
+        show(&shown)
+    );
+}
