@@ -276,12 +276,6 @@ fn ensure_dir(p: &Path, mode: u32, out: &mut Protected) -> crate::Result<()> {
     Ok(())
 }
 
-fn if_exists(p: PathBuf, out: &mut Protected) {
-    if p.exists() {
-        out.paths.push(p);
-    }
-}
-
 /// The workspace's git directories (03 §8.6) after verification: `git_dir` is `G` (the workspace `.git`
 /// directory, or the directory named by the `.git` file of a linked worktree), `common_dir` is `C` (`G`, or the
 /// target of `G/commondir`). Both are canonical.
