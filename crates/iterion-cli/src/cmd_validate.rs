@@ -12,9 +12,9 @@
 use crate::render;
 use iterion_spec::diag::{Diagnostic, Severity};
 use iterion_spec::model::{SandboxDecl, Workflow};
+use iterion_spec::source::FileRead;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use iterion_spec::source::FileRead;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

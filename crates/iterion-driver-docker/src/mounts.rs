@@ -1125,7 +1125,7 @@ mod tests {
         std::os::unix::fs::symlink(&outside, ws.join(".git/hooks")).expect("symlink");
         let r = git_overlays(&ws, &dirs).expect_err("hooks out");
         assert_eq!(r.pointer, ws.join(".git/hooks"));
-        assert!(protect(&ws, None).is_err());
+        assert!(protect(&ws).is_err());
         std::fs::remove_file(ws.join(".git/hooks")).expect("rm");
         // a symlink inside the workspace is protected where it leads
         std::os::unix::fs::symlink("../inner-hooks", ws.join(".git/hooks")).expect("symlink");
@@ -1166,7 +1166,7 @@ mod tests {
         let d = tempfile::tempdir().expect("tempdir");
         let (ws, c) = linked(&canon(d.path()));
         std::fs::remove_dir(c.join("hooks")).expect("rmdir");
-        let r = protect(&ws, None).expect_err("missing hooks outside");
+        let r = protect(&ws).expect_err("missing hooks outside");
         assert!(r.to_string().contains("mkdir"), "{r}");
         assert!(!c.join("hooks").exists());
     }
