@@ -327,9 +327,15 @@ fn read_pointer(p: &Path) -> Result<Option<String>, String> {
     if md.len() > POINTER_MAX {
         return Err(format!("is larger than {POINTER_MAX} bytes"));
     }
-    std::fs::read_to_string(p)
-        .map(Some)
-        .map_err(|e| format!("cannot be read: {e}"))
+    // Read through the bounded, non-blocking reader: a pointer swapped for a FIFO or grown after the check
+    // above is refused, not waited on or read without end.
+    match iterion_spec::source::read_regular(p, POINTER_MAX) {
+        iterion_spec::source::FileRead::Found(bytes) => String::from_utf8(bytes)
+            .map(Some)
+            .map_err(|_| "is not UTF-8 text".into()),
+        iterion_spec::source::FileRead::NotFound => Ok(None),
+        other => Err(format!("cannot be read: {other}")),
+    }
 }
 
 fn resolve_against(base: &Path, text: &str) -> PathBuf {
