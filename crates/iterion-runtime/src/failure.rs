@@ -372,7 +372,7 @@ mod tests {
         check("INTERNAL_ERROR", Resumable);
         check("STORE_WRITE_FAILED", Deterministic);
         check("CANCELLED", Cancellation);
-        assert_eq!(FailureCode::ALL.len(), 33);
+        assert_eq!(FailureCode::ALL.len(), 34);
     }
 
     #[test]
