@@ -26,9 +26,15 @@ fn baseline_a_tool_node_runs_in_the_container_with_the_default_store() {
         return;
     }
     let h = Hostile::new();
+    // `/.dockerenv` would not do: the host itself may be a container. The `outside` directory exists on the
+    // host only, so a node that cannot see it runs in the sandbox.
+    let outside = h.outside();
     let out = h.run_workflow(
         "wf.bot",
-        "tool where:\n  command: `if [ -f /.dockerenv ]; then echo '{\"inside\": true}'; else echo '{\"inside\": false}'; fi`\n\nworkflow w:\n  entry: where\n  sandbox: auto\n  where -> done\n",
+        &format!(
+            "tool where:\n  command: `if [ -d {} ]; then echo '{{\"inside\": false}}'; else echo '{{\"inside\": true}}'; fi`\n\nworkflow w:\n  entry: where\n  sandbox: auto\n  where -> done\n",
+            outside.display()
+        ),
     );
     assert!(out.status.success(), "{}", show(&out));
     let ids = h.run_ids();
