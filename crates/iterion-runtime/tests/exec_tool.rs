@@ -245,6 +245,72 @@ async fn script_languages_sh_and_node() {
     assert_eq!(h2.rec.of("tool_started")[0]["tool"], "script:js:s");
 }
 
+/// An sh script is read by the shell, so a value in it is written for its context: hostile strings from an
+/// earlier node arrive as their text in a plain word and as their exact JSON literal inside "…" and '…', and
+/// nothing they spell runs. (The JSON literal used to be pasted as is: a double-quoted shell word in which
+/// `$(…)` and backticks run.)
+#[tokio::test]
+async fn an_sh_script_quotes_hostile_values_for_their_shell_context() {
+    let hostile = [
+        "$(touch pwned-subst)",
+        "`touch pwned-tick`",
+        "\\\"; touch pwned-quote; echo \\\"",
+        "'; touch pwned-single; '",
+        "a\nb $HOME ${PATH} \\ ' \"",
+    ];
+    for value in hostile {
+        for (i, body) in [
+            "printf %s {{input.s}} > got",
+            "printf %s \"{{input.s}}\" > got",
+            "printf %s '{{input.s}}' > got",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut h = Harness::new();
+            h.vars.insert("s".into(), json!(value));
+            let out = h
+                .run(&script_wf(&format!("{body}; echo '{{\"ok\": true}}'"), "sh"))
+                .await;
+            assert_eq!(
+                summary(&out),
+                "finished",
+                "{value:?} in form {i}: {:?}",
+                h.rec.lines()
+            );
+            let got = std::fs::read_to_string(h.work_dir().join("got")).unwrap();
+            // a plain word is the string itself; inside quotes the shell reads its JSON literal
+            let want = if i == 0 {
+                value.to_string()
+            } else {
+                json!(value).to_string()
+            };
+            assert_eq!(got, want, "form {i}");
+            let pwned: Vec<_> = std::fs::read_dir(h.work_dir())
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("pwned"))
+                .collect();
+            assert!(pwned.is_empty(), "{value:?} in form {i} ran: {pwned:?}");
+        }
+    }
+}
+
+/// Where no quoting is safe in an sh script (`$(( … ))`), a number is its literal, and a string is refused
+/// before anything runs.
+#[tokio::test]
+async fn an_sh_script_refuses_a_string_where_no_quoting_is_safe() {
+    let mut h = Harness::new();
+    h.vars.insert("n".into(), json!("1)); touch pwned; echo $((1"));
+    let out = h
+        .run(&script_wf("echo \"{\\\"n\\\": $(( {{input.n}} + 1 ))}\"", "sh"))
+        .await;
+    assert_ne!(summary(&out), "finished", "{:?}", h.rec.lines());
+    assert!(!h.work_dir().join("pwned").exists());
+    assert!(h.rec.of("tool_started").is_empty(), "{:?}", h.rec.lines());
+}
+
 #[tokio::test]
 async fn te14_one_tool_called_per_execution() {
     let src = "tool a:\n  command: `echo '{\"x\": 1}'`\n\ntool b:\n  command: `echo {{input.x}}`\n\nworkflow w:\n  entry: a\n  a -> b with { x: \"{{outputs.a.x}}\" }\n  b -> done\n";

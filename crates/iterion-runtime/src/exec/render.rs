@@ -220,18 +220,41 @@ fn shell_value(v: &Value, ctx: ShellContext) -> Option<String> {
             other => shell_scalar(other),
         },
         ShellContext::SingleQuoted => quoted_text(v).replace('\'', r"'\''"),
-        ShellContext::DoubleQuoted => {
-            let t = quoted_text(v);
-            let mut out = String::with_capacity(t.len() + 8);
-            for c in t.chars() {
-                if matches!(c, '\\' | '"' | '$' | '`') {
-                    out.push('\\');
-                }
-                out.push(c);
-            }
-            out
-        }
+        ShellContext::DoubleQuoted => double_quoted(&quoted_text(v)),
         ShellContext::Refused(_) => return None,
+    })
+}
+
+/// Text escaped for the inside of a double-quoted shell word: `\`, `"`, `$` and backtick get a backslash.
+fn double_quoted(t: &str) -> String {
+    let mut out = String::with_capacity(t.len() + 8);
+    for c in t.chars() {
+        if matches!(c, '\\' | '"' | '$' | '`') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A value of an `sh`/`bash` script for one shell context: the shell reads its JSON literal (the script
+/// rendering of every language) exactly, whatever the context. A plain word is single-quoted (a string as
+/// its text, as a JSON string literal read by the shell gives); inside `'…'` and `"…"` the literal is escaped
+/// for that quote; where no quoting is safe only `null`, a number or a boolean is written, whose literal holds
+/// no shell syntax; any other value there is refused with the place's [`Refusal`].
+fn script_value(v: Option<&Value>, ctx: ShellContext) -> Result<String, Refusal> {
+    let literal = v.map_or_else(|| "null".to_string(), compact);
+    Ok(match ctx {
+        ShellContext::Unquoted => match v {
+            Some(Value::String(s)) => shell_quote(s),
+            _ => shell_quote(&literal),
+        },
+        ShellContext::SingleQuoted => literal.replace('\'', r"'\''"),
+        ShellContext::DoubleQuoted => double_quoted(&literal),
+        ShellContext::Refused(refusal) => match v {
+            None | Some(Value::Null | Value::Number(_) | Value::Bool(_)) => literal,
+            Some(_) => return Err(refusal),
+        },
     })
 }
 
@@ -273,6 +296,25 @@ impl std::fmt::Display for Unquotable {
 /// values, raw insertions and the quoted values themselves), so a raw value or an environment value that
 /// opens a quote moves the context of the placeholders after it.
 pub fn render_shell(template: &str, scope: &Scope<'_>) -> Result<Rendered, Unquotable> {
+    render_shell_with(template, scope, ShellValues::Command)
+}
+
+/// Renders an `sh`/`bash` tool `script:` like [`render_shell`]: a script is read by the same shell, so each
+/// value is written for the context it lands in (see [`script_value`]): the shell reads the value's JSON
+/// literal, never a string's `$(…)` or backticks. A string or a structure where no quoting is safe is refused.
+pub fn render_shell_script(template: &str, scope: &Scope<'_>) -> Result<Rendered, Unquotable> {
+    render_shell_with(template, scope, ShellValues::Script)
+}
+
+/// How values are written into shell text: a command's (each value as its text) or a script's (each value as
+/// its JSON literal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ShellValues {
+    Command,
+    Script,
+}
+
+fn render_shell_with(template: &str, scope: &Scope<'_>, how: ShellValues) -> Result<Rendered, Unquotable> {
     let (segs, _errors) = scan_template(template);
     let mut text = String::with_capacity(template.len());
     let mut missing = Vec::new();
@@ -290,24 +332,26 @@ pub fn render_shell(template: &str, scope: &Scope<'_>) -> Result<Rendered, Unquo
                     raw_text(v.as_ref())
                 } else {
                     let ctx = lexer.context();
-                    if let ShellContext::Refused(refusal) = ctx {
-                        return Err(Unquotable::Context {
+                    let context = |refusal| Unquotable::Context {
+                        placeholder: original.to_string(),
+                        refusal,
+                    };
+                    let s = match (how, ctx) {
+                        (ShellValues::Command, ShellContext::Refused(refusal)) => {
+                            return Err(context(refusal));
+                        }
+                        (ShellValues::Command, _) => match v {
+                            None | Some(Value::Null) => original.to_string(),
+                            Some(v) => shell_value(&v, ctx).unwrap_or_default(),
+                        },
+                        (ShellValues::Script, _) => script_value(v.as_ref(), ctx).map_err(context)?,
+                    };
+                    if s.contains('\0') {
+                        return Err(Unquotable::Nul {
                             placeholder: original.to_string(),
-                            refusal,
                         });
                     }
-                    match v {
-                        None | Some(Value::Null) => original.to_string(),
-                        Some(v) => {
-                            let s = shell_value(&v, ctx).unwrap_or_default();
-                            if s.contains('\0') {
-                                return Err(Unquotable::Nul {
-                                    placeholder: original.to_string(),
-                                });
-                            }
-                            s
-                        }
-                    }
+                    s
                 }
             }
         };

@@ -5,7 +5,7 @@ use iterion_spec::model::Node;
 
 use super::node::{NodeEnv, NodeError, NodeRun, NodeSuccess, driver_error, ms, run_collect, tail};
 use super::output::tool_output;
-use super::render::{Mode, Scope, expand_command_env, render, render_shell};
+use super::render::{Mode, Scope, expand_command_env, render, render_shell, render_shell_script};
 use crate::events::{ToolCalled, ToolError, ToolStarted};
 use crate::failure::FailureCode;
 
@@ -42,7 +42,21 @@ pub(crate) async fn run_tool(env: &NodeEnv<'_>, node: &Node, scope: &Scope<'_>) 
                 ),
             ));
         };
-        let text = render(&expand(env, &script.value), Mode::JsonLiteral, scope).text;
+        let source = expand(env, &script.value);
+        let text = if matches!(lang, "sh" | "bash") {
+            // The shell reads the script: quote for the shell, never a JSON string literal.
+            match render_shell_script(&source, scope) {
+                Ok(r) => r.text,
+                Err(e) => {
+                    return NodeRun::Err(NodeError::new(
+                        FailureCode::ExecutionFailed,
+                        format!("tool node '{id}': {e}; nothing was run"),
+                    ));
+                }
+            }
+        } else {
+            render(&source, Mode::JsonLiteral, scope).text
+        };
         let file = format!(".iterion-script-{:016x}.{ext}", rand::random::<u64>());
         let path = format!("{}/{file}", env.sandbox.workdir.trim_end_matches('/'));
         (
