@@ -712,6 +712,12 @@ fn watch_signals(cancel: Cancel) {
     }
 }
 
+/// Ends the runtime without waiting on a blocking task that is still reading a repository file after a
+/// cancellation (a huge `devcontainer.json`): everything the run needed was awaited inside `block_on`.
+fn shut_down(rt: tokio::runtime::Runtime) {
+    rt.shutdown_timeout(Duration::from_millis(500));
+}
+
 fn tokio_rt() -> Result<tokio::runtime::Runtime, Early> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -811,8 +817,9 @@ fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, 
             v.store = store_dir.to_string_lossy().into_owned();
         }
         runtime.launch(launch).await.map(Ok).map_err(runtime_early)
-    })?;
-    let outcome = match outcome {
+    });
+    shut_down(rt);
+    let outcome = match outcome? {
         Ok(o) => o,
         Err(code) => return Ok(code),
     };
@@ -908,8 +915,9 @@ fn resume_inner(args: ResumeArgs, env: &BTreeMap<String, String>) -> Result<Exit
         r.force = args.force;
         r.sandbox = flags;
         runtime.resume(r).await.map(Ok).map_err(runtime_early)
-    })?;
-    let outcome = match outcome {
+    });
+    shut_down(rt);
+    let outcome = match outcome? {
         Ok(o) => o,
         Err(code) => return Ok(code),
     };

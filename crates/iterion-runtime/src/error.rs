@@ -132,6 +132,12 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// The run was cancelled (a signal) while its sandbox was being resolved, before anything was created.
+    #[error("cancelled before the run started ({reason}); nothing was created")]
+    CancelledBeforeStart {
+        /// Why (for example `signal SIGTERM`).
+        reason: String,
+    },
     /// The data dir's run-record key exists but cannot be used (not a private regular file of 64 hex digits).
     #[error("cannot use the run-record key {}: {reason}; remove it to create a new one (runs signed with it can then only be resumed with --force)", path.display())]
     RecordKey {

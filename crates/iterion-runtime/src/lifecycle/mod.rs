@@ -365,6 +365,39 @@ fn resolve_with(
     }
 }
 
+/// [`resolve_with`] on a blocking thread, abandoned when the run is cancelled. Resolution reads repository files
+/// (`devcontainer.json` up to the size limit, Dockerfiles), which can take seconds; nothing exists yet that
+/// would need cleaning up, so a signal ends the launch at once instead of waiting for the read.
+async fn resolve_cancellable(
+    cfg: &Config,
+    wf: &Workflow,
+    req: &SandboxRequested,
+    work_dir: &std::path::Path,
+    repo_root: Option<&std::path::Path>,
+) -> Result<std::result::Result<SandboxPlan, ResolveError>> {
+    let token = cfg.cancel.token();
+    if token.is_cancelled() {
+        return Err(Error::CancelledBeforeStart {
+            reason: cfg.cancel.reason(),
+        });
+    }
+    let (c, w, r) = (cfg.clone(), wf.clone(), req.clone());
+    let (wd, rr) = (
+        work_dir.to_path_buf(),
+        repo_root.map(std::path::Path::to_path_buf),
+    );
+    let task = tokio::task::spawn_blocking(move || resolve_with(&c, &w, &r, &wd, rr.as_deref()));
+    tokio::select! {
+        joined = task => match joined {
+            Ok(plan) => plan,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        },
+        () = token.cancelled() => Err(Error::CancelledBeforeStart {
+            reason: cfg.cancel.reason(),
+        }),
+    }
+}
+
 fn project_dir(plan: &std::result::Result<SandboxPlan, ResolveError>, work_dir: &std::path::Path) -> String {
     match plan {
         Ok(SandboxPlan { run: Some(r), .. }) => r.workspace_folder.clone(),
@@ -385,13 +418,14 @@ pub(crate) async fn launch_with(
     events: impl FnOnce(Arc<dyn sink::Append>) -> Arc<dyn sink::Append>,
 ) -> Result<Outcome> {
     let requested = requested_of(&launch.sandbox, &cfg.env, cfg.builtin_default_mode);
-    let plan = resolve_with(
+    let plan = resolve_cancellable(
         cfg,
         &launch.workflow,
         &requested,
         &launch.work_dir,
         launch.repo_root.as_deref(),
-    )?;
+    )
+    .await?;
     let pdir = project_dir(&plan, &launch.work_dir);
     let vars = crate::exec::resolve_vars(
         &launch.workflow,
@@ -553,7 +587,7 @@ pub async fn resume(cfg: &Config, req: Resume) -> Result<Outcome> {
     .operator_env;
     let work_dir = PathBuf::from(&doc.work_dir);
     let repo_root = doc.repo_root.as_ref().map(PathBuf::from);
-    let plan = resolve_with(cfg, &workflow, &requested, &work_dir, repo_root.as_deref())?;
+    let plan = resolve_cancellable(cfg, &workflow, &requested, &work_dir, repo_root.as_deref()).await?;
     if let (Some(old), Ok(SandboxPlan { run: Some(new), .. })) = (
         doc.sandbox
             .resolved
