@@ -167,9 +167,19 @@ fn bench_stream(name: &str, payloads: &[Payload], iterations: usize, rt: &tokio:
 }
 
 fn main() {
+    // `cargo bench` passes `--bench`; under `cargo test --all-targets` the target only runs once, small, as a
+    // smoke test of the measuring code.
+    let measuring = std::env::args().any(|a| a == "--bench");
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    let size_mb: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(32);
-    let iterations: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(9).max(1);
+    let size_mb: usize = args
+        .first()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(if measuring { 32 } else { 1 });
+    let iterations: usize = args
+        .get(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(if measuring { 9 } else { 1 })
+        .max(1);
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
     let bytes = size_mb << 20;
     println!("envelope codec throughput ({iterations} timed runs per stage)");

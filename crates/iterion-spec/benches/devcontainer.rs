@@ -42,8 +42,18 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with("--"))
         .collect();
-    let keys: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(700_000);
-    let iters: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(3).max(1);
+    // `cargo bench` passes `--bench`; under `cargo test --all-targets` the target only runs once, small, as a
+    // smoke test of the measuring code.
+    let measuring = std::env::args().any(|a| a == "--bench");
+    let keys: usize =
+        args.first()
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(if measuring { 700_000 } else { 5_000 });
+    let iters: usize = args
+        .get(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(if measuring { 3 } else { 1 })
+        .max(1);
     let text = file(keys);
     println!(
         "devcontainer.json: {keys} containerEnv keys (+{} repeated), {:.1} MB, {iters} timed runs",
