@@ -365,9 +365,10 @@ fn resolve_with(
     }
 }
 
-/// [`resolve_with`] on a blocking thread, abandoned when the run is cancelled. Resolution reads repository files
-/// (`devcontainer.json` up to the size limit, Dockerfiles), which can take seconds; nothing exists yet that
-/// would need cleaning up, so a signal ends the launch at once instead of waiting for the read.
+/// [`resolve_with`] on a blocking thread, abandoned when the run is cancelled while it runs. Resolution reads
+/// repository files (`devcontainer.json` up to the size limit, Dockerfiles), which can take seconds; nothing
+/// exists yet that would need cleaning up, so a signal then ends the launch at once
+/// ([`Error::CancelledBeforeStart`], no run record) instead of waiting for the read.
 async fn resolve_cancellable(
     cfg: &Config,
     wf: &Workflow,
@@ -377,9 +378,9 @@ async fn resolve_cancellable(
 ) -> Result<std::result::Result<SandboxPlan, ResolveError>> {
     let token = cfg.cancel.token();
     if token.is_cancelled() {
-        return Err(Error::CancelledBeforeStart {
-            reason: cfg.cancel.reason(),
-        });
+        // Cancelled before the launch: resolve as usual, so the run is recorded and ends cancelled at its first
+        // check, as every launch cancelled early does.
+        return resolve_with(cfg, wf, req, work_dir, repo_root);
     }
     let (c, w, r) = (cfg.clone(), wf.clone(), req.clone());
     let (wd, rr) = (
