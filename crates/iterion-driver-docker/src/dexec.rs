@@ -59,42 +59,7 @@ pub fn kill_cmd(pid_file: &str, signal: i32) -> Vec<String> {
 
 /// Runs a command to completion as user `user` without attaching any stream; returns its exit code.
 pub(crate) async fn run_quiet(inner: &RunInner, user: &str, cmd: Vec<String>) -> Result<i64, DError> {
-    let cfg = ExecConfig {
-        attach_stdout: Some(true),
-        attach_stderr: Some(true),
-        tty: Some(false),
-        cmd: Some(cmd),
-        user: Some(user.to_string()),
-        ..Default::default()
-    };
-    let created = match inner.docker.create_exec(&inner.id, cfg).await {
-        Ok(c) => c,
-        Err(e) => return Err(inner.exec_create_error(e).await),
-    };
-    match inner
-        .docker
-        .start_exec(
-            &created.id,
-            Some(StartExecOptions {
-                detach: false,
-                tty: false,
-                output_capacity: None,
-            }),
-        )
-        .await
-    {
-        Ok(StartExecResults::Attached { mut output, input }) => {
-            drop(input);
-            while let Some(item) = output.next().await {
-                if item.is_err() {
-                    break;
-                }
-            }
-        }
-        Ok(StartExecResults::Detached) => {}
-        Err(e) => return Err(inner.stream_error(e.to_string()).await),
-    }
-    exit_code_of(inner, &created.id).await
+    run_capture(inner, user, cmd, 0).await.map(|(code, _)| code)
 }
 
 /// Runs a command to completion as user `user`, stdin closed; returns its exit code and the first
