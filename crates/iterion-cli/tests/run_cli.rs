@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use iterion_test_support::docker_http::{encode_component, request};
-use iterion_test_support::{engine_required, engine_socket};
+use iterion_test_support::docker_http::request;
+use iterion_test_support::{containers_of, engine_required, engine_socket};
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_iterion");
@@ -117,28 +117,6 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(e.path(), dest).unwrap();
         }
     }
-}
-
-/// Ids of the containers (any state) labelled with `run_id`.
-fn containers_of(run_id: &str) -> Vec<String> {
-    let Some(sock) = engine_socket() else {
-        return Vec::new();
-    };
-    let filters = json!({"label": [format!("iterion.io/run-id={run_id}")]}).to_string();
-    let Ok(r) = request(
-        &sock,
-        "GET",
-        &format!("/containers/json?all=1&filters={}", encode_component(&filters)),
-        None,
-        b"",
-        Duration::from_secs(10),
-    ) else {
-        return Vec::new();
-    };
-    let list: Vec<Value> = serde_json::from_str(&r.text()).unwrap_or_default();
-    list.iter()
-        .filter_map(|c| c["Id"].as_str().map(str::to_owned))
-        .collect()
 }
 
 fn types(events: &[Value]) -> Vec<String> {

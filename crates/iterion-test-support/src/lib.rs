@@ -32,6 +32,32 @@ pub fn engine_socket() -> Option<PathBuf> {
     }
 }
 
+/// Ids of the containers (any state) labelled `iterion.io/run-id=<run_id>` on the local engine; empty when no
+/// engine answers.
+pub fn containers_of(run_id: &str) -> Vec<String> {
+    let Some(sock) = engine_socket() else {
+        return Vec::new();
+    };
+    let filters = serde_json::json!({"label": [format!("iterion.io/run-id={run_id}")]}).to_string();
+    let Ok(r) = docker_http::request(
+        &sock,
+        "GET",
+        &format!(
+            "/containers/json?all=1&filters={}",
+            docker_http::encode_component(&filters)
+        ),
+        None,
+        b"",
+        Duration::from_secs(10),
+    ) else {
+        return Vec::new();
+    };
+    let list: Vec<serde_json::Value> = serde_json::from_str(&r.text()).unwrap_or_default();
+    list.iter()
+        .filter_map(|c| c["Id"].as_str().map(str::to_owned))
+        .collect()
+}
+
 /// Pings the engine over its Unix socket (`GET /_ping`), bounded to two seconds.
 pub fn engine_answers() -> Result<(), String> {
     let path = engine_socket().ok_or_else(|| "DOCKER_HOST is not a unix:// socket".to_string())?;

@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use iterion_test_support::docker_http::{encode_component, request};
+pub use iterion_test_support::containers_of;
+use iterion_test_support::docker_http::request;
 use iterion_test_support::{engine_required, engine_socket};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_iterion");
 pub const IMAGE: &str = "iterion-test/busybox:latest";
@@ -199,28 +200,6 @@ fn collect_run_dirs(root: &Path, out: &mut Vec<PathBuf>) {
             collect_run_dirs(&p, out);
         }
     }
-}
-
-/// Ids of the containers (any state) labelled with `run_id`.
-pub fn containers_of(run_id: &str) -> Vec<String> {
-    let Some(sock) = engine_socket() else {
-        return Vec::new();
-    };
-    let filters = json!({"label": [format!("iterion.io/run-id={run_id}")]}).to_string();
-    let Ok(r) = request(
-        &sock,
-        "GET",
-        &format!("/containers/json?all=1&filters={}", encode_component(&filters)),
-        None,
-        b"",
-        Duration::from_secs(10),
-    ) else {
-        return Vec::new();
-    };
-    let list: Vec<Value> = serde_json::from_str(&r.text()).unwrap_or_default();
-    list.iter()
-        .filter_map(|c| c["Id"].as_str().map(str::to_owned))
-        .collect()
 }
 
 /// The `type` of each event.
