@@ -44,7 +44,7 @@ pub fn run(root: &Path) -> Result<()> {
         allow::FILE
     );
     if !verdict.problems.is_empty() {
-        bail!("tidy found {} problems", verdict.problems.len());
+        bail!("tidy found {} problem(s)", verdict.problems.len());
     }
     Ok(())
 }
