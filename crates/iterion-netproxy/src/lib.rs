@@ -79,6 +79,8 @@
 #![deny(missing_docs)]
 
 mod auth;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod config;
 mod decide;
 mod error;
