@@ -88,8 +88,13 @@ mod event;
 mod forward;
 pub mod head;
 mod net;
+mod pool;
+mod request;
 mod response;
+mod secret;
 mod server;
+mod shared;
+#[cfg(feature = "tls-inspection")]
 mod tls;
 mod tunnel;
 
@@ -106,5 +111,5 @@ pub use net::{
     AsyncIo, BoxIo, Connector, DnsServerResolver, ResolveError, Resolver, SystemResolver, TcpConnector,
 };
 pub use response::{AUTH_REALM, CONNECT_ESTABLISHED};
+pub use secret::{PLACEHOLDER_PREFIX, SecretBinding, TlsInspection, TrustBundle};
 pub use server::{Proxy, RunningProxy};
-pub use tls::{PLACEHOLDER_PREFIX, SecretBinding, TlsInspection, TrustBundle};

@@ -100,3 +100,26 @@ fn serve_listens_and_stops_on_sigterm() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.starts_with("netproxy stopped: 0 connections"), "{stderr}");
 }
+
+/// Built without TLS inspection, `--tls-inspect` is a usage error naming the missing feature, never ignored.
+#[cfg(not(feature = "tls-inspection"))]
+#[test]
+fn tls_inspection_needs_the_feature() {
+    let out = Command::new(env!("CARGO_BIN_EXE_iterion-netproxy"))
+        .args([
+            "serve",
+            "--no-auth",
+            "--tls-inspect",
+            "--secret",
+            "GH_TOKEN=api.github.com",
+        ])
+        .env_remove("ITERION_NETPROXY_TOKEN")
+        .env("GH_TOKEN", "ghp_x")
+        .output()
+        .expect("run iterion-netproxy");
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        "tls inspection is not available in this build (secret GH_TOKEN needs it): enable the tls-inspection feature"
+    );
+}

@@ -1,8 +1,8 @@
 //! HTTP/1.1 inside an intercepted tunnel (spec §14.3 step 6, §14.5, §14.7): requests relayed one by one,
 //! placeholders substituted for bound hosts and refused elsewhere, responses from bound hosts scrubbed.
 
-use super::Inspector;
-use super::intercept::{Outcome, TunnelCtx};
+use super::context::{Outcome, TunnelCtx};
+use super::inspector::Inspector;
 use super::scan::{Detector, Replacer, find_placeholders, replace_all};
 use crate::Error;
 use crate::event::{DecisionId, ProxyEvent};
@@ -11,8 +11,8 @@ use crate::head::{
     Framing, HeadError, HeadLimits, Headers, RequestHead, ResponseHead, Version, find_head_end,
     parse_request_head, parse_response_head, request_framing, response_framing,
 };
-use crate::response::{ErrorContext, Refusal, error_response, forbidden_response};
-use crate::server::{Shared, head_error};
+use crate::response::{ErrorContext, Refusal, error_response, forbidden_response, head_error};
+use crate::shared::Shared;
 use iterion_netpolicy::Target;
 use std::io;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -568,7 +568,15 @@ where
     let name = &insp.bindings[leak.binding].name;
     tracing::info!(host = %ctx.host, rule = %leak.rule, "secret leak refused");
     let id = DecisionId::new();
-    ctx.deny(sh, &id, method, "secret leak", &leak.rule, Some(name));
+    ctx.deny(
+        &sh.events,
+        &sh.counters,
+        &id,
+        method,
+        "secret leak",
+        &leak.rule,
+        Some(name),
+    );
     let refusal = Refusal {
         decision_id: &id,
         host: &ctx.host,
