@@ -1,6 +1,6 @@
 //! The TLS inspection settings (spec §14): secret bindings and their placeholders, bypass patterns, the CA
 //! source, and the trust files a running inspector hands out. Plain data, compiled with or without the
-//! `tls-inspection` feature (the engine that uses them is [`crate::tls`]).
+//! `tls-inspection` feature (the engine that uses them, `tls/`, is compiled only with it).
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,7 @@
 //! `check`: decide targets exactly like the live proxy, without connecting anywhere.
 
-use super::{CheckArgs, chain, compile_policy, resolver, usage_errors};
+use super::args::CheckArgs;
+use super::common::{chain, compile_policy, resolver, usage_errors};
 use crate::{DecideOptions, Resolver};
 use iterion_netpolicy::{Policy, Target};
 use std::io::Write;

@@ -1,6 +1,6 @@
 //! `serve --events`: proxy events as JSON lines on a dedicated thread.
 
-use super::context;
+use super::common::context;
 use crate::ProxyEvent;
 use std::io::Write;
 use std::time::Duration;

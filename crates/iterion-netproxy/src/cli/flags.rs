@@ -1,6 +1,6 @@
 //! The `serve` flags that need more than clap: log level, secret bindings and TLS inspection settings.
 
-use super::ServeArgs;
+use super::args::ServeArgs;
 use crate::{SecretBinding, TlsInspection};
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,8 +1,9 @@
 //! `serve`: validate every flag, build the configuration, serve until SIGINT or SIGTERM, print the statistics.
 
+use super::args::ServeArgs;
+use super::common::{chain, compile_policy, context, parse_duration, resolver, usage_errors};
 use super::events::{EVENTS_FLUSH, EventLine, start_event_writer};
 use super::flags::{log_level, tls_settings};
-use super::{ServeArgs, chain, compile_policy, context, parse_duration, resolver, usage_errors};
 use crate::{Credential, Limits, Listen, Policy, Proxy, ProxyConfig, Resolver, Stats, TlsInspection};
 use std::collections::BTreeMap;
 use std::io::Write;
