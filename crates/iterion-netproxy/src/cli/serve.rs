@@ -171,6 +171,9 @@ fn apply_limits(l: &mut Limits, a: &ServeArgs, durations: &[(&'static str, Durat
     }
 }
 
+/// `(name, placeholder)` of each secret binding, printed once the proxy listens.
+type Placeholders = Vec<(String, String)>;
+
 /// The proxy configuration and the `(name, placeholder)` pairs of the secret bindings; `Err`: the problems of
 /// the configuration, printed as usage errors.
 fn build_config(
@@ -178,7 +181,7 @@ fn build_config(
     s: Settings,
     token: &str,
     events: Sender<EventLine>,
-) -> Result<(ProxyConfig, Vec<(String, String)>), Vec<String>> {
+) -> Result<(ProxyConfig, Placeholders), Vec<String>> {
     let mut builder = ProxyConfig::builder()
         .listen(s.listen)
         .resolver(s.resolver)
@@ -193,7 +196,7 @@ fn build_config(
     } else if !a.silent_deny.is_empty() {
         builder = builder.silent_deny(&a.silent_deny);
     }
-    let placeholders: Vec<(String, String)> = s
+    let placeholders: Placeholders = s
         .tls
         .as_ref()
         .map(|t| {
@@ -225,7 +228,7 @@ fn build_config(
 struct Announce {
     /// The generated token (`proxy <url>` line); `None` when the operator gave one or disabled authentication.
     token: Option<String>,
-    placeholders: Vec<(String, String)>,
+    placeholders: Placeholders,
     ca_out: Option<PathBuf>,
 }
 
