@@ -93,8 +93,12 @@ const CONFINED: &[(&str, &[&str])] = &[
     ("hyper", &["iterion-netproxy"]),
     ("tokio-rustls", &["iterion-netproxy"]),
     ("rcgen", &["iterion-netproxy"]),
-    ("clap", &["iterion-cli"]),
+    ("clap", &["iterion-cli", "iterion-netproxy"]),
 ];
+
+/// Foreign crates a library may name only as an optional dependency carried by one non-default feature:
+/// (dependency, crate, feature). iterion-netproxy's command line (`cli`) brings clap; its default build does not.
+const OPTIONAL_BEHIND: &[(&str, &str, &str)] = &[("clap", "iterion-netproxy", "cli")];
 
 /// Crates that must stay pure: no async runtime, no sockets.
 const PURE: &[&str] = &["iterion-spec", "iterion-envdeny", "iterion-netpolicy"];
@@ -179,12 +183,25 @@ fn check_metadata(meta: &Value) -> Result<Vec<String>> {
                     ));
                 }
             }
+            for (foreign, owner, feature) in OPTIONAL_BEHIND {
+                if dep_name == *foreign && name == *owner {
+                    let optional = dep["optional"].as_bool().unwrap_or(false);
+                    if !optional
+                        || feature_enables(pkg, "default", dep_name)
+                        || !feature_enables(pkg, feature, dep_name)
+                    {
+                        problems.push(format!(
+                            "{name} may name {foreign} only as an optional dependency of its non-default `{feature}` feature"
+                        ));
+                    }
+                }
+            }
             if PURE.contains(&name) && IMPURE_DEPS.contains(&dep_name) {
                 problems.push(format!("{name} is a pure L0 crate but depends on {dep_name}"));
             }
             if PURE_BY_DEFAULT.contains(&name) && IMPURE_DEPS.contains(&dep_name) {
                 let optional = dep["optional"].as_bool().unwrap_or(false);
-                if !optional || default_features_enable(pkg, dep_name) {
+                if !optional || feature_enables(pkg, "default", dep_name) {
                     problems.push(format!(
                         "{name} must be pure in its default build but its default features pull in {dep_name}"
                     ));
@@ -195,11 +212,11 @@ fn check_metadata(meta: &Value) -> Result<Vec<String>> {
     Ok(problems)
 }
 
-/// Whether the `default` feature of `pkg`, followed through the features it enables, turns on the optional
-/// dependency `dep` (`dep:x`, `x` or `x/feature`).
-fn default_features_enable(pkg: &Value, dep: &str) -> bool {
+/// Whether `feature` of `pkg`, followed through the features it enables, turns on the optional dependency `dep`
+/// (`dep:x`, `x` or `x/feature`).
+fn feature_enables(pkg: &Value, feature: &str, dep: &str) -> bool {
     let features = &pkg["features"];
-    let mut todo = vec!["default".to_string()];
+    let mut todo = vec![feature.to_string()];
     let mut seen = std::collections::BTreeSet::new();
     while let Some(feature) = todo.pop() {
         if !seen.insert(feature.clone()) {
@@ -269,6 +286,36 @@ mod tests {
         );
         let always = envelope(json!({"default": []}), false);
         assert_eq!(check_metadata(&always).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn netproxy_may_name_clap_only_behind_its_cli_feature() {
+        let netproxy = |features: Value, optional: bool| {
+            meta(
+                json!([{"id": "n", "name": "iterion-netproxy", "features": features,
+                "dependencies": [{"name": "clap", "kind": null, "optional": optional}]}]),
+            )
+        };
+        let ok = netproxy(
+            json!({"default": ["tls-inspection"], "tls-inspection": [], "cli": ["dep:clap"]}),
+            true,
+        );
+        assert!(check_metadata(&ok).unwrap().is_empty());
+        for bad in [
+            netproxy(json!({"default": ["cli"], "cli": ["dep:clap"]}), true),
+            netproxy(json!({"default": [], "cli": []}), true),
+            netproxy(json!({"default": [], "cli": ["dep:clap"]}), false),
+        ] {
+            let p = check_metadata(&bad).unwrap();
+            assert!(
+                p.len() == 1 && p[0].contains("non-default `cli` feature"),
+                "{p:#?}"
+            );
+        }
+        // Every other library still may not name clap at all.
+        let runtime = meta(json!([{"id": "r", "name": "iterion-runtime",
+            "dependencies": [{"name": "clap", "kind": null, "optional": true}]}]));
+        assert_eq!(check_metadata(&runtime).unwrap().len(), 1);
     }
 
     #[test]

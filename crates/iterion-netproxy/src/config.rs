@@ -2,7 +2,9 @@
 
 use crate::event::{EventCallback, ProxyEvent};
 use crate::net::{Connector, Resolver, SystemResolver, TcpConnector};
-use crate::tls::{BuildError, Inspector, TlsInspection};
+use crate::secret::TlsInspection;
+#[cfg(feature = "tls-inspection")]
+use crate::tls::{BuildError, Inspector};
 use crate::{Credential, Error, Policy, Result};
 use iterion_netpolicy::SilentDeny;
 use std::fmt;
@@ -127,7 +129,8 @@ pub struct ProxyConfig {
     pub(crate) report_allowed: bool,
     pub(crate) silent_deny: SilentDeny,
     pub(crate) limits: Limits,
-    pub(crate) tls: Option<Arc<crate::tls::Inspector>>,
+    #[cfg(feature = "tls-inspection")]
+    pub(crate) tls: Option<Arc<Inspector>>,
 }
 
 impl fmt::Debug for ProxyConfig {
@@ -143,7 +146,7 @@ impl fmt::Debug for ProxyConfig {
             .field("connector", &self.connector)
             .field("report_allowed", &self.report_allowed)
             .field("limits", &self.limits)
-            .field("tls", &self.tls)
+            .field("tls", &self.tls_debug())
             .finish_non_exhaustive()
     }
 }
@@ -158,6 +161,16 @@ impl ProxyConfig {
     /// The configured limits.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    #[cfg(feature = "tls-inspection")]
+    fn tls_debug(&self) -> &dyn fmt::Debug {
+        &self.tls
+    }
+
+    #[cfg(not(feature = "tls-inspection"))]
+    fn tls_debug(&self) -> &dyn fmt::Debug {
+        &None::<()>
     }
 }
 
@@ -335,15 +348,9 @@ impl ProxyConfigBuilder {
             },
         };
         // Validated last so a configuration with other problems never mints a CA.
+        #[cfg_attr(not(feature = "tls-inspection"), allow(unused_variables))]
         let tls = match self.tls_inspection {
-            Some(t) if problems.is_empty() => match Inspector::build(t) {
-                Ok(i) => i.map(Arc::new),
-                Err(BuildError::Config(p)) => {
-                    problems.extend(p);
-                    None
-                }
-                Err(BuildError::Setup(e)) => return Err(e.into()),
-            },
+            Some(t) if problems.is_empty() => inspector(t, &mut problems)?,
             _ => None,
         };
         if !problems.is_empty() {
@@ -359,7 +366,34 @@ impl ProxyConfigBuilder {
             report_allowed: self.report_allowed,
             silent_deny,
             limits: self.limits,
+            #[cfg(feature = "tls-inspection")]
             tls,
         })
+    }
+}
+
+/// The running inspector of the settings (`None`: no binding, inspection inactive); invalid settings add their
+/// problems, a failure to mint the CA or to configure TLS is [`Error::TlsSetup`].
+#[cfg(feature = "tls-inspection")]
+fn inspector(t: TlsInspection, problems: &mut Vec<String>) -> Result<Option<Arc<Inspector>>> {
+    match Inspector::build(t) {
+        Ok(i) => Ok(i.map(Arc::new)),
+        Err(BuildError::Config(p)) => {
+            problems.extend(p);
+            Ok(None)
+        }
+        Err(BuildError::Setup(e)) => Err(e.into()),
+    }
+}
+
+/// Built without the `tls-inspection` feature: settings without a binding change nothing (as with the feature),
+/// settings with one are refused with [`Error::TlsInspectionUnavailable`] rather than ignored.
+#[cfg(not(feature = "tls-inspection"))]
+fn inspector(t: TlsInspection, _problems: &mut Vec<String>) -> Result<Option<()>> {
+    match t.bindings.first() {
+        None => Ok(None),
+        Some(b) => Err(Error::TlsInspectionUnavailable {
+            secret: b.name.clone(),
+        }),
     }
 }

@@ -30,6 +30,15 @@ pub enum Error {
         /// What failed.
         reason: String,
     },
+    /// TLS inspection with a secret binding was asked for, but the crate was built without its
+    /// `tls-inspection` feature.
+    #[error(
+        "tls inspection is not available in this build (secret {secret} needs it): enable the tls-inspection feature"
+    )]
+    TlsInspectionUnavailable {
+        /// The first secret binding of the refused settings.
+        secret: String,
+    },
     /// The client sent something the proxy refuses (400, 407, 408, 429, 431, 501).
     #[error("{message}")]
     Client {

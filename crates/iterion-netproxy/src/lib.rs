@@ -76,9 +76,28 @@
 //! 1 MiB with a `Content-Length` are scanned; responses a bound host sends compressed despite
 //! `Accept-Encoding: identity` are relayed unscrubbed. `ca-bundle.pem` is the Mozilla root set compiled in
 //! (`webpki-root-certs`) followed by the run CA.
+//!
+//! # Features
+//!
+//! - `tls-inspection` (default): TLS inspection and secret substitution above, with their rustls, tokio-rustls,
+//!   rcgen and webpki dependencies. Without it the settings types remain, but [`ProxyConfigBuilder::build`]
+//!   refuses settings with a secret binding with [`Error::TlsInspectionUnavailable`] (settings without one change
+//!   nothing, as with the feature), and [`RunningProxy::trust_bundle`] is always `None`.
+//! - `cli`: the `cli` module (`serve` and `check`, with clap) and the `iterion-netproxy` binary, whose `main`
+//!   reads the environment once and hands it down; `iterion netproxy` runs the same command line.
+//!
+//! # Modules
+//!
+//! Each module imports only those before it: `error`, [`head`], `net`, `auth`, `event`, `response` (the answers),
+//! `decide`, `tunnel` (the opaque relay), `secret` (the inspection settings), `pool` (idle upstream connections),
+//! `tls::{scan, ca, inspector, context}`, `config`, `shared` (what every connection shares, the pinned dial),
+//! `forward`, `tls::{raw, http, intercept}`, `request` (one connection), `server` (listeners, [`RunningProxy`]),
+//! `cli`.
 #![deny(missing_docs)]
 
 mod auth;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod config;
 mod decide;
 mod error;
@@ -86,8 +105,13 @@ mod event;
 mod forward;
 pub mod head;
 mod net;
+mod pool;
+mod request;
 mod response;
+mod secret;
 mod server;
+mod shared;
+#[cfg(feature = "tls-inspection")]
 mod tls;
 mod tunnel;
 
@@ -104,5 +128,5 @@ pub use net::{
     AsyncIo, BoxIo, Connector, DnsServerResolver, ResolveError, Resolver, SystemResolver, TcpConnector,
 };
 pub use response::{AUTH_REALM, CONNECT_ESTABLISHED};
+pub use secret::{PLACEHOLDER_PREFIX, SecretBinding, TlsInspection, TrustBundle};
 pub use server::{Proxy, RunningProxy};
-pub use tls::{PLACEHOLDER_PREFIX, SecretBinding, TlsInspection, TrustBundle};

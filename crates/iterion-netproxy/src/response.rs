@@ -2,6 +2,7 @@
 
 use crate::Error;
 use crate::event::DecisionId;
+use crate::head::HeadError;
 use serde_json::{Map, Value, json};
 
 /// The realm of the `Proxy-Authenticate` challenge.
@@ -148,6 +149,16 @@ pub(crate) fn forbidden_response(r: &Refusal<'_>) -> Vec<u8> {
     }
     body.insert("message".into(), json!(denial_message(r)));
     render(403, &headers, &Value::Object(body))
+}
+
+/// The answer to a request head the parser refused.
+pub(crate) fn head_error(e: HeadError) -> Error {
+    match e {
+        HeadError::TooLarge | HeadError::TooManyHeaders => {
+            Error::client(431, "head_too_large", "request head too large")
+        }
+        HeadError::Malformed(m) => Error::client(400, "bad_request", m),
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 
 use crate::config::ProxyConfigBuilder;
 use crate::net::{BoxIo, Connector, ResolveError, Resolver};
-use crate::server::{Shared, serve_connection};
+use crate::request::serve_connection;
+use crate::shared::Shared;
 use crate::{
     Credential, DecideOptions, Error, Policy, ProxyConfig, ProxyEvent, Target, base64_encode, decide,
 };
@@ -1282,6 +1283,7 @@ async fn report_allowed_emits_allowed_events() {
     );
 }
 
+#[cfg(feature = "tls-inspection")]
 #[test]
 fn tls_inspection_problems_are_config_errors() {
     let p = policy(Mode::Allowlist, &[]);
@@ -1297,6 +1299,34 @@ fn tls_inspection_problems_are_config_errors() {
         Err(Error::Config { problems }) => assert_eq!(problems, vec!["secret GH_TOKEN has an empty value"]),
         other => panic!("{other:?}"),
     }
+}
+
+/// Without the feature, settings with a binding are refused (never ignored); settings without one change nothing,
+/// as with the feature.
+#[cfg(not(feature = "tls-inspection"))]
+#[test]
+fn tls_inspection_needs_the_feature() {
+    let build = |t: crate::TlsInspection| {
+        ProxyConfig::builder()
+            .credential(Credential::new(
+                "run",
+                RUN_TOKEN,
+                None,
+                policy(Mode::Allowlist, &[]),
+            ))
+            .tls_inspection(t)
+            .build()
+    };
+    let bound = crate::TlsInspection::new().binding(crate::SecretBinding::new(
+        "GH_TOKEN",
+        "ghp_x",
+        &["api.github.com"],
+    ));
+    match build(bound) {
+        Err(Error::TlsInspectionUnavailable { secret }) => assert_eq!(secret, "GH_TOKEN"),
+        other => panic!("{other:?}"),
+    }
+    assert!(build(crate::TlsInspection::new().bypass("**.pinned.example")).is_ok());
 }
 
 #[test]

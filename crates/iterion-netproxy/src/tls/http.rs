@@ -1,8 +1,8 @@
 //! HTTP/1.1 inside an intercepted tunnel (spec §14.3 step 6, §14.5, §14.7): requests relayed one by one,
 //! placeholders substituted for bound hosts and refused elsewhere, responses from bound hosts scrubbed.
 
-use super::Inspector;
-use super::intercept::{Outcome, TunnelCtx};
+use super::context::{Outcome, TunnelCtx};
+use super::inspector::Inspector;
 use super::scan::{Detector, Replacer, find_placeholders, replace_all};
 use crate::Error;
 use crate::event::{DecisionId, ProxyEvent};
@@ -11,8 +11,8 @@ use crate::head::{
     Framing, HeadError, HeadLimits, Headers, RequestHead, ResponseHead, Version, find_head_end,
     parse_request_head, parse_response_head, request_framing, response_framing,
 };
-use crate::response::{ErrorContext, Refusal, error_response, forbidden_response};
-use crate::server::{Shared, head_error};
+use crate::response::{ErrorContext, Refusal, error_response, forbidden_response, head_error};
+use crate::shared::Shared;
 use iterion_netpolicy::Target;
 use std::io;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -248,6 +248,80 @@ where
     }
 }
 
+/// One request read from the client, with the placeholders found in it.
+struct Request {
+    head: RequestHead,
+    framing: Framing,
+    /// `Expect: 100-continue` was answered here (and is not passed on).
+    expect: bool,
+    /// The bindings whose hosts match the tunnel's target.
+    bound: Vec<usize>,
+    /// Placeholders in the target and the header values (binding indexes).
+    found: Vec<usize>,
+    body: Body,
+    /// Placeholders in the body (what was buffered of it).
+    body_found: Vec<usize>,
+    /// Whether a body placeholder can be substituted there.
+    body_safe: bool,
+}
+
+/// Decides whether a placeholder may be substituted in this request (§14.5): its binding is bound to the tunnel's
+/// host, the `Host` header names that host, and the place is safe to rewrite.
+struct Verdict<'a> {
+    insp: &'a Inspector,
+    ctx: &'a TunnelCtx,
+    /// The `Host` header, when it parses.
+    authority: Option<Target>,
+    /// Whether the `Host` header names the tunnel's host and port.
+    authority_ok: bool,
+}
+
+impl<'a> Verdict<'a> {
+    fn new(insp: &'a Inspector, ctx: &'a TunnelCtx, head: &RequestHead) -> Self {
+        let authority = head
+            .headers
+            .header("host")
+            .and_then(|h| Target::parse(h, Some(443)).ok());
+        let authority_ok = authority
+            .as_ref()
+            .is_some_and(|t| t.host == ctx.target.host && t.port == ctx.target.port);
+        Self {
+            insp,
+            ctx,
+            authority,
+            authority_ok,
+        }
+    }
+
+    /// The refusal of binding `idx` found at a place that is (`unsafe_place`) or is not safe to rewrite.
+    fn leak(&self, idx: usize, unsafe_place: bool) -> Option<Leak> {
+        let b = &self.insp.bindings[idx];
+        let rule = if !b.bound_to(&self.ctx.target) {
+            format!("secret {} is not bound to {}", b.name, self.ctx.host)
+        } else if !self.authority_ok {
+            match &self.authority {
+                Some(t) if !b.bound_to(t) => format!("secret {} is not bound to {}", b.name, t.host),
+                _ => format!("secret {} could not be substituted safely", b.name),
+            }
+        } else if unsafe_place {
+            format!("secret {} could not be substituted safely", b.name)
+        } else {
+            return None;
+        };
+        Some(Leak { binding: idx, rule })
+    }
+
+    /// The first refusal among the placeholders of the request.
+    fn first_leak(&self, req: &Request) -> Option<Leak> {
+        req.found
+            .iter()
+            .map(|&i| self.leak(i, false))
+            .chain(req.body_found.iter().map(|&i| self.leak(i, !req.body_safe)))
+            .flatten()
+            .next()
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn one_request<C, U>(
     sh: &Shared,
@@ -268,50 +342,136 @@ where
         port: Some(ctx.target.port),
         decision_id: Some(&ctx.decision_id),
     };
+    let req = match read_request(sh, insp, client, cbuf, ctx, &ectx).await {
+        Ok(r) => r,
+        Err(step) => return step,
+    };
+    let verdict = Verdict::new(insp, ctx, &req.head);
+    if let Some(leak) = verdict.first_leak(&req) {
+        refuse(sh, insp, client, ctx, &req.head.method, &leak).await;
+        return Step::Close("secret leak");
+    }
+    // Substitute (every placeholder found here belongs to a binding bound to this host).
+    let mut used: Vec<usize> = req.found.iter().chain(req.body_found.iter()).copied().collect();
+    used.sort_unstable();
+    used.dedup();
+    let (bytes, counts) = substituted_request(insp, &req, &used);
+    if up.write_all(&bytes).await.is_err() {
+        return fail(client, &ectx).await;
+    }
+    out.bytes_up += bytes.len() as u64;
+    drop(bytes);
+    let Request {
+        head, body, bound, ..
+    } = req;
+    // A large body: streamed through the detector; a placeholder aborts the request before it is complete.
+    if let Body::Stream { pending, source } = body {
+        match stream_request_body(insp, client, cbuf, up, pending, source, out).await {
+            Ok(None) => {}
+            Ok(Some(idx)) => {
+                let leak = verdict.leak(idx, true).unwrap_or(Leak {
+                    binding: idx,
+                    rule: format!(
+                        "secret {} could not be substituted safely",
+                        insp.bindings[idx].name
+                    ),
+                });
+                refuse(sh, insp, client, ctx, &head.method, &leak).await;
+                return Step::Close("secret leak");
+            }
+            Err(_) => return fail(client, &ectx).await,
+        }
+    }
+    if up.flush().await.is_err() {
+        return fail(client, &ectx).await;
+    }
+    report_substitutions(sh, insp, ctx, &head, &used, &counts);
+    relay_response(sh, insp, client, up, ubuf, &head, !bound.is_empty(), &ectx, out).await
+}
+
+/// Read the head and the body of the next request and find its placeholders. `Err`: the step to take instead
+/// (the client closed, or an error was answered).
+async fn read_request<C>(
+    sh: &Shared,
+    insp: &Inspector,
+    client: &mut C,
+    cbuf: &mut Vec<u8>,
+    ctx: &TunnelCtx,
+    ectx: &ErrorContext<'_>,
+) -> Result<Request, Step>
+where
+    C: AsyncRead + AsyncWrite + Unpin + Send + ?Sized,
+{
     let head = match read_head(sh, client, cbuf, sh.limits.tunnel_idle_timeout).await {
         Ok(Some(h)) => h,
-        Ok(None) => return Step::Close("eof"),
+        Ok(None) => return Err(Step::Close("eof")),
         Err(e) => {
-            let _ = client.write_all(&error_response(&e, &ectx)).await;
-            return Step::Close("error");
+            let _ = client.write_all(&error_response(&e, ectx)).await;
+            return Err(Step::Close("error"));
         }
     };
     let framing = match request_framing(&head.headers) {
         Ok(f) => f,
         Err(e) => {
-            let _ = client.write_all(&error_response(&head_error(e), &ectx)).await;
-            return Step::Close("error");
+            let _ = client.write_all(&error_response(&head_error(e), ectx)).await;
+            return Err(Step::Close("error"));
         }
     };
     // The body is read before anything goes upstream: answer `Expect: 100-continue` here (and do not pass it on).
     let expect = framing != Framing::Empty && head.headers.as_slice().has_token("expect", "100-continue");
     if expect && client.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err() {
-        return Step::Close("error");
+        return Err(Step::Close("error"));
     }
     let bound = insp.bound(&ctx.target);
+    let indexes = |bytes: &[u8]| -> Vec<usize> {
+        find_placeholders(bytes, &insp.by_suffix)
+            .into_iter()
+            .map(|(_, i)| i)
+            .collect()
+    };
     // Placeholders in the target and the header values.
-    let mut found: Vec<usize> = find_placeholders(head.target.as_bytes(), &insp.by_suffix)
-        .into_iter()
-        .map(|(_, i)| i)
-        .collect();
+    let mut found = indexes(head.target.as_bytes());
     for (_, v) in &head.headers {
-        found.extend(
-            find_placeholders(v.as_bytes(), &insp.by_suffix)
-                .into_iter()
-                .map(|(_, i)| i),
-        );
+        found.extend(indexes(v.as_bytes()));
     }
-    // The body.
-    let body = match framing {
-        Framing::Empty | Framing::UntilClose => Body::None,
+    let body = read_body(client, cbuf, framing, ectx).await?;
+    let (body_found, body_safe) = match &body {
+        Body::None => (Vec::new(), true),
+        Body::Full(b) => (indexes(b), substitutable(&head.headers)),
+        Body::Stream { pending, .. } => (indexes(pending), false),
+    };
+    Ok(Request {
+        head,
+        framing,
+        expect,
+        bound,
+        found,
+        body,
+        body_found,
+        body_safe,
+    })
+}
+
+/// The request body: complete when it is at most [`MAX_BODY`], else what was read of it and the rest to stream.
+async fn read_body<C>(
+    client: &mut C,
+    cbuf: &mut Vec<u8>,
+    framing: Framing,
+    ectx: &ErrorContext<'_>,
+) -> Result<Body, Step>
+where
+    C: AsyncRead + AsyncWrite + Unpin + Send + ?Sized,
+{
+    match framing {
+        Framing::Empty | Framing::UntilClose => Ok(Body::None),
         Framing::Length(n) if n <= MAX_BODY => match read_exact(client, cbuf, n).await {
-            Ok(b) => Body::Full(b),
-            Err(_) => return Step::Close("error"),
+            Ok(b) => Ok(Body::Full(b)),
+            Err(_) => Err(Step::Close("error")),
         },
-        Framing::Length(n) => Body::Stream {
+        Framing::Length(n) => Ok(Body::Stream {
             pending: Vec::new(),
             source: Source::Length(n),
-        },
+        }),
         Framing::Chunked => {
             let mut dec = Chunked::default();
             let mut acc = Vec::new();
@@ -320,73 +480,28 @@ where
                     Ok(Some(piece)) => {
                         acc.extend_from_slice(&piece);
                         if acc.len() as u64 > MAX_BODY {
-                            break Body::Stream {
+                            return Ok(Body::Stream {
                                 pending: acc,
                                 source: Source::Chunked(dec),
-                            };
+                            });
                         }
                     }
-                    Ok(None) => break Body::Full(acc),
+                    Ok(None) => return Ok(Body::Full(acc)),
                     Err(_) => {
                         let e = Error::client(400, "bad_request", "malformed chunked body");
-                        let _ = client.write_all(&error_response(&e, &ectx)).await;
-                        return Step::Close("error");
+                        let _ = client.write_all(&error_response(&e, ectx)).await;
+                        return Err(Step::Close("error"));
                     }
                 }
             }
         }
-    };
-    // Placeholders in the body, and whether a body placeholder can be substituted there.
-    let (body_found, body_safe): (Vec<usize>, bool) = match &body {
-        Body::None => (Vec::new(), true),
-        Body::Full(b) => (
-            find_placeholders(b, &insp.by_suffix)
-                .into_iter()
-                .map(|(_, i)| i)
-                .collect(),
-            substitutable(&head.headers),
-        ),
-        Body::Stream { pending, .. } => (
-            find_placeholders(pending, &insp.by_suffix)
-                .into_iter()
-                .map(|(_, i)| i)
-                .collect(),
-            false,
-        ),
-    };
-    let authority = head.headers.header("host").map(|h| Target::parse(h, Some(443)));
-    let authority_ok =
-        matches!(&authority, Some(Ok(t)) if t.host == ctx.target.host && t.port == ctx.target.port);
-    let verdict = |idx: usize, unsafe_place: bool| -> Option<Leak> {
-        let b = &insp.bindings[idx];
-        let rule = if !b.bound_to(&ctx.target) {
-            format!("secret {} is not bound to {}", b.name, ctx.host)
-        } else if !authority_ok {
-            match &authority {
-                Some(Ok(t)) if !b.bound_to(t) => format!("secret {} is not bound to {}", b.name, t.host),
-                _ => format!("secret {} could not be substituted safely", b.name),
-            }
-        } else if unsafe_place {
-            format!("secret {} could not be substituted safely", b.name)
-        } else {
-            return None;
-        };
-        Some(Leak { binding: idx, rule })
-    };
-    let leak = found
-        .iter()
-        .map(|&i| verdict(i, false))
-        .chain(body_found.iter().map(|&i| verdict(i, !body_safe)))
-        .flatten()
-        .next();
-    if let Some(leak) = leak {
-        refuse(sh, insp, client, ctx, &head.method, &leak).await;
-        return Step::Close("secret leak");
     }
-    // Substitute (every placeholder found here belongs to a binding bound to this host).
-    let mut used: Vec<usize> = found.iter().chain(body_found.iter()).copied().collect();
-    used.sort_unstable();
-    used.dedup();
+}
+
+/// The request as sent upstream, placeholders of the `used` bindings replaced by their values (zeroised when
+/// dropped), and the number of substitutions per used binding.
+fn substituted_request(insp: &Inspector, req: &Request, used: &[usize]) -> (Zeroizing<Vec<u8>>, Vec<usize>) {
+    let head = &req.head;
     let pairs: Vec<(&[u8], &[u8])> = used
         .iter()
         .map(|&i| {
@@ -404,7 +519,7 @@ where
     let target = Zeroizing::new(target);
     add(c);
     // The request now holds real values: zeroised when dropped.
-    let mut req = Zeroizing::new(
+    let mut bytes = Zeroizing::new(
         format!(
             "{} {} {}\r\n",
             head.method,
@@ -413,28 +528,28 @@ where
         )
         .into_bytes(),
     );
-    let full = matches!(body, Body::Full(_));
+    let full = matches!(req.body, Body::Full(_));
     for (name, value) in &head.headers {
         let lower = name.to_ascii_lowercase();
         if (full && (lower == "content-length" || lower == "transfer-encoding"))
-            || (!bound.is_empty() && lower == "accept-encoding")
-            || (expect && lower == "expect")
+            || (!req.bound.is_empty() && lower == "accept-encoding")
+            || (req.expect && lower == "expect")
         {
             continue;
         }
         let (v, c) = replace_all(value.as_bytes(), &pairs);
         let v = Zeroizing::new(v);
         add(c);
-        req.extend_from_slice(name.as_bytes());
-        req.extend_from_slice(b": ");
-        req.extend_from_slice(&v);
-        req.extend_from_slice(b"\r\n");
+        bytes.extend_from_slice(name.as_bytes());
+        bytes.extend_from_slice(b": ");
+        bytes.extend_from_slice(&v);
+        bytes.extend_from_slice(b"\r\n");
     }
-    if !bound.is_empty() {
-        req.extend_from_slice(b"Accept-Encoding: identity\r\n");
+    if !req.bound.is_empty() {
+        bytes.extend_from_slice(b"Accept-Encoding: identity\r\n");
     }
-    let body_bytes = match &body {
-        Body::Full(b) if !body_found.is_empty() => {
+    let body_bytes = match &req.body {
+        Body::Full(b) if !req.body_found.is_empty() => {
             let (v, c) = replace_all(b, &pairs);
             add(c);
             Some(Zeroizing::new(v))
@@ -443,39 +558,26 @@ where
         _ => None,
     };
     if let Some(b) = &body_bytes
-        && (!b.is_empty() || framing != Framing::Empty)
+        && (!b.is_empty() || req.framing != Framing::Empty)
     {
-        req.extend_from_slice(format!("Content-Length: {}\r\n", b.len()).as_bytes());
+        bytes.extend_from_slice(format!("Content-Length: {}\r\n", b.len()).as_bytes());
     }
-    req.extend_from_slice(b"\r\n");
+    bytes.extend_from_slice(b"\r\n");
     if let Some(b) = &body_bytes {
-        req.extend_from_slice(b);
+        bytes.extend_from_slice(b);
     }
-    if up.write_all(&req).await.is_err() {
-        return fail(client, &ectx).await;
-    }
-    out.bytes_up += req.len() as u64;
-    // A large body: streamed through the detector; a placeholder aborts the request before it is complete.
-    if let Body::Stream { pending, source } = body {
-        match stream_request_body(insp, client, cbuf, up, pending, source, out).await {
-            Ok(None) => {}
-            Ok(Some(idx)) => {
-                let leak = verdict(idx, true).unwrap_or(Leak {
-                    binding: idx,
-                    rule: format!(
-                        "secret {} could not be substituted safely",
-                        insp.bindings[idx].name
-                    ),
-                });
-                refuse(sh, insp, client, ctx, &head.method, &leak).await;
-                return Step::Close("secret leak");
-            }
-            Err(_) => return fail(client, &ectx).await,
-        }
-    }
-    if up.flush().await.is_err() {
-        return fail(client, &ectx).await;
-    }
+    (bytes, counts)
+}
+
+/// One `SecretSubstituted` event per binding substituted at least once.
+fn report_substitutions(
+    sh: &Shared,
+    insp: &Inspector,
+    ctx: &TunnelCtx,
+    head: &RequestHead,
+    used: &[usize],
+    counts: &[usize],
+) {
     for (k, &i) in used.iter().enumerate() {
         if counts[k] > 0 {
             sh.events.emit(ProxyEvent::SecretSubstituted {
@@ -490,49 +592,62 @@ where
             });
         }
     }
-    // The response.
-    let scrub_pairs: Vec<(&[u8], &[u8])> = if bound.is_empty() {
-        Vec::new()
-    } else {
+}
+
+/// Relay the response: interim `1xx` heads, then the final head and body (scrubbed when the host is bound).
+#[allow(clippy::too_many_arguments)]
+async fn relay_response<C, U>(
+    sh: &Shared,
+    insp: &Inspector,
+    client: &mut C,
+    up: &mut U,
+    ubuf: &mut Vec<u8>,
+    head: &RequestHead,
+    bound: bool,
+    ectx: &ErrorContext<'_>,
+    out: &mut Outcome,
+) -> Step
+where
+    C: AsyncRead + AsyncWrite + Unpin + Send + ?Sized,
+    U: AsyncRead + AsyncWrite + Unpin + Send + ?Sized,
+{
+    let scrub_pairs: Vec<(&[u8], &[u8])> = if bound {
         insp.bindings
             .iter()
             .map(|b| (b.value.as_bytes(), b.placeholder.as_bytes()))
             .collect()
+    } else {
+        Vec::new()
     };
     let (resp, rframing) = loop {
         let resp = match read_response_head(up, ubuf, sh.limits.upstream_response_timeout).await {
             Ok(r) => r,
             Err(e) => {
-                let _ = client.write_all(&error_response(&e, &ectx)).await;
+                let _ = client.write_all(&error_response(&e, ectx)).await;
                 return Step::Close("error");
             }
         };
-        if resp.status / 100 == 1 && resp.status != 101 {
+        if resp.status / 100 == 1 {
             let bytes = response_head_bytes(&resp, &scrub_pairs, None);
             if client.write_all(&bytes).await.is_err() {
                 return Step::Close("error");
             }
             out.bytes_down += bytes.len() as u64;
+            if resp.status == 101 {
+                return Step::Upgrade;
+            }
             continue;
-        }
-        if resp.status == 101 {
-            let bytes = response_head_bytes(&resp, &scrub_pairs, None);
-            if client.write_all(&bytes).await.is_err() {
-                return Step::Close("error");
-            }
-            out.bytes_down += bytes.len() as u64;
-            return Step::Upgrade;
         }
         match response_framing(&head.method, &resp) {
             Ok(f) => break (resp, f),
             Err(_) => {
                 let e = Error::upstream(502, "upstream_failed", "upstream request failed");
-                let _ = client.write_all(&error_response(&e, &ectx)).await;
+                let _ = client.write_all(&error_response(&e, ectx)).await;
                 return Step::Close("error");
             }
         }
     };
-    let keep = client_keep_alive(&head) && upstream_keep_alive(&resp) && rframing != Framing::UntilClose;
+    let keep = client_keep_alive(head) && upstream_keep_alive(&resp) && rframing != Framing::UntilClose;
     let relayed = if scrub_pairs.is_empty() {
         let bytes = response_head_bytes(&resp, &[], None);
         let mut counted = Counting { inner: client, n: 0 };
@@ -568,7 +683,15 @@ where
     let name = &insp.bindings[leak.binding].name;
     tracing::info!(host = %ctx.host, rule = %leak.rule, "secret leak refused");
     let id = DecisionId::new();
-    ctx.deny(sh, &id, method, "secret leak", &leak.rule, Some(name));
+    ctx.deny(
+        &sh.events,
+        &sh.counters,
+        &id,
+        method,
+        "secret leak",
+        &leak.rule,
+        Some(name),
+    );
     let refusal = Refusal {
         decision_id: &id,
         host: &ctx.host,

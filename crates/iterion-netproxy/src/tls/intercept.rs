@@ -1,12 +1,13 @@
 //! Interception of one CONNECT tunnel (spec §14.3): peek, ClientHello and SNI check, leaf, TLS both ways.
 
-use super::{Inspector, http, raw};
+use super::context::{Outcome, TunnelCtx};
+use super::inspector::Inspector;
+use super::{http, raw};
 use crate::Error;
-use crate::event::{Counters, DecisionEvent, DecisionId, ProxyEvent};
 use crate::net::BoxIo;
 use crate::response::{ErrorContext, error_response};
-use crate::server::Shared;
-use iterion_netpolicy::{Host, Target};
+use crate::shared::Shared;
+use iterion_netpolicy::Host;
 use rustls::pki_types::ServerName;
 use std::io;
 use std::pin::Pin;
@@ -21,53 +22,6 @@ use tokio_rustls::{LazyConfigAcceptor, TlsConnector};
 const PEEK_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most bytes read before the ClientHello must be complete.
 const PEEK_LIMIT: usize = 16 * 1024;
-
-/// The decided tunnel an interception works for.
-#[derive(Debug, Clone)]
-pub(crate) struct TunnelCtx {
-    pub(crate) target: Target,
-    pub(crate) host: String,
-    pub(crate) decision_id: DecisionId,
-    pub(crate) node_id: Option<String>,
-    pub(crate) username: String,
-    pub(crate) mode: String,
-}
-
-impl TunnelCtx {
-    /// Report a refusal (`Denied`, counted per reason) under a new or the tunnel's decision id.
-    pub(crate) fn deny(
-        &self,
-        sh: &Shared,
-        decision_id: &DecisionId,
-        method: &str,
-        reason: &str,
-        rule: &str,
-        secret: Option<&str>,
-    ) {
-        Counters::bump(&sh.counters.denied, reason);
-        sh.events.emit(ProxyEvent::Denied(DecisionEvent {
-            decision_id: decision_id.clone(),
-            host: self.host.clone(),
-            port: self.target.port,
-            reason: Some(reason.to_owned()),
-            rule: Some(rule.to_owned()),
-            address: None,
-            node_id: self.node_id.clone(),
-            username: self.username.clone(),
-            method: method.to_owned(),
-            mode: self.mode.clone(),
-            secret: secret.map(str::to_owned),
-        }));
-    }
-}
-
-/// How an inspected tunnel ended.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Outcome {
-    pub(crate) bytes_up: u64,
-    pub(crate) bytes_down: u64,
-    pub(crate) reason: &'static str,
-}
 
 /// What the first client bytes are.
 #[derive(Debug, PartialEq, Eq)]
@@ -222,7 +176,8 @@ where
     if !sni_matches(&ctx.target.host, sni.as_deref()) {
         tracing::info!(host = %ctx.host, sni = ?sni, "sni does not match the CONNECT host; tunnel closed");
         ctx.deny(
-            sh,
+            &sh.events,
+            &sh.counters,
             &ctx.decision_id,
             "CONNECT",
             "policy denial",

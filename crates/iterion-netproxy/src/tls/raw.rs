@@ -1,10 +1,10 @@
 //! Tunnels that are not TLS while inspection is active (spec §14.7): relayed as raw bytes, the client-to-upstream
 //! direction scanned with a streaming matcher; a placeholder closes the tunnel with a `secret leak` denial.
 
-use super::Inspector;
-use super::intercept::{Outcome, TunnelCtx};
+use super::context::{Outcome, TunnelCtx};
+use super::inspector::Inspector;
 use super::scan::Detector;
-use crate::server::Shared;
+use crate::shared::Shared;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::{Duration, Instant};
 
@@ -42,7 +42,8 @@ where
         let rule = outside_tls_rule(insp, idx, ctx);
         tracing::info!(host = %ctx.host, rule = %rule, "placeholder in a raw tunnel; tunnel closed");
         ctx.deny(
-            sh,
+            &sh.events,
+            &sh.counters,
             &ctx.decision_id,
             "CONNECT",
             "secret leak",

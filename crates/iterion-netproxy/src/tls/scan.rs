@@ -3,7 +3,7 @@
 //! Streams keep a window of the longest needle minus one byte, so a needle split across reads is still found
 //! and never partly emitted.
 
-use super::PLACEHOLDER_PREFIX;
+use crate::secret::PLACEHOLDER_PREFIX;
 use std::collections::HashMap;
 
 /// Length of a placeholder: the prefix and 32 hex characters.

@@ -1,7 +1,8 @@
 //! Unit tests of the CA, the leaf cache and the configuration checks (spec §14.2–§14.4).
 
+use super::Inspector;
 use super::ca::{Ca, LeafCache};
-use super::{Inspector, SecretBinding, TlsInspection};
+use crate::{SecretBinding, TlsInspection};
 use iterion_netpolicy::Host;
 
 /// A minimal DER reader for the checks below: (tag, content, rest).
