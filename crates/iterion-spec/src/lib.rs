@@ -31,6 +31,7 @@ pub mod ast;
 pub mod compile;
 pub mod devcontainer;
 pub mod diag;
+pub mod duration;
 pub mod expr;
 pub mod host_commands;
 pub mod lexer;
@@ -40,6 +41,7 @@ pub mod resolve;
 pub mod resolved;
 pub mod shell;
 pub mod source;
+mod span;
 pub mod template;
 pub mod values;
 

@@ -18,7 +18,7 @@
 //! ```
 
 mod jsonc;
-mod vars;
+pub(crate) mod vars;
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
