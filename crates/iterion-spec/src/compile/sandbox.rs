@@ -3,7 +3,7 @@
 
 use super::compiler::Compiler;
 use crate::devcontainer::vars::is_allowlisted;
-use crate::model::{NetworkDecl, SandboxDecl, SandboxKind, SandboxScope, Spanned};
+use crate::model::{NetworkDecl, SandboxDecl, SandboxScope, Spanned};
 use crate::span::inner_span;
 use crate::values;
 
@@ -14,43 +14,9 @@ fn is_literal(s: &str) -> bool {
 impl Compiler<'_> {
     /// Checks one declaration; `owner` is `(workflow|node, name)`, spelled in messages as `node 'x'`.
     pub(super) fn sandbox(&mut self, d: &mut SandboxDecl, owner: (&str, &str)) {
-        let (what, name) = owner;
         d.kind = d.derive_kind();
-        let node = d.scope == SandboxScope::Node;
-        let none_warning = |c: &mut Self, d: &SandboxDecl| {
-            let i = c.warn(
-                "C128",
-                d.span,
-                format!("sandbox: none disables isolation for {what} '{name}'; prefer sandbox: auto"),
-            );
-            c.hint(
-                i,
-                "write sandbox: auto, or set mode: auto with the properties you need",
-            );
-        };
         if d.short {
-            let m = d
-                .mode
-                .clone()
-                .unwrap_or_else(|| Spanned::new(String::new(), d.span));
-            match m.value.as_str() {
-                "auto" => {}
-                "none" => none_warning(self, d),
-                "inline" => {
-                    self.err(
-                        "C044",
-                        m.span,
-                        "sandbox: inline needs a block with image: or build:",
-                    );
-                }
-                other => {
-                    self.err(
-                        "C044",
-                        m.span,
-                        format!("invalid sandbox mode '{other}' (want auto, none or inline)"),
-                    );
-                }
-            }
+            self.sandbox_short(d, owner);
             return;
         }
         if let Some(m) = &d.mode
@@ -71,23 +37,72 @@ impl Compiler<'_> {
                 format!("invalid host_state '{}' (want auto or none)", h.value),
             );
         }
+        if d.mode_str() == Some("none") {
+            let props = d.properties_set();
+            if !props.is_empty() {
+                self.warn(
+                    "C092",
+                    d.span,
+                    format!("ignored because sandbox mode is none: {}", props.join(", ")),
+                );
+            }
+            self.none_warning(d, owner);
+            return;
+        }
+        self.sandbox_image_or_build(d);
+        self.sandbox_values(d);
+        if let Some(n) = &d.network {
+            self.network(n, d.scope == SandboxScope::Node);
+        }
+    }
+
+    /// `C128`: the declaration turns isolation off.
+    fn none_warning(&mut self, d: &SandboxDecl, (what, name): (&str, &str)) {
+        let i = self.warn(
+            "C128",
+            d.span,
+            format!("sandbox: none disables isolation for {what} '{name}'; prefer sandbox: auto"),
+        );
+        self.hint(
+            i,
+            "write sandbox: auto, or set mode: auto with the properties you need",
+        );
+    }
+
+    /// The short form `sandbox: auto`, `sandbox: none` (`inline` needs a block, `C044`).
+    fn sandbox_short(&mut self, d: &SandboxDecl, owner: (&str, &str)) {
+        let m = d
+            .mode
+            .clone()
+            .unwrap_or_else(|| Spanned::new(String::new(), d.span));
+        match m.value.as_str() {
+            "auto" => {}
+            "none" => self.none_warning(d, owner),
+            "inline" => {
+                self.err(
+                    "C044",
+                    m.span,
+                    "sandbox: inline needs a block with image: or build:",
+                );
+            }
+            other => {
+                self.err(
+                    "C044",
+                    m.span,
+                    format!("invalid sandbox mode '{other}' (want auto, none or inline)"),
+                );
+            }
+        }
+    }
+
+    /// `image:` and `build:` against the mode: neither with auto (`C093`), exactly one with inline or without
+    /// a mode (`C044`); a block without mode, image or build only overrides network or host_state.
+    fn sandbox_image_or_build(&mut self, d: &SandboxDecl) {
         let build_span = d.build.as_ref().map(|b| b.span);
         let image_span = d.image.as_ref().map(|i| i.span);
-        match d.mode_str() {
-            Some("none") => {
-                let props = d.properties_set();
-                if !props.is_empty() {
-                    self.warn(
-                        "C092",
-                        d.span,
-                        format!("ignored because sandbox mode is none: {}", props.join(", ")),
-                    );
-                }
-                none_warning(self, d);
-                return;
-            }
-            Some("auto") => {
-                if let Some(s) = image_span.or(build_span) {
+        match (d.mode_str(), image_span, build_span) {
+            (Some("auto"), i, b) => {
+                if let Some(s) = i.or(b) {
                     self.err(
                         "C093",
                         s,
@@ -95,51 +110,40 @@ impl Compiler<'_> {
                     );
                 }
             }
-            Some("inline") => match (image_span, build_span) {
-                (Some(_), Some(b)) => {
-                    self.err("C044", b, "image and build are mutually exclusive");
-                }
-                (None, None) => {
-                    self.err("C044", d.span, "mode inline requires image or build");
-                }
-                _ => {}
-            },
-            Some(_) => {}
-            None => match (image_span, build_span) {
-                (Some(_), Some(b)) => {
-                    self.err("C044", b, "image and build are mutually exclusive");
-                }
-                (None, None) => {
-                    let others = d.user.is_some()
-                        || d.workspace_folder.is_some()
-                        || d.post_create.is_some()
-                        || d.env.is_some()
-                        || d.mounts.is_some();
-                    if others || (d.network.is_none() && d.host_state.is_none()) {
-                        let i = self.err(
-                            "C044",
-                            d.span,
-                            "a sandbox block without mode must declare image: or build:, or only override network/host_state; write mode: auto to customise the automatic sandbox",
-                        );
-                        self.hint(i, "add mode: auto");
-                    } else if node && d.host_state.is_some() {
-                        let s = d.host_state.as_ref().map_or(d.span, |h| h.span);
-                        self.err(
-                            "C094",
-                            s,
-                            "a node that shares the run's sandbox can only override network",
-                        );
-                    }
-                }
-                _ => {}
-            },
+            (Some("inline") | None, Some(_), Some(b)) => {
+                self.err("C044", b, "image and build are mutually exclusive");
+            }
+            (Some("inline"), None, None) => {
+                self.err("C044", d.span, "mode inline requires image or build");
+            }
+            (None, None, None) => self.sandbox_override(d),
+            _ => {}
         }
-        self.sandbox_values(d);
-        if let Some(n) = &d.network {
-            self.network(n, node);
-        }
-        if d.kind == SandboxKind::Invalid {
-            // diagnostics above explain why
+    }
+
+    /// A block without mode, image or build: it may only override network or host_state (`C044`), and a
+    /// node, which shares the run's sandbox, only network (`C094`).
+    fn sandbox_override(&mut self, d: &SandboxDecl) {
+        let others = d.user.is_some()
+            || d.workspace_folder.is_some()
+            || d.post_create.is_some()
+            || d.env.is_some()
+            || d.mounts.is_some();
+        if others || (d.network.is_none() && d.host_state.is_none()) {
+            let i = self.err(
+                "C044",
+                d.span,
+                "a sandbox block without mode must declare image: or build:, or only override network/host_state; write mode: auto to customise the automatic sandbox",
+            );
+            self.hint(i, "add mode: auto");
+        } else if d.scope == SandboxScope::Node
+            && let Some(h) = &d.host_state
+        {
+            self.err(
+                "C094",
+                h.span,
+                "a node that shares the run's sandbox can only override network",
+            );
         }
     }
 
