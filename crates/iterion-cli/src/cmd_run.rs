@@ -591,13 +591,11 @@ fn prepare_common(
     let level_name = ["error", "warn", "info", "debug", "trace"][level as usize].to_owned();
     let mut bounds = ExecBounds::default();
     if let Some(t) = timeout {
-        bounds.timeout = Some(
-            iterion_runtime::lifecycle::settings::parse_duration(t).ok_or_else(|| {
-                usage(format!(
-                    "invalid --timeout '{t}' (want a duration such as 90s or 10m)"
-                ))
-            })?,
-        );
+        bounds.timeout = Some(iterion_spec::duration::parse_positive(t).ok_or_else(|| {
+            usage(format!(
+                "invalid --timeout '{t}' (want a duration such as 90s or 10m)"
+            ))
+        })?);
     }
     crate::doctor::preflight_mode(&env).map_err(usage)?;
     Ok(Prepared {

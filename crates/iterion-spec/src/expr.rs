@@ -496,7 +496,7 @@ pub fn parse_expression(
     file: &str,
 ) -> Result<Expr, crate::diag::Diagnostic> {
     parse_expr(&text.value).map_err(|e| {
-        let s = crate::compile::inner_span(text, e.offset, 1);
+        let s = crate::span::inner_span(text, e.offset, 1);
         crate::diag::Diagnostic::error(
             "C040",
             file,

@@ -9,10 +9,10 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use crate::compile::inner_span;
 use crate::diag::Diagnostic;
 use crate::model::{Node, NodeKind, SandboxKind, Span, Spanned, Workflow};
 use crate::shell::{Refusal, ShellContext, placeholder_contexts};
+use crate::span::inner_span;
 use crate::template::walk;
 
 /// Every `C129` / `C130` diagnostic of a compiled workflow.

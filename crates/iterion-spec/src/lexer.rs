@@ -419,6 +419,20 @@ fn is_ident_continue(c: char) -> bool {
     c == '_' || c.is_alphabetic() || c.is_numeric()
 }
 
+/// The lines of a prompt body and where they end.
+struct PromptBodyScan<'s> {
+    /// the body's lines, stripped of the body's indentation
+    lines: Vec<&'s str>,
+    /// the first captured character: byte position, line and column
+    first: Option<(usize, u32, u32)>,
+    /// line, end position and line start of the last captured line
+    end_line: u32,
+    end_pos: usize,
+    end_line_start: usize,
+    /// where lexing continues (a line start)
+    pos: usize,
+}
+
 struct Lexer<'s> {
     src: &'s str,
     b: &'s [u8],
@@ -730,17 +744,69 @@ impl<'s> Lexer<'s> {
 
     /// Recognises `prompt NAME: [## comment]` and lexes the header and the raw body (01 §1.6).
     fn try_prompt(&mut self, p: usize, eol: usize) -> bool {
+        let Some((name_start, name_len, colon)) = self.prompt_header(p, eol) else {
+            return false;
+        };
+        self.push(TokenKind::Ident, p, p + "prompt".len());
+        self.push(TokenKind::Ident, name_start, name_start + name_len);
+        self.push(TokenKind::Colon, colon, colon + 1);
+        // the header's end, where the body's span starts when it is empty
+        let (hdr_line, hdr_col) = (self.line, self.col_at(colon + 1));
+        let body_start_pos = eol;
+        let scan = self.scan_prompt_body(eol);
+        let body = scan.lines.join("\n");
+        // span: from the end of the header line to the end of the last captured line
+        let end_col = {
+            let n = self.b[scan.end_line_start..scan.end_pos]
+                .iter()
+                .filter(|&&b| (b & 0xC0) != 0x80)
+                .count() as u32;
+            n + 1
+        };
+        // the body's span starts at its first character (line and column of the first captured line), so
+        // positions inside the body can be mapped back to the source
+        let (b_start, b_line, b_col) = scan.first.unwrap_or((body_start_pos, hdr_line, hdr_col));
+        self.push_full(
+            TokenKind::PromptBody,
+            Span {
+                start: b_start,
+                end: scan.end_pos.max(b_start),
+                line: b_line,
+                col: b_col,
+                end_line: scan.end_line,
+                end_col,
+            },
+            Some(body.into_boxed_str()),
+        );
+        let nl_span = Span {
+            start: body_start_pos,
+            end: body_start_pos,
+            line: hdr_line,
+            col: hdr_col,
+            end_line: hdr_line,
+            end_col: hdr_col,
+        };
+        self.push_full(TokenKind::Nl, nl_span, None);
+        self.line_has_tokens = false;
+        self.pos = scan.pos;
+        // the main loop continues at a line start
+        true
+    }
+
+    /// The header `prompt NAME:` of the line `p..eol` (a `##` comment may follow): the name's start and
+    /// length and the colon's position; `None` when the line is something else.
+    fn prompt_header(&self, p: usize, eol: usize) -> Option<(usize, usize, usize)> {
         let line = &self.src[p..eol];
         let rest = &line["prompt".len()..];
         let ws = rest.len() - rest.trim_start_matches([' ', '\t', '\r']).len();
         if ws == 0 {
-            return false;
+            return None;
         }
         let rest2 = &rest[ws..];
         let mut chars = rest2.char_indices();
         match chars.next() {
             Some((_, c)) if is_ident_start(c) => {}
-            _ => return false,
+            _ => return None,
         }
         let name_len = rest2
             .char_indices()
@@ -748,35 +814,31 @@ impl<'s> Lexer<'s> {
             .map_or(rest2.len(), |(i, _)| i);
         let name = &rest2[..name_len];
         if name == "true" || name == "false" {
-            return false;
+            return None;
         }
         let after = &rest2[name_len..];
         let after_t = after.trim_start_matches([' ', '\t', '\r']);
-        let Some(tail) = after_t.strip_prefix(':') else {
-            return false;
-        };
+        let tail = after_t.strip_prefix(':')?;
         let tail_t = tail.trim_start_matches([' ', '\t', '\r']);
         if !(tail_t.is_empty() || tail_t.starts_with("##")) {
-            return false;
+            return None;
         }
         let name_start = p + "prompt".len() + ws;
         let colon = name_start + name_len + (after.len() - after_t.len());
-        self.push(TokenKind::Ident, p, p + "prompt".len());
-        self.push(TokenKind::Ident, name_start, name_start + name_len);
-        self.push(TokenKind::Colon, colon, colon + 1);
-        // the header's end, where the body's span starts when it is empty
-        let (hdr_line, hdr_col) = (self.line, self.col_at(colon + 1));
-        // body
+        Some((name_start, name_len, colon))
+    }
+
+    /// Reads the lines of a prompt body after the header line ending at `eol`: the lines indented deeper
+    /// than the header, each stripped by the first line's indentation, blank lines kept inside the body.
+    fn scan_prompt_body(&mut self, eol: usize) -> PromptBodyScan<'s> {
         let header_indent = self.cur_indent;
-        let body_start_pos = eol;
         let mut pos = eol;
-        let mut lines: Vec<&str> = Vec::new();
+        let mut lines: Vec<&'s str> = Vec::new();
         let mut pending_blank = 0usize;
         let mut level: Option<usize> = None;
         let mut end_line = self.line;
         let mut first: Option<(usize, u32, u32)> = None;
         let mut end_pos = eol;
-        let mut end_col_pos = eol;
         let mut end_line_start = self.line_start;
         if pos < self.b.len() {
             pos += 1;
@@ -837,7 +899,6 @@ impl<'s> Lexer<'s> {
             lines.push(&self.src[pos + b_level..le]);
             end_line = self.line;
             end_pos = le;
-            end_col_pos = le;
             end_line_start = self.line_start;
             if le < self.b.len() {
                 pos = le + 1;
@@ -847,43 +908,14 @@ impl<'s> Lexer<'s> {
                 break;
             }
         }
-        let body = lines.join("\n");
-        // span: from the end of the header line to the end of the last captured line
-        let end_col = {
-            let n = self.b[end_line_start..end_col_pos]
-                .iter()
-                .filter(|&&b| (b & 0xC0) != 0x80)
-                .count() as u32;
-            n + 1
-        };
-        // the body's span starts at its first character (line and column of the first captured line), so
-        // positions inside the body can be mapped back to the source
-        let (b_start, b_line, b_col) = first.unwrap_or((body_start_pos, hdr_line, hdr_col));
-        self.push_full(
-            TokenKind::PromptBody,
-            Span {
-                start: b_start,
-                end: end_pos.max(b_start),
-                line: b_line,
-                col: b_col,
-                end_line,
-                end_col,
-            },
-            Some(body.into_boxed_str()),
-        );
-        let nl_span = Span {
-            start: body_start_pos,
-            end: body_start_pos,
-            line: hdr_line,
-            col: hdr_col,
-            end_line: hdr_line,
-            end_col: hdr_col,
-        };
-        self.push_full(TokenKind::Nl, nl_span, None);
-        self.line_has_tokens = false;
-        self.pos = pos;
-        // the main loop continues at a line start
-        true
+        PromptBodyScan {
+            lines,
+            first,
+            end_line,
+            end_pos,
+            end_line_start,
+            pos,
+        }
     }
 
     fn lex_ident(&mut self) {

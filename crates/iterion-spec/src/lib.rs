@@ -25,12 +25,27 @@
 //! assert_eq!(serde_json::to_string(&summary.sandbox).unwrap(), r#"{"mode":"auto"}"#);
 //! assert_eq!(summary.nodes[0].sandbox_kind.map(|k| k.as_str()), Some("off"));
 //! ```
+//!
+//! # Module order
+//!
+//! A module uses only modules listed before it (no import cycles between files; `tests/module_order.rs`
+//! checks it):
+//!
+//! 1. leaves: `model`, `diag`, `template`, `values`, `duration`, `devcontainer::jsonc`,
+//!    `devcontainer::vars` (the variable grammar and the `localEnv` allowlist, which the compiler checks too);
+//! 2. `span` (positions inside string values), `ast`, `lexer`, `shell`, `resolved`;
+//! 3. `expr`, `parser`, `host_commands`;
+//! 4. `compile` (its own files are ordered in its module documentation);
+//! 5. `source` (the bounded reader; `check_file` compiles what it reads);
+//! 6. `devcontainer` (reads through `source`);
+//! 7. `resolve`.
 #![deny(missing_docs)]
 
 pub mod ast;
 pub mod compile;
 pub mod devcontainer;
 pub mod diag;
+pub mod duration;
 pub mod expr;
 pub mod host_commands;
 pub mod lexer;
@@ -40,6 +55,7 @@ pub mod resolve;
 pub mod resolved;
 pub mod shell;
 pub mod source;
+mod span;
 pub mod template;
 pub mod values;
 

@@ -893,16 +893,7 @@ pub fn resolve_sandbox(wf: &Workflow, inputs: &ResolveInputs<'_>) -> Result<Sand
             ),
         });
     }
-    let requested = RequestedInputs {
-        cli_mode: inputs.cli_mode.map(|m| m.as_str().to_owned()),
-        cli_host_state: inputs.cli_host_state.map(|h| h.as_str().to_owned()),
-        cli_default_image: inputs.cli_default_image.clone(),
-        env: [ENV_DEFAULT, ENV_HOST_STATE, ENV_DEFAULT_IMAGE]
-            .iter()
-            .map(|k| ((*k).to_owned(), inputs.env.get(*k).cloned().unwrap_or_default()))
-            .collect(),
-        builtin_default_mode: inputs.builtin_default_mode.as_str().to_owned(),
-    };
+    let requested = requested_inputs(inputs);
     let default_image = default_image(
         inputs.cli_default_image.as_deref(),
         env.default_image.as_deref(),
@@ -917,91 +908,12 @@ pub fn resolve_sandbox(wf: &Workflow, inputs: &ResolveInputs<'_>) -> Result<Sand
         floors: Vec::new(),
         devcontainer: None,
     };
+    refuse_invalid(wf)?;
     let wdecl = wf.sandbox.as_ref();
-    if let Some(d) = wdecl
-        && d.kind == SandboxKind::Invalid
-    {
-        return Err(ResolveError::InvalidDeclaration {
-            scope: scope_label(wf, None),
-        });
-    }
-    for (n, d) in wf.sandboxable_nodes() {
-        if d.is_some_and(|d| d.kind == SandboxKind::Invalid) {
-            return Err(ResolveError::InvalidDeclaration {
-                scope: scope_label(wf, Some(&n.name.value)),
-            });
-        }
-    }
-
-    // Mode chain (01 §8.2).
-    let wmode = wdecl.and_then(decl_mode);
     let cli_off = inputs.cli_mode == Some(ModeChoice::None);
-    let (mode, mut source) = match (inputs.cli_mode, wmode) {
-        (Some(ModeChoice::None), _) => (ScopeMode::None, SRC_CLI.to_owned()),
-        (Some(ModeChoice::Auto), Some(ScopeMode::Inline)) => (ScopeMode::Inline, SRC_CLI_INLINE.to_owned()),
-        (Some(ModeChoice::Auto), _) => (ScopeMode::Auto, SRC_CLI.to_owned()),
-        (None, Some(m)) => (m, SRC_WORKFLOW.to_owned()),
-        (None, None) => match r.env.default_mode {
-            Some(m) => (choice_mode(m), ENV_DEFAULT.to_owned()),
-            None => (choice_mode(inputs.builtin_default_mode), "default".to_owned()),
-        },
-    };
-    let mode = r.mode_floor(mode, &mut source, None);
-
-    // host_state chain (01 §8.3).
-    let wf_host_state = wdecl
-        .filter(|d| d.kind != SandboxKind::Off)
-        .and_then(|d| d.host_state.as_ref());
-    let (run_hs, run_hs_source) = if let Some(h) = inputs.cli_host_state {
-        (h, "cli flag --sandbox-host-state".to_owned())
-    } else if let Some(h) = wf_host_state {
-        let hs = HostState::parse(&h.value).ok_or_else(|| {
-            r.invalid(
-                "C044",
-                None,
-                format!("invalid host_state '{}' (want auto or none)", h.value),
-            )
-        })?;
-        (hs, "workflow sandbox.host_state".to_owned())
-    } else if let Some(h) = r.env.host_state {
-        (h, ENV_HOST_STATE.to_owned())
-    } else {
-        (HostState::Auto, "default".to_owned())
-    };
-
-    // Run-scope spec (01 §8.4) and network (01 §8.5).
-    let wnet = wdecl
-        .filter(|d| d.kind != SandboxKind::Off)
-        .and_then(|d| d.network.as_ref());
-    let wfields = BlockFields::of(wdecl);
-    let mut run_skippable = None;
-    let mut run: Option<ResolvedSandbox> = match mode {
-        ScopeMode::None => None,
-        ScopeMode::Inline => {
-            let d = wdecl.ok_or_else(|| ResolveError::InvalidDeclaration {
-                scope: scope_label(wf, None),
-            })?;
-            Some(r.build_inline(d, source.clone(), Origin::Workflow, None, None)?)
-        }
-        ScopeMode::Auto => match r.build_auto(&wfields, source.clone(), None)? {
-            Built::Sandbox(sb) => Some(*sb),
-            Built::Skippable => {
-                run_skippable = Some(SKIP_REASON.to_owned());
-                None
-            }
-        },
-    };
-    if let Some(sb) = run.as_mut() {
-        sb.network = r.run_network(
-            wnet,
-            sb.origin == Origin::Devcontainer,
-            None,
-            "workflow sandbox.network",
-        )?;
-        sb.degrade_allowed = r.degrade_allowed(sb.mode);
-        r.host_state_for(sb, run_hs, run_hs_source.clone(), None);
-        sb.refresh_key();
-    }
+    let (mode, source) = run_mode(&mut r, wdecl);
+    let (run_hs, run_hs_source) = run_host_state(&mut r, wdecl)?;
+    let (run, run_skippable) = run_scope(&mut r, wdecl, mode, &source, (run_hs, &run_hs_source))?;
 
     // Nodes (01 §8.8).
     let mut nodes = BTreeMap::new();
@@ -1031,6 +943,124 @@ pub fn resolve_sandbox(wf: &Workflow, inputs: &ResolveInputs<'_>) -> Result<Sand
         requested,
         warnings,
     })
+}
+
+/// What the caller asked for, as recorded in the plan.
+fn requested_inputs(inputs: &ResolveInputs<'_>) -> RequestedInputs {
+    RequestedInputs {
+        cli_mode: inputs.cli_mode.map(|m| m.as_str().to_owned()),
+        cli_host_state: inputs.cli_host_state.map(|h| h.as_str().to_owned()),
+        cli_default_image: inputs.cli_default_image.clone(),
+        env: [ENV_DEFAULT, ENV_HOST_STATE, ENV_DEFAULT_IMAGE]
+            .iter()
+            .map(|k| ((*k).to_owned(), inputs.env.get(*k).cloned().unwrap_or_default()))
+            .collect(),
+        builtin_default_mode: inputs.builtin_default_mode.as_str().to_owned(),
+    }
+}
+
+/// Refuses a workflow whose sandbox declaration, or a node's, is of kind [`SandboxKind::Invalid`].
+fn refuse_invalid(wf: &Workflow) -> Result<()> {
+    if let Some(d) = wf.sandbox.as_ref()
+        && d.kind == SandboxKind::Invalid
+    {
+        return Err(ResolveError::InvalidDeclaration {
+            scope: scope_label(wf, None),
+        });
+    }
+    for (n, d) in wf.sandboxable_nodes() {
+        if d.is_some_and(|d| d.kind == SandboxKind::Invalid) {
+            return Err(ResolveError::InvalidDeclaration {
+                scope: scope_label(wf, Some(&n.name.value)),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The run's mode and where it came from (01 §8.2): the CLI flag, the workflow, the environment, the
+/// built-in default; then the floor.
+fn run_mode(r: &mut Resolver<'_, '_>, wdecl: Option<&SandboxDecl>) -> (ScopeMode, String) {
+    let wmode = wdecl.and_then(decl_mode);
+    let (mode, mut source) = match (r.inputs.cli_mode, wmode) {
+        (Some(ModeChoice::None), _) => (ScopeMode::None, SRC_CLI.to_owned()),
+        (Some(ModeChoice::Auto), Some(ScopeMode::Inline)) => (ScopeMode::Inline, SRC_CLI_INLINE.to_owned()),
+        (Some(ModeChoice::Auto), _) => (ScopeMode::Auto, SRC_CLI.to_owned()),
+        (None, Some(m)) => (m, SRC_WORKFLOW.to_owned()),
+        (None, None) => match r.env.default_mode {
+            Some(m) => (choice_mode(m), ENV_DEFAULT.to_owned()),
+            None => (choice_mode(r.inputs.builtin_default_mode), "default".to_owned()),
+        },
+    };
+    let mode = r.mode_floor(mode, &mut source, None);
+    (mode, source)
+}
+
+/// The run's `host_state` and where it came from (01 §8.3).
+fn run_host_state(r: &mut Resolver<'_, '_>, wdecl: Option<&SandboxDecl>) -> Result<(HostState, String)> {
+    let wf_host_state = wdecl
+        .filter(|d| d.kind != SandboxKind::Off)
+        .and_then(|d| d.host_state.as_ref());
+    let chosen = if let Some(h) = r.inputs.cli_host_state {
+        (h, "cli flag --sandbox-host-state".to_owned())
+    } else if let Some(h) = wf_host_state {
+        let hs = HostState::parse(&h.value).ok_or_else(|| {
+            r.invalid(
+                "C044",
+                None,
+                format!("invalid host_state '{}' (want auto or none)", h.value),
+            )
+        })?;
+        (hs, "workflow sandbox.host_state".to_owned())
+    } else if let Some(h) = r.env.host_state {
+        (h, ENV_HOST_STATE.to_owned())
+    } else {
+        (HostState::Auto, "default".to_owned())
+    };
+    Ok(chosen)
+}
+
+/// The run-scope sandbox (01 §8.4) with its network (01 §8.5), or why there is none that can be skipped.
+fn run_scope(
+    r: &mut Resolver<'_, '_>,
+    wdecl: Option<&SandboxDecl>,
+    mode: ScopeMode,
+    source: &str,
+    run_hs: (HostState, &str),
+) -> Result<(Option<ResolvedSandbox>, Option<String>)> {
+    let wnet = wdecl
+        .filter(|d| d.kind != SandboxKind::Off)
+        .and_then(|d| d.network.as_ref());
+    let wfields = BlockFields::of(wdecl);
+    let mut run_skippable = None;
+    let mut run: Option<ResolvedSandbox> = match mode {
+        ScopeMode::None => None,
+        ScopeMode::Inline => {
+            let d = wdecl.ok_or_else(|| ResolveError::InvalidDeclaration {
+                scope: scope_label(r.wf, None),
+            })?;
+            Some(r.build_inline(d, source.to_owned(), Origin::Workflow, None, None)?)
+        }
+        ScopeMode::Auto => match r.build_auto(&wfields, source.to_owned(), None)? {
+            Built::Sandbox(sb) => Some(*sb),
+            Built::Skippable => {
+                run_skippable = Some(SKIP_REASON.to_owned());
+                None
+            }
+        },
+    };
+    if let Some(sb) = run.as_mut() {
+        sb.network = r.run_network(
+            wnet,
+            sb.origin == Origin::Devcontainer,
+            None,
+            "workflow sandbox.network",
+        )?;
+        sb.degrade_allowed = r.degrade_allowed(sb.mode);
+        r.host_state_for(sb, run_hs.0, run_hs.1.to_owned(), None);
+        sb.refresh_key();
+    }
+    Ok((run, run_skippable))
 }
 
 fn choice_mode(m: ModeChoice) -> ScopeMode {

@@ -225,7 +225,13 @@ impl ShellLexer {
         if self.poisoned {
             return;
         }
-        // resolve a pending lookahead first
+        if !self.resolve_pending(c) {
+            self.frame_char(c);
+        }
+    }
+
+    /// Resolves a pending lookahead with the next character; returns whether `c` was consumed by it.
+    fn resolve_pending(&mut self, c: char) -> bool {
         match std::mem::replace(&mut self.pending, Pending::None) {
             Pending::None => {}
             Pending::Backslash => {
@@ -235,36 +241,36 @@ impl ShellLexer {
                     self.word.clear();
                     self.word.push('\\');
                 }
-                return;
+                return true;
             }
             Pending::Dollar => match c {
                 '(' => {
                     self.pending = Pending::DollarParen;
-                    return;
+                    return true;
                 }
                 '{' => {
                     let in_double = matches!(self.top(), Frame::Double);
                     self.push(Frame::Param { in_double });
-                    return;
+                    return true;
                 }
                 '[' => {
                     self.push(Frame::ArithBracket { brackets: 0 });
-                    return;
+                    return true;
                 }
                 '\'' if self.in_command() => {
                     self.push(Frame::AnsiC);
-                    return;
+                    return true;
                 }
                 '"' if self.in_command() => {
                     self.push(Frame::Double);
-                    return;
+                    return true;
                 }
                 _ => {}
             },
             Pending::DollarParen => {
                 if c == '(' {
                     self.push(Frame::Arith { parens: 0 });
-                    return;
+                    return true;
                 }
                 self.push(Frame::Cmd { parens: 0 });
                 self.word_start = true;
@@ -276,29 +282,29 @@ impl ShellLexer {
                         *parens = parens.saturating_sub(1);
                     }
                     self.push(Frame::Arith { parens: 0 });
-                    return;
+                    return true;
                 }
             }
             Pending::Lt => match c {
                 '<' => {
                     self.pending = Pending::LtLt;
-                    return;
+                    return true;
                 }
                 '(' => {
                     self.push(Frame::Cmd { parens: 0 });
                     self.word_start = true;
-                    return;
+                    return true;
                 }
                 _ => {}
             },
             Pending::LtLt => match c {
-                '<' => return, // a here-string: an ordinary word follows
+                '<' => return true, // a here-string: an ordinary word follows
                 '-' => {
                     self.push(Frame::HereDelim(Delim {
                         strip_tabs: true,
                         ..Delim::default()
                     }));
-                    return;
+                    return true;
                 }
                 _ => self.push(Frame::HereDelim(Delim::default())),
             },
@@ -306,7 +312,7 @@ impl ShellLexer {
                 if c == '(' {
                     self.push(Frame::Cmd { parens: 0 });
                     self.word_start = true;
-                    return;
+                    return true;
                 }
             }
             Pending::ArithClose => {
@@ -315,9 +321,14 @@ impl ShellLexer {
                 } else {
                     self.poisoned = true;
                 }
-                return;
+                return true;
             }
         }
+        false
+    }
+
+    /// A character in the context of the innermost frame.
+    fn frame_char(&mut self, c: char) {
         match self.stack.last_mut() {
             Some(Frame::Top | Frame::Cmd { .. }) | None => self.command_char(c),
             Some(Frame::Single) => {
@@ -385,73 +396,86 @@ impl ShellLexer {
                     self.command_char('\n');
                 }
             }
-            Some(Frame::HereDelim(d)) => {
-                if let Some(q) = d.quote {
-                    if q == '"' && d.escaped {
-                        d.escaped = false;
-                        d.text.push(c);
-                    } else if c == q {
-                        d.quote = None;
-                    } else if q == '"' && c == '\\' {
-                        d.escaped = true;
-                    } else {
-                        d.text.push(c);
-                    }
-                    return;
-                }
-                if d.escaped {
-                    d.escaped = false;
-                    d.text.push(c);
-                    return;
-                }
-                match c {
-                    ' ' | '\t' if !d.started => {}
-                    '\'' | '"' => {
-                        d.started = true;
-                        d.quote = Some(c);
-                    }
-                    '\\' => {
-                        d.started = true;
-                        d.escaped = true;
-                    }
-                    c if META.contains(&c) => {
-                        let d = std::mem::take(d);
-                        self.pop();
-                        if d.text.is_empty() {
-                            self.poisoned = true;
-                            return;
-                        }
-                        self.heredocs.push((d.text, d.strip_tabs));
-                        self.command_char(c);
-                    }
-                    '$' | '`' => self.poisoned = true, // a computed delimiter
-                    c => {
-                        d.started = true;
-                        d.text.push(c);
-                    }
-                }
+            Some(Frame::HereDelim(_)) => self.here_delim_char(c),
+            Some(Frame::HereBody { .. }) => self.here_body_char(c),
+        }
+    }
+
+    /// A character of a here-document delimiter word.
+    fn here_delim_char(&mut self, c: char) {
+        let Some(Frame::HereDelim(d)) = self.stack.last_mut() else {
+            return;
+        };
+        if let Some(q) = d.quote {
+            if q == '"' && d.escaped {
+                d.escaped = false;
+                d.text.push(c);
+            } else if c == q {
+                d.quote = None;
+            } else if q == '"' && c == '\\' {
+                d.escaped = true;
+            } else {
+                d.text.push(c);
             }
-            Some(Frame::HereBody {
-                delim,
-                strip_tabs,
-                line,
-            }) => {
-                if c != '\n' {
-                    line.push(c);
+            return;
+        }
+        if d.escaped {
+            d.escaped = false;
+            d.text.push(c);
+            return;
+        }
+        match c {
+            ' ' | '\t' if !d.started => {}
+            '\'' | '"' => {
+                d.started = true;
+                d.quote = Some(c);
+            }
+            '\\' => {
+                d.started = true;
+                d.escaped = true;
+            }
+            c if META.contains(&c) => {
+                let d = std::mem::take(d);
+                self.pop();
+                if d.text.is_empty() {
+                    self.poisoned = true;
                     return;
                 }
-                let l = if *strip_tabs {
-                    line.trim_start_matches('\t')
-                } else {
-                    line.as_str()
-                };
-                if l == delim {
-                    self.pop();
-                    self.next_heredoc();
-                } else {
-                    line.clear();
-                }
+                self.heredocs.push((d.text, d.strip_tabs));
+                self.command_char(c);
             }
+            '$' | '`' => self.poisoned = true, // a computed delimiter
+            c => {
+                d.started = true;
+                d.text.push(c);
+            }
+        }
+    }
+
+    /// A character of a here-document body: a line equal to the delimiter ends it.
+    fn here_body_char(&mut self, c: char) {
+        let Some(Frame::HereBody {
+            delim,
+            strip_tabs,
+            line,
+        }) = self.stack.last_mut()
+        else {
+            return;
+        };
+        if c != '\n' {
+            line.push(c);
+            return;
+        }
+        let l = if *strip_tabs {
+            line.trim_start_matches('\t')
+        } else {
+            line.as_str()
+        };
+        if l == delim {
+            self.pop();
+            self.next_heredoc();
+        } else {
+            line.clear();
         }
     }
 

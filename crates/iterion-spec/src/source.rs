@@ -214,15 +214,15 @@ impl SourceReader for FsReader {
 /// Reads and checks a workflow file (lex, parse, compile) through [`read_regular`]. A file over the size
 /// limit gives only `E007` (01 §1.1); a file that cannot be read (missing, not a regular file, an I/O error)
 /// is `Err` with the reason. On success the bytes read are returned with the result.
-pub fn check_file(path: &Path, label: &str) -> Result<(Vec<u8>, crate::Checked), String> {
+pub fn check_file(path: &Path, label: &str) -> Result<(Vec<u8>, crate::compile::Checked), String> {
     match read_regular(path, crate::lexer::MAX_SOURCE_BYTES as u64) {
         FileRead::Found(bytes) => {
-            let checked = crate::check_bytes(&bytes, label);
+            let checked = crate::compile::check_bytes(&bytes, label);
             Ok((bytes, checked))
         }
         FileRead::TooLarge(_) => Ok((
             Vec::new(),
-            crate::Checked {
+            crate::compile::Checked {
                 workflows: Vec::new(),
                 diagnostics: vec![crate::lexer::too_large(label)],
             },

@@ -310,13 +310,14 @@ pub fn parse_mount_with(text: &str, vars: VarPolicy) -> Result<Mount, String> {
     if has_control(text) {
         return Err("contains a control character".to_owned());
     }
-    let lenient = |v: &str| vars == VarPolicy::Unexpanded && has_var(v);
     let mut seen: Vec<&'static str> = Vec::new();
-    let mut kind = None;
-    let mut source: Option<String> = None;
-    let mut target: Option<String> = None;
-    let mut m = Mount::bind("", "", false);
-    m.source = None;
+    let mut st = MountFields {
+        kind: None,
+        source: None,
+        target: None,
+        m: Mount::bind("", "", false),
+    };
+    st.m.source = None;
     for field in split_csv_record(text)? {
         if field.is_empty() {
             return Err("empty field".to_owned());
@@ -341,87 +342,131 @@ pub fn parse_mount_with(text: &str, vars: VarPolicy) -> Result<Mount, String> {
             None if matches!(key, "readonly" | "volume-nocopy") => "true",
             None => return Err(format!("key '{lower}' needs a value")),
         };
-        match key {
-            "type" => {
-                kind = Some(match value.to_ascii_lowercase().as_str() {
-                    "bind" => MountKind::Bind,
-                    "volume" => MountKind::Volume,
-                    "tmpfs" => MountKind::Tmpfs,
-                    _ => {
-                        return Err(format!(
-                            "unknown mount type '{value}' (want bind, volume or tmpfs)"
-                        ));
-                    }
-                })
-            }
-            "source" => {
-                if value.is_empty() {
-                    return Err("empty source".to_owned());
-                }
-                source = Some(value.to_owned());
-            }
-            "target" => target = Some(value.to_owned()),
-            "readonly" => m.read_only = parse_bool(&lower, value)?,
-            "consistency" => {}
-            "bind-propagation" => {
-                if !matches!(value, "private" | "rprivate") {
-                    return Err(format!(
-                        "bind-propagation '{value}' is not allowed (want private or rprivate)"
-                    ));
-                }
-                m.bind_propagation = Some(value.to_owned());
-            }
-            "volume-driver" => {
-                if value != "local" {
-                    return Err(format!("volume-driver '{value}' is not allowed (only local)"));
-                }
-                m.volume_driver = Some(value.to_owned());
-            }
-            "volume-subpath" => {
-                if !lenient(value) {
-                    check_relative_inside(value).map_err(|r| format!("volume-subpath {r}"))?;
-                }
-                m.volume_subpath = Some(value.to_owned());
-            }
-            "volume-nocopy" => m.volume_nocopy = parse_bool(&lower, value)?,
-            "volume-opt" => {
-                let (ok, ov) = value
-                    .split_once('=')
-                    .ok_or_else(|| format!("volume-opt '{value}' must be key=value"))?;
-                if ok.is_empty() {
-                    return Err(format!("volume-opt '{value}' has an empty key"));
-                }
-                let okl = ok.to_ascii_lowercase();
-                if okl == "device" || okl == "type" {
-                    return Err(format!(
-                        "volume-opt '{ok}' would turn the volume into a host mount"
-                    ));
-                }
-                if okl == "o"
-                    && ov
-                        .split(',')
-                        .any(|p| matches!(p.trim().to_ascii_lowercase().as_str(), "bind" | "rbind"))
-                {
-                    return Err("volume-opt o=bind would turn the volume into a host bind".to_owned());
-                }
-                if m.volume_opts.contains_key(&okl) {
-                    return Err(format!("duplicate key 'volume-opt={okl}'"));
-                }
-                m.volume_opts.insert(okl, ov.to_owned());
-            }
-            "tmpfs-size" => m.tmpfs_size = Some(parse_size(value)?),
-            "tmpfs-mode" => m.tmpfs_mode = Some(parse_mode(value)?),
-            _ => return Err(format!("unknown key '{raw_key}'")),
-        }
+        set_mount_field(&mut st, (key, &lower, raw_key), value, vars)?;
     }
+    let MountFields {
+        kind,
+        source,
+        target,
+        mut m,
+    } = st;
     let kind = kind.unwrap_or(MountKind::Volume);
     let target = target.ok_or_else(|| "missing target".to_owned())?;
     if target.is_empty() {
         return Err("empty target".to_owned());
     }
-    if !lenient(&target) && !target.starts_with('/') {
+    if !lenient(vars, &target) && !target.starts_with('/') {
         return Err(format!("target '{target}' must be an absolute path"));
     }
+    check_mount_kind(kind, source.as_deref(), &m, vars)?;
+    m.kind = kind;
+    m.source = source;
+    m.target = target;
+    Ok(m)
+}
+
+/// A mount being parsed: what the fields set so far.
+struct MountFields {
+    kind: Option<MountKind>,
+    source: Option<String>,
+    target: Option<String>,
+    m: Mount,
+}
+
+/// Whether a value is left unchecked: it holds a variable that is expanded later.
+fn lenient(vars: VarPolicy, v: &str) -> bool {
+    vars == VarPolicy::Unexpanded && has_var(v)
+}
+
+/// Applies one `key=value` field; `key` is `(canonical, lowercase, as written)`.
+fn set_mount_field(
+    st: &mut MountFields,
+    (key, lower, raw_key): (&str, &str, &str),
+    value: &str,
+    vars: VarPolicy,
+) -> Result<(), String> {
+    match key {
+        "type" => {
+            st.kind = Some(match value.to_ascii_lowercase().as_str() {
+                "bind" => MountKind::Bind,
+                "volume" => MountKind::Volume,
+                "tmpfs" => MountKind::Tmpfs,
+                _ => {
+                    return Err(format!(
+                        "unknown mount type '{value}' (want bind, volume or tmpfs)"
+                    ));
+                }
+            })
+        }
+        "source" => {
+            if value.is_empty() {
+                return Err("empty source".to_owned());
+            }
+            st.source = Some(value.to_owned());
+        }
+        "target" => st.target = Some(value.to_owned()),
+        "readonly" => st.m.read_only = parse_bool(lower, value)?,
+        "consistency" => {}
+        "bind-propagation" => {
+            if !matches!(value, "private" | "rprivate") {
+                return Err(format!(
+                    "bind-propagation '{value}' is not allowed (want private or rprivate)"
+                ));
+            }
+            st.m.bind_propagation = Some(value.to_owned());
+        }
+        "volume-driver" => {
+            if value != "local" {
+                return Err(format!("volume-driver '{value}' is not allowed (only local)"));
+            }
+            st.m.volume_driver = Some(value.to_owned());
+        }
+        "volume-subpath" => {
+            if !lenient(vars, value) {
+                check_relative_inside(value).map_err(|r| format!("volume-subpath {r}"))?;
+            }
+            st.m.volume_subpath = Some(value.to_owned());
+        }
+        "volume-nocopy" => st.m.volume_nocopy = parse_bool(lower, value)?,
+        "volume-opt" => set_volume_opt(&mut st.m, value)?,
+        "tmpfs-size" => st.m.tmpfs_size = Some(parse_size(value)?),
+        "tmpfs-mode" => st.m.tmpfs_mode = Some(parse_mode(value)?),
+        _ => return Err(format!("unknown key '{raw_key}'")),
+    }
+    Ok(())
+}
+
+/// A `volume-opt=KEY=VALUE` field: no option that turns the volume into a host mount, no key given twice.
+fn set_volume_opt(m: &mut Mount, value: &str) -> Result<(), String> {
+    let (ok, ov) = value
+        .split_once('=')
+        .ok_or_else(|| format!("volume-opt '{value}' must be key=value"))?;
+    if ok.is_empty() {
+        return Err(format!("volume-opt '{value}' has an empty key"));
+    }
+    let okl = ok.to_ascii_lowercase();
+    if okl == "device" || okl == "type" {
+        return Err(format!(
+            "volume-opt '{ok}' would turn the volume into a host mount"
+        ));
+    }
+    if okl == "o"
+        && ov
+            .split(',')
+            .any(|p| matches!(p.trim().to_ascii_lowercase().as_str(), "bind" | "rbind"))
+    {
+        return Err("volume-opt o=bind would turn the volume into a host bind".to_owned());
+    }
+    if m.volume_opts.contains_key(&okl) {
+        return Err(format!("duplicate key 'volume-opt={okl}'"));
+    }
+    m.volume_opts.insert(okl, ov.to_owned());
+    Ok(())
+}
+
+/// The type rules: a bind needs a source, a volume source is a name, tmpfs has no source, and each option
+/// only for its own type.
+fn check_mount_kind(kind: MountKind, source: Option<&str>, m: &Mount, vars: VarPolicy) -> Result<(), String> {
     let wrong = |opt: &str| {
         Err(format!(
             "option '{opt}' does not apply to a {} mount",
@@ -447,8 +492,8 @@ pub fn parse_mount_with(text: &str, vars: VarPolicy) -> Result<Mount, String> {
             }
         }
         MountKind::Volume => {
-            if let Some(s) = &source
-                && !lenient(s)
+            if let Some(s) = source
+                && !lenient(vars, s)
                 && !is_volume_name(s)
             {
                 if s.contains('/') || s.starts_with('.') || s.starts_with('~') {
@@ -483,10 +528,7 @@ pub fn parse_mount_with(text: &str, vars: VarPolicy) -> Result<Mount, String> {
             }
         }
     }
-    m.kind = kind;
-    m.source = source;
-    m.target = target;
-    Ok(m)
+    Ok(())
 }
 
 /// Checks that `p` is relative and that no `..` component leaves the base directory.

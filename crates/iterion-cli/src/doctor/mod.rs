@@ -145,8 +145,8 @@ pub fn doctor_timeout(env: &BTreeMap<String, String>) -> (Duration, Option<Strin
     let Some(raw) = env.get(NAME) else {
         return (DEFAULT_TIMEOUT, None);
     };
-    match iterion_spec::compile::parse_duration(raw.trim()) {
-        Some(ns) if ns > 0 => (Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX)), None),
+    match iterion_spec::duration::parse(raw.trim()) {
+        Some(d) if !d.is_zero() => (d.min(Duration::from_nanos(u64::MAX)), None),
         _ => (
             DEFAULT_TIMEOUT,
             Some(format!(

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use iterion_driver::PullPolicy;
 use iterion_driver::hardening::ContainerSettings;
+use iterion_spec::duration::parse_positive;
 
 /// A bound with the text it came from (`run_failed.data.timeout` repeats it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,17 +21,10 @@ pub struct Bound {
 impl Bound {
     fn default_of(text: &str) -> Bound {
         Bound {
-            duration: parse_duration(text).unwrap_or(Duration::from_secs(60)),
+            duration: parse_positive(text).unwrap_or(Duration::from_secs(60)),
             text: text.to_owned(),
         }
     }
-}
-
-/// Parses a duration of 01 §4.2; `None` when empty, invalid or not positive.
-pub fn parse_duration(s: &str) -> Option<Duration> {
-    let nanos = iterion_spec::compile::parse_duration(s.trim())?;
-    let nanos = u64::try_from(nanos).ok()?;
-    (nanos > 0).then(|| Duration::from_nanos(nanos))
 }
 
 /// Everything the lifecycle reads from `ITERION_*` variables.
@@ -81,7 +75,7 @@ impl Settings {
         let mut warnings = Vec::new();
         let mut bound = |name: &str, default: &str| match env.get(name).map(|v| v.trim()) {
             None | Some("") => Bound::default_of(default),
-            Some(v) => match parse_duration(v) {
+            Some(v) => match parse_positive(v) {
                 Some(d) => Bound {
                     duration: d,
                     text: v.to_owned(),

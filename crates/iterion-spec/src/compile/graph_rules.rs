@@ -4,186 +4,16 @@
 //!
 //! `done` and `fail` are nodes of the graph here (an edge may leave them; the entry may be one of them).
 
-use std::cell::RefCell;
-
-use super::{Compiler, FxMap, Ix, NO_NODE, inner_span};
+use super::compiler::Compiler;
+use super::graph::{Full, Ix, NO_NODE, router_mode};
+use super::hash::FxMap;
+use super::refs;
 use crate::model::{Condition, Edge, LoopCap, NodeKind, Span, VarType};
-
-/// The node graph with `done` and `fail` as nodes `n` and `n + 1`; edges in declaration order.
-pub(super) struct Full {
-    /// declared nodes (`done` is `n`, `fail` is `n + 1`)
-    n: usize,
-    /// `(target, edge index)` per source, in edge order
-    succ: Vec<Vec<(u32, u32)>>,
-    /// the node is the source or the target of some loop edge
-    pub(super) loop_end: Vec<bool>,
-    /// the node is the target of some loop edge
-    pub(super) loop_target: Vec<bool>,
-    /// `(from, to)` per edge in this numbering ([`NO_NODE`] for an unknown name)
-    pub(super) ends: Vec<(u32, u32)>,
-    /// search state reused by every availability query: (stamp, visit stamps, stack)
-    search: RefCell<(u32, Vec<u32>, Vec<u32>)>,
-}
-
-impl Full {
-    pub(super) fn new(w: &Ix<'_>) -> Full {
-        let n = w.nodes.len();
-        let map = |ix: u32, name: &str| match (ix, name) {
-            (i, _) if i != NO_NODE => i,
-            (_, "done") => n as u32,
-            (_, "fail") => n as u32 + 1,
-            _ => NO_NODE,
-        };
-        let ends: Vec<(u32, u32)> = w
-            .edges
-            .iter()
-            .zip(&w.ends)
-            .map(|(e, &(a, b))| (map(a, &e.from.value), map(b, &e.to.value)))
-            .collect();
-        let mut succ = vec![Vec::new(); n + 2];
-        let mut loop_end = vec![false; n + 2];
-        let mut loop_target = vec![false; n + 2];
-        for (i, (e, &(a, b))) in w.edges.iter().zip(&ends).enumerate() {
-            if a != NO_NODE && b != NO_NODE {
-                succ[a as usize].push((b, i as u32));
-            }
-            if e.loop_spec.is_some() {
-                for x in [a, b].into_iter().filter(|&x| x != NO_NODE) {
-                    loop_end[x as usize] = true;
-                }
-                if b != NO_NODE {
-                    loop_target[b as usize] = true;
-                }
-            }
-        }
-        Full {
-            n,
-            succ,
-            loop_end,
-            loop_target,
-            ends,
-            search: RefCell::new((0, vec![0; n + 2], Vec::new())),
-        }
-    }
-
-    /// The index of a node name (`done` and `fail` included).
-    pub(super) fn index(&self, w: &Ix<'_>, name: &str) -> Option<usize> {
-        w.node_index(name).or(match name {
-            "done" => Some(self.n),
-            "fail" => Some(self.n + 1),
-            _ => None,
-        })
-    }
-
-    /// Whether `p` has produced output before consumer `c` runs: a path of one edge or more leads from `p` to
-    /// `c`; `c` itself only when it is the target of a loop edge, or when `itself` (an edge mapping, rendered
-    /// after its source finished).
-    pub(super) fn available(&self, p: usize, c: usize, itself: bool) -> bool {
-        if p == c {
-            return itself || self.loop_target[c];
-        }
-        // a depth-first search that stops at `c`; the visit marks are stamps, so nothing is cleared per query
-        let mut guard = self.search.borrow_mut();
-        let (stamp, seen, stack) = &mut *guard;
-        *stamp = stamp.wrapping_add(1);
-        if *stamp == 0 {
-            seen.iter_mut().for_each(|x| *x = 0);
-            *stamp = 1;
-        }
-        let cur = *stamp;
-        stack.clear();
-        stack.extend(self.succ[p].iter().map(|x| x.0));
-        while let Some(x) = stack.pop() {
-            let x = x as usize;
-            if x == c {
-                return true;
-            }
-            if std::mem::replace(&mut seen[x], cur) == cur {
-                continue;
-            }
-            stack.extend(
-                self.succ[x]
-                    .iter()
-                    .map(|s| s.0)
-                    .filter(|&m| seen[m as usize] != cur),
-            );
-        }
-        false
-    }
-
-    /// Every node reached from `entry` through edges of any kind (`entry` included).
-    fn reachable(&self, entry: usize) -> Vec<bool> {
-        let mut seen = vec![false; self.succ.len()];
-        let mut stack = vec![entry as u32];
-        while let Some(x) = stack.pop() {
-            if std::mem::replace(&mut seen[x as usize], true) {
-                continue;
-            }
-            stack.extend(self.succ[x as usize].iter().map(|s| s.0));
-        }
-        seen
-    }
-
-    /// The back edges of a depth-first search over every edge, in edge order, from `entry`, then from every
-    /// node with out-edges not visited yet (declaration order): `(cycle names, edge index)`.
-    fn back_edges(&self, entry: Option<usize>, name: impl Fn(usize) -> String) -> Vec<(Vec<String>, usize)> {
-        #[derive(Clone, Copy, PartialEq)]
-        enum C {
-            White,
-            Grey,
-            Black,
-        }
-        let total = self.succ.len();
-        let mut color = vec![C::White; total];
-        let mut out = Vec::new();
-        let starts = entry.into_iter().chain(0..total);
-        let mut stack: Vec<(usize, usize)> = Vec::new();
-        for start in starts {
-            if color[start] != C::White || (Some(start) != entry && self.succ[start].is_empty()) {
-                continue;
-            }
-            stack.push((start, 0));
-            color[start] = C::Grey;
-            while let Some(top) = stack.last_mut() {
-                let (node, idx) = *top;
-                top.1 += 1;
-                match self.succ[node].get(idx) {
-                    None => {
-                        color[node] = C::Black;
-                        stack.pop();
-                    }
-                    Some(&(to, edge)) => {
-                        let to = to as usize;
-                        match color[to] {
-                            C::White => {
-                                color[to] = C::Grey;
-                                stack.push((to, 0));
-                            }
-                            C::Grey => {
-                                let pos = stack.iter().position(|(m, _)| *m == to).unwrap_or(0);
-                                let mut cyc: Vec<String> =
-                                    stack[pos..].iter().map(|(m, _)| name(*m)).collect();
-                                cyc.push(name(to));
-                                out.push((cyc, edge as usize));
-                            }
-                            C::Black => {}
-                        }
-                    }
-                }
-            }
-        }
-        out
-    }
-}
+use crate::span::inner_span;
 
 /// Router modes whose out-edges are not held to the routing rules of ordinary nodes.
 fn exempt_router(mode: &str) -> bool {
     matches!(mode, "fan_out_all" | "round_robin" | "llm")
-}
-
-/// The router mode (`fan_out_all` when absent).
-pub(super) fn router_mode(n: &crate::model::Node) -> &str {
-    n.router_mode.as_ref().map_or("fan_out_all", |m| m.value.as_str())
 }
 
 fn same_condition(a: &Condition, b: &Condition) -> bool {
@@ -328,7 +158,7 @@ impl Compiler<'_> {
                 let (Some(src), Some(s)) = (src, schema) else {
                     return;
                 };
-                for (off, path) in super::refs::expr_paths(&text.value) {
+                for (off, path) in refs::expr_paths(&text.value) {
                     if path.len() >= 3
                         && path[0] == "outputs"
                         && path[1] == src.name.value

@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use super::{Checked, check_bytes};
+use super::check::{Checked, check_bytes};
 use crate::diag::Diagnostic;
 use crate::model::{McpBlock, Workflow};
 

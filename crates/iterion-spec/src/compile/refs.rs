@@ -12,9 +12,11 @@
 //!
 //! Templated loop caps are only scanned. `when "…"` expressions are checked by the graph rules.
 
-use super::graph_rules::{Full, router_mode};
-use super::{Compiler, Ix, inner_span, inner_span_of};
+use super::compiler::Compiler;
+use super::graph::{Full, Ix, NO_NODE, router_mode};
+use crate::expr::parse_expr;
 use crate::model::{Node, NodeKind, Span, Spanned};
+use crate::span::{inner_span, inner_span_of};
 
 /// One placeholder of a scanned template: its path (namespace first) and its byte range.
 pub(super) struct Ph {
@@ -108,6 +110,18 @@ struct Ctx<'a, 'w> {
 }
 
 impl Compiler<'_> {
+    /// `C040` when an expression does not parse; returns whether it parses.
+    pub(super) fn expression(&mut self, e: &Spanned<String>) -> bool {
+        match parse_expr(&e.value) {
+            Ok(_) => true,
+            Err(err) => {
+                let span = inner_span(e, err.offset, 1);
+                self.err("C040", span, format!("invalid expression: {}", err.detail));
+                false
+            }
+        }
+    }
+
     /// `C003`: an unknown prompt name in a property that the reference checks.
     pub(super) fn prompt_refs(&mut self, n: &Node, w: &Ix<'_>) {
         for (p, check) in prompt_props(n, w) {
@@ -213,7 +227,7 @@ impl Compiler<'_> {
             }
         }
         for (e, &(from, _)) in w.edges.iter().zip(&full.ends) {
-            let src = (from != super::NO_NODE).then_some(from as usize);
+            let src = (from != NO_NODE).then_some(from as usize);
             for entry in &e.with.entries {
                 let v = (entry.value.value.as_str(), entry.value.span);
                 if let Some(phs) = self.scan_template(v.0, v.1) {

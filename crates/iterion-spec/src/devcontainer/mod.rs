@@ -18,7 +18,7 @@
 //! ```
 
 mod jsonc;
-mod vars;
+pub(crate) mod vars;
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -656,6 +656,71 @@ impl DevcontainerFile {
         };
 
         // workspaceFolder first: ${containerWorkspaceFolder} depends on it.
+        let workspace_folder = self.resolve_workspace_folder(&mut x);
+        x.container_folder = Some(
+            workspace_folder
+                .clone()
+                .unwrap_or_else(|| lc.host_workspace.to_owned()),
+        );
+
+        // image / build (D003, D004, D005, D011).
+        let image = self.resolve_image(&mut x);
+        let build = self
+            .build
+            .as_ref()
+            .and_then(|b| self.resolve_build(&mut x, lc, b));
+
+        // Environment layer.
+        let (mut env, mut env_pos) = self.resolve_env(&mut x);
+
+        // Mounts.
+        let mut mounts = self.resolve_mounts(&mut x);
+
+        // runArgs.
+        let args: Vec<(String, Pos)> = self.run_args.iter().map(|a| (x.expand(a), a.pos)).collect();
+        apply_run_args(&mut x.cx, &args, &mut mounts, &mut env, &mut env_pos);
+
+        // Env validation (D013), after every layer is known.
+        for (k, v) in &env {
+            let pos = env_pos.get(k).copied().unwrap_or(self.root_pos);
+            if let Err(r) = values::validate_env_entry(k, v) {
+                x.cx.err("D013", pos, format!("invalid env entry '{k}': {r}"));
+            }
+        }
+
+        // User (not expanded).
+        let user = self.remote_user.as_ref().or(self.container_user.as_ref());
+        if let Some(u) = user
+            && values::validate_user(&u.value).is_err()
+        {
+            x.cx.err("C101", u.pos, format!("invalid sandbox user '{}'", u.value));
+        }
+
+        // Lifecycle commands.
+        let post_create = self.resolve_post_create(&mut x);
+
+        let diags = x.cx.diags;
+        if crate::diag::has_errors(&diags) {
+            return (None, diags);
+        }
+        let spec = DevcontainerSpec {
+            source: DevcontainerRef {
+                path: self.path.clone(),
+                sha256: self.sha256.clone(),
+            },
+            image: image.map(|(i, _)| i),
+            build,
+            user: user.map(|u| u.value.clone()),
+            workspace_folder,
+            post_create,
+            env,
+            mounts,
+        };
+        (Some(spec), diags)
+    }
+
+    /// `workspaceFolder`, expanded (it cannot use `${containerWorkspaceFolder}`) and absolute (`D008`).
+    fn resolve_workspace_folder(&self, x: &mut Expander<'_>) -> Option<String> {
         let mut workspace_folder = None;
         if let Some(wf) = &self.workspace_folder {
             if wf.value.contains("${containerWorkspaceFolder") {
@@ -677,13 +742,11 @@ impl DevcontainerFile {
                 }
             }
         }
-        x.container_folder = Some(
-            workspace_folder
-                .clone()
-                .unwrap_or_else(|| lc.host_workspace.to_owned()),
-        );
+        workspace_folder
+    }
 
-        // image / build (D003, D004, D005, D011).
+    /// `image`, expanded and valid (`D002`); `D003` when neither image nor build is set, `D004` when both are.
+    fn resolve_image(&self, x: &mut Expander<'_>) -> Option<(String, Pos)> {
         let image = self.image.as_ref().map(|s| (x.expand(s), s.pos));
         if let Some((img, pos)) = &image
             && let Err(r) = values::validate_image(img)
@@ -701,12 +764,12 @@ impl DevcontainerFile {
             (Some(_), Some(b)) => x.cx.err("D004", b.pos, "image and build are mutually exclusive"),
             _ => {}
         }
-        let build = self
-            .build
-            .as_ref()
-            .and_then(|b| self.resolve_build(&mut x, lc, b));
+        image
+    }
 
-        // Environment layer.
+    /// The environment layer: `remoteEnv` (a `null` value removes the name), then `containerEnv`; with the
+    /// position each name was set at.
+    fn resolve_env(&self, x: &mut Expander<'_>) -> (BTreeMap<String, String>, BTreeMap<String, Pos>) {
         let mut env: BTreeMap<String, String> = BTreeMap::new();
         for (k, v) in &self.remote_env {
             match v {
@@ -729,8 +792,11 @@ impl DevcontainerFile {
             env.insert(k.value.clone(), v);
             env_pos.insert(k.value.clone(), k.pos);
         }
+        (env, env_pos)
+    }
 
-        // Mounts.
+    /// `mounts`, each a mount string or an object turned into one, parsed (`D012`).
+    fn resolve_mounts(&self, x: &mut Expander<'_>) -> Vec<Mount> {
         let mut mounts = Vec::new();
         for (i, m) in self.mounts.iter().enumerate() {
             let (text, pos) = match m {
@@ -768,28 +834,11 @@ impl DevcontainerFile {
                 Err(r) => x.cx.err("D012", pos, format!("invalid mount '{text}': {r}")),
             }
         }
+        mounts
+    }
 
-        // runArgs.
-        let args: Vec<(String, Pos)> = self.run_args.iter().map(|a| (x.expand(a), a.pos)).collect();
-        apply_run_args(&mut x.cx, &args, &mut mounts, &mut env, &mut env_pos);
-
-        // Env validation (D013), after every layer is known.
-        for (k, v) in &env {
-            let pos = env_pos.get(k).copied().unwrap_or(self.root_pos);
-            if let Err(r) = values::validate_env_entry(k, v) {
-                x.cx.err("D013", pos, format!("invalid env entry '{k}': {r}"));
-            }
-        }
-
-        // User (not expanded).
-        let user = self.remote_user.as_ref().or(self.container_user.as_ref());
-        if let Some(u) = user
-            && values::validate_user(&u.value).is_err()
-        {
-            x.cx.err("C101", u.pos, format!("invalid sandbox user '{}'", u.value));
-        }
-
-        // Lifecycle commands.
+    /// The lifecycle commands as shell snippets (an argv is quoted word by word); empty ones are dropped.
+    fn resolve_post_create(&self, x: &mut Expander<'_>) -> Vec<String> {
         let mut post_create = Vec::new();
         for c in &self.lifecycle {
             let snippet = match c {
@@ -805,25 +854,7 @@ impl DevcontainerFile {
                 post_create.push(t.to_owned());
             }
         }
-
-        let diags = x.cx.diags;
-        if crate::diag::has_errors(&diags) {
-            return (None, diags);
-        }
-        let spec = DevcontainerSpec {
-            source: DevcontainerRef {
-                path: self.path.clone(),
-                sha256: self.sha256.clone(),
-            },
-            image: image.map(|(i, _)| i),
-            build,
-            user: user.map(|u| u.value.clone()),
-            workspace_folder,
-            post_create,
-            env,
-            mounts,
-        };
-        (Some(spec), diags)
+        post_create
     }
 
     fn resolve_build(&self, x: &mut Expander<'_>, lc: &LoadContext<'_>, b: &RawBuild) -> Option<BuildSpec> {
