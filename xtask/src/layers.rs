@@ -19,7 +19,7 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
         1,
         &["iterion-spec", "iterion-envdeny", "iterion-netpolicy"],
     ),
-    ("iterion-netproxy", 1, &["iterion-netpolicy"]),
+    ("iterion-netproxy", 1, &["iterion-netpolicy", "iterion-spec"]),
     (
         "iterion-driver-docker",
         2,

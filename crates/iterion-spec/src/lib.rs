@@ -28,7 +28,7 @@
 //!
 //! # Module order
 //!
-//! A module uses only modules listed before it (no import cycles between files; `tests/module_order.rs`
+//! A module uses only modules listed before it (no import cycles between files; `cargo xtask tidy`
 //! checks it):
 //!
 //! 1. leaves: `model`, `diag`, `template`, `values`, `duration`, `devcontainer::jsonc`,

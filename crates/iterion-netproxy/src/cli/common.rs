@@ -64,36 +64,9 @@ pub(super) fn resolver(p: &PolicyArgs) -> Result<Arc<dyn Resolver>, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Duration syntax of spec 01 §4.2: one or more `<number><unit>`, units `ns`, `us`, `µs`, `ms`, `s`, `m`, `h`.
+/// Duration syntax of the workflow language (`90s`, `1h30m`, `250ms`): the one parser of iterion-spec.
 pub(super) fn parse_duration(s: &str) -> Option<Duration> {
-    let mut rest = s;
-    let mut total = 0f64;
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let n = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let value: f64 = rest[..n].parse().ok()?;
-        rest = &rest[n..];
-        let (unit, len) = [
-            ("ns", 1e-9),
-            ("us", 1e-6),
-            ("µs", 1e-6),
-            ("ms", 1e-3),
-            ("s", 1.0),
-            ("m", 60.0),
-            ("h", 3600.0),
-        ]
-        .iter()
-        .filter(|(u, _)| rest.starts_with(u))
-        .map(|(u, f)| (*f, u.len()))
-        .max_by_key(|(_, l)| *l)?;
-        total += value * unit;
-        rest = &rest[len..];
-    }
-    (total.is_finite() && total >= 0.0).then(|| Duration::from_secs_f64(total))
+    iterion_spec::duration::parse(s)
 }
 
 /// The chain of an error and its sources, joined by `: ` (the way failures are printed).
