@@ -117,7 +117,27 @@ fn ci() -> Result<()> {
     lint()?;
     layers::check(&root()?)?;
     tidy::run(&root()?)?;
-    test(&[])
+    test(&[])?;
+    feature_sets()
+}
+
+/// The standalone proxy without TLS inspection is a supported build: lint and test it too.
+fn feature_sets() -> Result<()> {
+    let lean = [
+        "-p",
+        "iterion-netproxy",
+        "--no-default-features",
+        "--features",
+        "cli",
+        "--locked",
+    ];
+    let mut clippy = vec!["clippy", "--all-targets"];
+    clippy.extend(lean);
+    clippy.extend(["--", "-D", "warnings"]);
+    cargo(&clippy)?;
+    let mut test = vec!["test"];
+    test.extend(lean);
+    cargo(&test)
 }
 
 /// Benchmarks are `harness = false` bench targets of the crate they measure; each prints its own table.
