@@ -15,5 +15,6 @@ pub mod failure;
 pub mod lifecycle;
 pub mod status;
 pub mod store;
+pub mod time;
 
 pub use error::{Error, Result};

@@ -26,9 +26,10 @@ use crate::error::{Error, Result};
 use crate::events::{RunCancelled, RunFailed, RunFinished, RunResumed, RunStarted};
 use crate::exec::{ExecBounds, ExecContext, ExecOutcome, VarInputs};
 use crate::failure::{FailureCode, FailurePhase};
-use crate::status::{RunStatus, Transition};
+use crate::status::RunStatus;
 use crate::store::{
     Checkpoint, LaunchInputs, LogLevel, NewRun, OperatorEnvEntry, Owner, RunId, SandboxRequested, Store,
+    Transition,
 };
 
 mod netblock;
@@ -455,7 +456,7 @@ pub(crate) async fn launch_with(
             env: cfg.env.clone(),
             iterion_version: cfg.iterion_version.clone(),
             owner: cfg.owner.clone(),
-            now: crate::events::now_timestamp(),
+            now: crate::time::now_timestamp(),
         },
     )?;
     let em = sink::Emitter::with_events(run, cfg.observer.clone(), events);

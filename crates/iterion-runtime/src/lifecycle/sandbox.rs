@@ -15,8 +15,8 @@ use iterion_netpolicy::{Mode, Policy};
 use iterion_netproxy::{Credential, Listen, Proxy, ProxyConfig, ProxyEvent, RunningProxy};
 use iterion_spec::resolve::ResolveError;
 use iterion_spec::resolved::{
-    HostState, NetworkMode, NetworkPolicySpec, Origin, Placement as SpecPlacement, ResolvedMode,
-    ResolvedSandbox, SandboxPlan,
+    HostState, NetworkMode, NetworkPolicySpec, NodePlacement, Origin, ResolvedMode, ResolvedSandbox,
+    SandboxPlan,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -25,7 +25,7 @@ use super::sink::Emitter;
 use super::{Config, DriverChoice, Failure};
 use crate::events::{
     BlockReason, EnvAction, EnvDeniedEntry, FloorScope, HomeSource, NetworkBlocked, NetworkPlacement,
-    Placement, SandboxEnvDenied, SandboxFloorApplied, SandboxHostStateMounted, SandboxImageReady,
+    PlacementKind, SandboxEnvDenied, SandboxFloorApplied, SandboxHostStateMounted, SandboxImageReady,
     SandboxNetworkAdvisory, SandboxNetworkDefaulted, SandboxNetworkStarted, SandboxNodeContainerStarted,
     SandboxPostCreateFinished, SandboxPostCreateStarted, SandboxResolved, SandboxSkipped, SandboxStarted,
     SandboxStopped, SandboxUidMismatchWarning, SandboxUserRemap, SkippedPath,
@@ -329,14 +329,6 @@ pub(crate) struct Setup<'a> {
     pub(crate) repo_root: Option<PathBuf>,
     pub(crate) operator_env: Vec<SandboxEnvEntry>,
     pub(crate) owner: OwnerInfo,
-}
-
-fn placement_of(p: &SpecPlacement) -> Placement {
-    match p {
-        SpecPlacement::Host { .. } => Placement::Host,
-        SpecPlacement::Run { .. } => Placement::Run,
-        SpecPlacement::Own { .. } => Placement::Own,
-    }
 }
 
 fn origin_label(r: &ResolvedSandbox) -> &'static str {
@@ -791,9 +783,9 @@ impl Starter {
             sandbox: NodeSandbox {
                 run,
                 placement: if node_id.is_some() {
-                    Placement::Own
+                    PlacementKind::Own
                 } else {
-                    Placement::Run
+                    PlacementKind::Run
                 },
                 shell,
                 workdir: spec.workspace_folder.clone(),
@@ -937,7 +929,7 @@ struct OwnSpec {
 pub(crate) struct Sandboxes {
     host: NodeSandbox,
     run: Option<NodeSandbox>,
-    placements: BTreeMap<String, Placement>,
+    placements: BTreeMap<String, PlacementKind>,
     own_keys: BTreeMap<String, String>,
     own: BTreeMap<String, OwnSpec>,
     starter: Option<Arc<Starter>>,
@@ -965,10 +957,15 @@ impl Sandboxes {
 #[async_trait]
 impl NodeSandboxes for Sandboxes {
     async fn sandbox_for(&self, node_id: &str) -> Result<NodeSandbox, SandboxUnavailable> {
-        match self.placements.get(node_id).copied().unwrap_or(Placement::Host) {
-            Placement::Host => Ok(self.host.clone()),
-            Placement::Run => Ok(self.run.clone().unwrap_or_else(|| self.host.clone())),
-            Placement::Own => {
+        match self
+            .placements
+            .get(node_id)
+            .copied()
+            .unwrap_or(PlacementKind::Host)
+        {
+            PlacementKind::Host => Ok(self.host.clone()),
+            PlacementKind::Run => Ok(self.run.clone().unwrap_or_else(|| self.host.clone())),
+            PlacementKind::Own => {
                 let (Some(key), Some(starter)) = (self.own_keys.get(node_id), self.starter.as_ref()) else {
                     return Ok(self.host.clone());
                 };
@@ -1032,7 +1029,7 @@ impl NodeSandboxes for Sandboxes {
 
     async fn node_ended(&self, node_id: &str, sandbox: &NodeSandbox) {
         let Some(starter) = &self.starter else { return };
-        if sandbox.placement == Placement::Host {
+        if sandbox.placement == PlacementKind::Host {
             return;
         }
         starter
@@ -1083,7 +1080,7 @@ impl Setup<'_> {
             .map_err(|e| driver_failure(self.cfg, &e, FailurePhase::Start))?;
         Ok(NodeSandbox {
             run: Arc::from(started.run),
-            placement: Placement::Host,
+            placement: PlacementKind::Host,
             shell: Shell::Bash,
             workdir: wd,
             host_work_dir: Some(self.work_dir.clone()),
@@ -1134,20 +1131,20 @@ impl Setup<'_> {
             .iter()
             .map(|(id, p)| {
                 let rec = match p {
-                    SpecPlacement::Host { reason, .. } => NodePlacementRecord {
-                        placement: Placement::Host,
+                    NodePlacement::Host { reason, .. } => NodePlacementRecord {
+                        placement: PlacementKind::Host,
                         reason: Some(reason.clone()),
                         key: None,
                         image: None,
                     },
-                    SpecPlacement::Run { .. } => NodePlacementRecord {
-                        placement: Placement::Run,
+                    NodePlacement::Run { .. } => NodePlacementRecord {
+                        placement: PlacementKind::Run,
                         reason: None,
                         key: None,
                         image: None,
                     },
-                    SpecPlacement::Own { key, sandbox } => NodePlacementRecord {
-                        placement: Placement::Own,
+                    NodePlacement::Own { key, sandbox } => NodePlacementRecord {
+                        placement: PlacementKind::Own,
                         reason: None,
                         key: Some(key.clone()),
                         image: sandbox.image.clone(),
@@ -1233,19 +1230,19 @@ impl Setup<'_> {
             placements: plan
                 .nodes
                 .iter()
-                .map(|(k, p)| (k.clone(), placement_of(p)))
+                .map(|(k, p)| (k.clone(), PlacementKind::of(p)))
                 .collect(),
             warnings: plan.warnings.len() as u64,
         });
         // Host nodes always have a sandbox.
         let host = self.host_run().await?;
         Guard::lock(&guard.res).host_runs.push(host.run.clone());
-        let mut placements: BTreeMap<String, Placement> = plan
+        let mut placements: BTreeMap<String, PlacementKind> = plan
             .nodes
             .iter()
-            .map(|(k, p)| (k.clone(), placement_of(p)))
+            .map(|(k, p)| (k.clone(), PlacementKind::of(p)))
             .collect();
-        let host_only = |placements: BTreeMap<String, Placement>, host: NodeSandbox| {
+        let host_only = |placements: BTreeMap<String, PlacementKind>, host: NodeSandbox| {
             Arc::new(Sandboxes {
                 host,
                 run: None,
@@ -1258,7 +1255,7 @@ impl Setup<'_> {
         };
         // Node overrides ignored on the host (01 §8.8).
         for (id, p) in &plan.nodes {
-            if let SpecPlacement::Host {
+            if let NodePlacement::Host {
                 skip_notice: Some(n), ..
             } = p
             {
@@ -1298,7 +1295,7 @@ impl Setup<'_> {
             .nodes
             .iter()
             .filter_map(|(id, p)| match p {
-                SpecPlacement::Own { key, sandbox } => Some((id.clone(), key.clone(), (**sandbox).clone())),
+                NodePlacement::Own { key, sandbox } => Some((id.clone(), key.clone(), (**sandbox).clone())),
                 _ => None,
             })
             .collect();
@@ -1356,7 +1353,7 @@ impl Setup<'_> {
                     });
                 });
                 for p in placements.values_mut() {
-                    *p = Placement::Host;
+                    *p = PlacementKind::Host;
                 }
                 return Ok(host_only(placements, host));
             }
@@ -1384,18 +1381,18 @@ impl Setup<'_> {
         let mut overrides = Vec::new();
         for (id, p) in &plan.nodes {
             match p {
-                SpecPlacement::Run { network: Some(n) } => {
+                NodePlacement::Run { network: Some(n) } => {
                     node_policies.insert(id.clone(), n.clone());
                     overrides.push(id.clone());
                 }
-                SpecPlacement::Run { network: None } => {
+                NodePlacement::Run { network: None } => {
                     node_policies.insert(id.clone(), run_policy.clone());
                 }
-                SpecPlacement::Own { sandbox, .. } => {
+                NodePlacement::Own { sandbox, .. } => {
                     node_policies.insert(id.clone(), sandbox.network.clone());
                     overrides.push(id.clone());
                 }
-                SpecPlacement::Host { .. } => {}
+                NodePlacement::Host { .. } => {}
             }
         }
         let needs_proxy = run_spec.as_ref().is_some_and(|r| r.network.needs_proxy())
@@ -1448,8 +1445,8 @@ impl Setup<'_> {
                 let network = NetworkRecord {
                     enforced: rep.enforced_egress,
                     placement: match rep.placement {
-                        iterion_driver::Placement::Relay => "relay",
-                        iterion_driver::Placement::Advisory => "advisory",
+                        iterion_driver::EgressPlacement::Relay => "relay",
+                        iterion_driver::EgressPlacement::Advisory => "advisory",
                         _ => "open",
                     }
                     .into(),
@@ -1604,7 +1601,7 @@ impl Setup<'_> {
         proxy.remove_credential(BOOTSTRAP);
         let placement = lease.placement;
         let port = match placement {
-            iterion_driver::Placement::Advisory => proxy
+            iterion_driver::EgressPlacement::Advisory => proxy
                 .local_addr()
                 .map(|a| a.port())
                 .unwrap_or(lease.container_proxy_port),
@@ -1617,10 +1614,10 @@ impl Setup<'_> {
         Guard::lock(&guard.res).proxy = Some(proxy);
         let host = lease.container_proxy_host.clone();
         let net_placement = match placement {
-            iterion_driver::Placement::Advisory => NetworkPlacement::Advisory,
+            iterion_driver::EgressPlacement::Advisory => NetworkPlacement::Advisory,
             _ => NetworkPlacement::Relay,
         };
-        if placement == iterion_driver::Placement::Advisory {
+        if placement == iterion_driver::EgressPlacement::Advisory {
             let reason = "the engine cannot reach a host socket (Docker Desktop); the proxy is advisory: processes that ignore HTTP(S)_PROXY bypass it";
             self.em.log(LogLevel::Warn, &format!("sandbox: {reason}"));
             let engine = driver.engine_info().await.map(|i| i.engine).unwrap_or_default();
@@ -1637,7 +1634,7 @@ impl Setup<'_> {
             rules: run_policy.rules.len() as u64,
             placement: net_placement,
             proxy: proxy_text,
-            enforced: placement == iterion_driver::Placement::Relay,
+            enforced: placement == iterion_driver::EgressPlacement::Relay,
             node_overrides: overrides.to_vec(),
         });
         Ok(Net {
