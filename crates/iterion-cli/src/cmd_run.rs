@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use iterion_driver::DriverKind;
 use iterion_runtime::api::Runtime;
-use iterion_runtime::events::Event;
+use iterion_runtime::events::{Event, NodeFinished, PlacementKind, SandboxResolved, SandboxStarted};
 use iterion_runtime::exec::{ExecBounds, parse_var};
 use iterion_runtime::lifecycle::{
     Cancel, DriverChoice, HostFacts, Launch, Observer, Outcome, Resume, SandboxFlags,
@@ -307,7 +307,7 @@ struct View {
     store: String,
     resumed_from: Option<String>,
     sandbox: Option<String>,
-    resolved: Option<serde_json::Map<String, serde_json::Value>>,
+    resolved: Option<SandboxResolved>,
     running_node: Option<String>,
     nodes_printed: bool,
     spinner: Option<indicatif::ProgressBar>,
@@ -391,8 +391,47 @@ impl Printer {
     }
 }
 
-fn s(d: &serde_json::Map<String, serde_json::Value>, k: &str) -> String {
-    d.get(k).and_then(|v| v.as_str()).unwrap_or_default().to_owned()
+/// The header's sandbox row once the run container is up.
+fn started_line(d: &SandboxStarted, resolved: Option<&SandboxResolved>) -> String {
+    let field = |f: fn(&SandboxResolved) -> Option<&String>| {
+        resolved
+            .and_then(f)
+            .map(String::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let origin = match field(|r| r.origin.as_ref()).as_str() {
+        "devcontainer" => format!("devcontainer {}", field(|r| r.devcontainer.as_ref())),
+        "default_image" => format!("default image {}", d.image),
+        "build" => "build".to_owned(),
+        _ => format!("image {}", d.image),
+    };
+    let mut text = format!(
+        "{} · {} · {origin} · network {}",
+        d.driver, d.mode, d.network_mode
+    );
+    if d.enforced_egress {
+        text.push_str(" (enforced)");
+    }
+    if let Some(r) = resolved {
+        let host = r
+            .placements
+            .values()
+            .filter(|p| **p == PlacementKind::Host)
+            .count();
+        let own = r
+            .placements
+            .values()
+            .filter(|p| **p == PlacementKind::Own)
+            .count();
+        if host > 0 {
+            text.push_str(&format!(" · {host} node(s) on host"));
+        }
+        if own > 0 {
+            text.push_str(&format!(" · {own} node container(s)"));
+        }
+    }
+    text
 }
 
 impl Observer for Printer {
@@ -401,7 +440,6 @@ impl Observer for Printer {
             let _ = writeln!(std::io::stdout().lock(), "{}", appended.line);
             return;
         }
-        let Ok(data) = event.data() else { return };
         let mut v = self.view.lock().unwrap_or_else(|p| p.into_inner());
         if v.run_id.is_empty()
             && let Some(r) = iterion_runtime::events::EventRecord::decode(&appended.line)
@@ -409,79 +447,51 @@ impl Observer for Printer {
             v.run_id = r.run_id;
         }
         let node = event.node_id().unwrap_or_default().to_owned();
-        match event.event_type() {
-            "sandbox_resolved" => {
-                if data.get("active") == Some(&serde_json::Value::Bool(false)) {
-                    v.sandbox = Some(format!("none ({})", s(&data, "source")));
+        match event {
+            Event::SandboxResolved(d) => {
+                if !d.active {
+                    v.sandbox = Some(format!("none ({})", d.source));
                 } else {
                     self.spin(&mut v, "preparing the sandbox");
                 }
-                v.resolved = Some(data);
+                v.resolved = Some(d.clone());
             }
-            "sandbox_skipped" if node.is_empty() => {
-                v.sandbox = Some(format!("skipped — {}", s(&data, "reason")));
+            Event::SandboxSkipped(d) if node.is_empty() => {
+                v.sandbox = Some(format!("skipped — {}", d.reason));
             }
-            "sandbox_image_ready" => self.spin(&mut v, &format!("image {} ready", s(&data, "image"))),
-            "sandbox_build_started" => {
-                let offline = if s(&data, "network") == "none" {
-                    " (no network)"
-                } else {
-                    ""
-                };
-                self.spin(&mut v, &format!("building {}{offline}", s(&data, "dockerfile")))
+            Event::SandboxImageReady(d) => self.spin(&mut v, &format!("image {} ready", d.image)),
+            Event::SandboxBuildStarted(d) => {
+                let offline = if d.network == "none" { " (no network)" } else { "" };
+                self.spin(&mut v, &format!("building {}{offline}", d.dockerfile))
             }
-            "sandbox_network_started" => self.spin(&mut v, "egress proxy started"),
-            "sandbox_post_create_started" => self.spin(&mut v, "running post_create"),
-            "sandbox_started" => {
-                let r = v.resolved.clone().unwrap_or_default();
-                let origin = match s(&r, "origin").as_str() {
-                    "devcontainer" => format!("devcontainer {}", s(&r, "devcontainer")),
-                    "default_image" => format!("default image {}", s(&data, "image")),
-                    "build" => "build".to_owned(),
-                    _ => format!("image {}", s(&data, "image")),
-                };
-                let mut text = format!(
-                    "{} · {} · {origin} · network {}",
-                    s(&data, "driver"),
-                    s(&data, "mode"),
-                    s(&data, "network_mode")
-                );
-                if data.get("enforced_egress") == Some(&serde_json::Value::Bool(true)) {
-                    text.push_str(" (enforced)");
-                }
-                if let Some(p) = r.get("placements").and_then(|p| p.as_object()) {
-                    let host = p.values().filter(|x| x.as_str() == Some("host")).count();
-                    let own = p.values().filter(|x| x.as_str() == Some("own")).count();
-                    if host > 0 {
-                        text.push_str(&format!(" · {host} node(s) on host"));
-                    }
-                    if own > 0 {
-                        text.push_str(&format!(" · {own} node container(s)"));
-                    }
-                }
-                v.sandbox = Some(text);
+            Event::SandboxNetworkStarted(_) => self.spin(&mut v, "egress proxy started"),
+            Event::SandboxPostCreateStarted(_) => self.spin(&mut v, "running post_create"),
+            Event::SandboxStarted(d) => {
+                v.sandbox = Some(started_line(d, v.resolved.as_ref()));
                 self.stop_spin(&mut v);
             }
-            "run_started" => {
+            Event::RunStarted(_) => {
                 self.stop_spin(&mut v);
                 self.header(&mut v);
             }
-            "node_started" if data.contains_key("kind") => v.running_node = Some(node),
-            "node_finished" if data.contains_key("duration_ms") => {
-                let ms = data.get("duration_ms").and_then(|d| d.as_u64()).unwrap_or(0);
+            Event::NodeStarted(d) if d.kind.is_some() => v.running_node = Some(node),
+            Event::NodeFinished(NodeFinished {
+                duration_ms: Some(ms),
+                ..
+            }) => {
                 v.running_node = None;
-                self.node_line(&mut v, format!("node {node}: finished ({}s)", secs(ms)));
+                self.node_line(&mut v, format!("node {node}: finished ({}s)", secs(*ms)));
             }
-            "node_recovery" => {
-                self.node_line(&mut v, format!("node {node}: failed ({})", s(&data, "code")));
+            Event::NodeRecovery(d) => {
+                self.node_line(&mut v, format!("node {node}: failed ({})", d.code));
             }
-            "run_failed" => {
+            Event::RunFailed(d) => {
                 self.stop_spin(&mut v);
                 if let Some(n) = v.running_node.take() {
-                    self.node_line(&mut v, format!("node {n}: failed ({})", s(&data, "code")));
+                    self.node_line(&mut v, format!("node {n}: failed ({})", d.code));
                 }
             }
-            "run_cancelled" => {
+            Event::RunCancelled(_) => {
                 self.stop_spin(&mut v);
                 if let Some(n) = v.running_node.take() {
                     self.node_line(&mut v, format!("node {n}: cancelled"));

@@ -1,7 +1,7 @@
 //! `iterion runs list` / `iterion runs show` against a store made in a temporary directory.
-use iterion_runtime::events::{NodeKind, NodeStarted, Placement, RunFailed, RunStarted};
+use iterion_runtime::events::{NodeKind, NodeStarted, PlacementKind, RunFailed, RunStarted};
 use iterion_runtime::failure::{FailureCode, FailurePhase};
-use iterion_runtime::status::Transition;
+use iterion_runtime::store::Transition;
 use iterion_runtime::store::{Checkpoint, LaunchInputs, LogClock, NewRun, Owner, RunId, Store};
 use std::path::Path;
 use std::process::{Command, Output};
@@ -49,7 +49,7 @@ fn fixture(root: &Path) -> Store {
         .unwrap();
     b.events()
         .append_at(
-            &NodeStarted::new("build", NodeKind::Tool, 0, Placement::Host).into(),
+            &NodeStarted::new("build", NodeKind::Tool, 0, PlacementKind::Host).into(),
             at(2),
         )
         .unwrap();

@@ -23,11 +23,11 @@ use iterion_driver::labels::{self, Component, LabelInput};
 use iterion_driver::mount_safety::{HostFacts, HostOs, MountPolicy, RealFs};
 use iterion_driver::owner::{HostProcesses, owner_liveness};
 use iterion_driver::{
-    BuildNetwork, BuildRequest, Capabilities, DriverEvent, DriverKind, EngineInfo, Error as DError,
-    ExecRequest, HardeningProfile, HardeningReport, HomeSource, ImageRef, ImageReport, Liveness, LogLevel,
-    ManagedResource, MountOrigin, MountReport, NetworkLease, NetworkRequest, Placement, PrepareRequest,
-    Prepared, ProxyListen, PullPolicy, RemoveOutcome, ResourceKind, Run, SetupPhase, SkippedPath,
-    StartReport, StartRequest, Started, UidMismatch, UserRemap,
+    BuildNetwork, BuildRequest, Capabilities, DriverEvent, DriverKind, EgressPlacement, EngineInfo,
+    Error as DError, ExecRequest, HardeningProfile, HardeningReport, HomeSource, ImageRef, ImageReport,
+    Liveness, LogLevel, ManagedResource, MountOrigin, MountReport, NetworkLease, NetworkRequest,
+    PrepareRequest, Prepared, ProxyListen, PullPolicy, RemoveOutcome, ResourceKind, Run, SetupPhase,
+    SkippedPath, StartReport, StartRequest, Started, UidMismatch, UserRemap,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -417,8 +417,8 @@ impl DockerDriver {
             }
             policy.check_target(&m.target).map_err(refuse)?;
         }
-        let placement = lease.map_or(Placement::Open, |l| l.placement);
-        if placement == Placement::Relay {
+        let placement = lease.map_or(EgressPlacement::Open, |l| l.placement);
+        if placement == EgressPlacement::Relay {
             let l = lease.ok_or_else(|| DError::StartFailed {
                 reason: "relay placement without a lease".into(),
                 hint: None,
@@ -627,7 +627,7 @@ impl DockerDriver {
         let nano = limits.nano_cpus.and_then(|n| i64::try_from(n).ok());
 
         let bmounts: Vec<BMount> = planned.iter().map(to_engine_mount).collect();
-        let (entrypoint, cmd) = if placement == Placement::Relay {
+        let (entrypoint, cmd) = if placement == EgressPlacement::Relay {
             (
                 vec![RELAY_BIN_TARGET.to_string()],
                 vec![
@@ -643,7 +643,7 @@ impl DockerDriver {
         let host_config = |with_limits: bool| HostConfig {
             mounts: Some(bmounts.clone()),
             tmpfs: Some(tmpfs.clone()),
-            network_mode: (placement == Placement::Relay).then(|| "none".to_string()),
+            network_mode: (placement == EgressPlacement::Relay).then(|| "none".to_string()),
             init: Some(true),
             auto_remove: Some(false),
             restart_policy: Some(RestartPolicy {
@@ -858,7 +858,7 @@ impl DockerDriver {
             .clone()
             .map(|(spec_user, host_uid)| UidMismatch { spec_user, host_uid });
         report.placement = placement;
-        report.enforced_egress = placement == Placement::Relay;
+        report.enforced_egress = placement == EgressPlacement::Relay;
         report.hardening = HardeningReport {
             profile: if strict { "strict".into() } else { "compat".into() },
             cap_add,
@@ -1190,7 +1190,7 @@ impl iterion_driver::Driver for DockerDriver {
             };
             return Ok(NetworkLease::new(
                 kind,
-                Placement::Advisory,
+                EgressPlacement::Advisory,
                 ProxyListen::Tcp(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
                 host,
                 0,
@@ -1210,7 +1210,7 @@ impl iterion_driver::Driver for DockerDriver {
         make_private_dir(&dir, self.settings.uid)?;
         Ok(NetworkLease::new(
             kind,
-            Placement::Relay,
+            EgressPlacement::Relay,
             ProxyListen::Unix(dir.join("proxy.sock")),
             "127.0.0.1",
             3128,

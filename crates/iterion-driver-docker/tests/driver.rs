@@ -6,8 +6,8 @@
 mod support;
 
 use iterion_driver::{
-    BuildRequest, Driver, Error as DError, ExecRequest, HostStatePlan, Liveness, NetworkRequest,
-    OutputLimits, Placement, PrepareRequest, Prepared, PullPolicy, RemoveOutcome, ResourceKind, Run,
+    BuildRequest, Driver, EgressPlacement, Error as DError, ExecRequest, HostStatePlan, Liveness,
+    NetworkRequest, OutputLimits, PrepareRequest, Prepared, PullPolicy, RemoveOutcome, ResourceKind, Run,
     StartRequest, Started, exec_collect, owner, run_post_create,
 };
 use iterion_driver_docker::DockerDriver;
@@ -408,7 +408,7 @@ async fn c25_advisory_placement_on_a_vm_engine() {
         .network(NetworkRequest::new("r", dir.path(), false))
         .await
         .expect("advisory");
-    assert_eq!(lease.placement, Placement::Advisory);
+    assert_eq!(lease.placement, EgressPlacement::Advisory);
     assert_eq!(lease.container_proxy_host, "host.docker.internal");
 }
 

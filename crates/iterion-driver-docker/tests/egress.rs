@@ -5,7 +5,7 @@ mod support;
 
 use async_trait::async_trait;
 use iterion_driver::{
-    Driver, Error as DError, ExecRequest, NetworkRequest, OutputLimits, Placement, PrepareRequest,
+    Driver, EgressPlacement, Error as DError, ExecRequest, NetworkRequest, OutputLimits, PrepareRequest,
     ProxyEndpoint, ProxyListen, PullPolicy, StartRequest, exec_collect, owner,
 };
 use iterion_netpolicy::{Mode, Policy};
@@ -101,7 +101,7 @@ async fn c24_enforced_egress_through_the_relay() {
         .network(NetworkRequest::new(&run_id, run_dir.path(), true))
         .await
         .expect("lease");
-    assert_eq!(lease.placement, Placement::Relay);
+    assert_eq!(lease.placement, EgressPlacement::Relay);
     let ProxyListen::Unix(sock) = lease.proxy_listen.clone() else {
         panic!("relay lease listens on a Unix socket")
     };

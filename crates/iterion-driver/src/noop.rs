@@ -23,8 +23,8 @@ use crate::error::{CopyDirection, Error, Result};
 use crate::exec::{Exec, ExecId, ExecKiller, ExecParts, ExecRequest, ExitStatus, KillExec, Output, Stdin};
 use crate::owner::{HostProcesses, owner_liveness};
 use crate::types::{
-    BuildRequest, Capabilities, CleanupReport, DriverKind, EngineInfo, Liveness, ManagedResource,
-    NetworkLease, NetworkRequest, Placement, PrepareRequest, Prepared, RemoveOutcome, SandboxStatus,
+    BuildRequest, Capabilities, CleanupReport, DriverKind, EgressPlacement, EngineInfo, Liveness,
+    ManagedResource, NetworkLease, NetworkRequest, PrepareRequest, Prepared, RemoveOutcome, SandboxStatus,
     StartReport, StartRequest, TarSource, TarStream,
 };
 use crate::untar::{DEFAULT_UNTAR_CAP, safe_untar};
@@ -134,7 +134,7 @@ impl Driver for NoopDriver {
         };
         let mut report = StartReport::new(id.clone(), ws);
         report.name = id;
-        report.placement = Placement::Open;
+        report.placement = EgressPlacement::Open;
         Ok(Started {
             run: Box::new(run),
             report,

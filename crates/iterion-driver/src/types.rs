@@ -668,7 +668,7 @@ impl fmt::Debug for Prepared {
 /// Egress placement of a run (03 §7.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Placement {
+pub enum EgressPlacement {
     /// No proxy; the engine default network.
     #[default]
     Open,
@@ -696,7 +696,7 @@ pub struct NetworkLease {
     /// The driver that produced it.
     pub kind: DriverKind,
     /// Relay or advisory.
-    pub placement: Placement,
+    pub placement: EgressPlacement,
     /// Where the runtime binds the proxy.
     pub proxy_listen: ProxyListen,
     /// Proxy host seen from the container.
@@ -713,7 +713,7 @@ impl NetworkLease {
     /// A lease without release work.
     pub fn new(
         kind: DriverKind,
-        placement: Placement,
+        placement: EgressPlacement,
         proxy_listen: ProxyListen,
         container_proxy_host: impl Into<String>,
         container_proxy_port: u16,
@@ -926,7 +926,7 @@ pub struct StartReport {
     /// A pinned user differs from the host uid.
     pub uid_mismatch: Option<UidMismatch>,
     /// Egress placement.
-    pub placement: Placement,
+    pub placement: EgressPlacement,
     /// `placement == Relay` (or an enforced NetworkPolicy).
     pub enforced_egress: bool,
     /// Hardening applied.

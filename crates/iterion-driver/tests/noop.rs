@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use iterion_driver::{
-    Driver, DriverEvent, DriverKind, Error, EventSink, ExecRequest, LogLevel, NetworkLease, NetworkRequest,
-    NoopDriver, OutputLimits, Placement, PrepareRequest, Prepared, ProxyListen, Run, SetupPhase,
+    Driver, DriverEvent, DriverKind, EgressPlacement, Error, EventSink, ExecRequest, LogLevel, NetworkLease,
+    NetworkRequest, NoopDriver, OutputLimits, PrepareRequest, Prepared, ProxyListen, Run, SetupPhase,
     StartRequest, exec_collect, owner, run_post_create,
 };
 use iterion_test_support::conformance::sandbox_for;
@@ -155,7 +155,7 @@ async fn noop_refuses_what_it_cannot_do() {
         .unwrap();
     let lease = NetworkLease::new(
         DriverKind::Docker,
-        Placement::Relay,
+        EgressPlacement::Relay,
         ProxyListen::Unix("/x".into()),
         "127.0.0.1",
         3128,
@@ -247,7 +247,7 @@ fn network_lease_release_is_idempotent_and_concurrent_safe() {
     let lease = Arc::new(
         NetworkLease::new(
             DriverKind::Docker,
-            Placement::Relay,
+            EgressPlacement::Relay,
             ProxyListen::Unix(net.join("proxy.sock")),
             "127.0.0.1",
             3128,
@@ -256,7 +256,7 @@ fn network_lease_release_is_idempotent_and_concurrent_safe() {
     );
     let counted = NetworkLease::new(
         DriverKind::Docker,
-        Placement::Advisory,
+        EgressPlacement::Advisory,
         ProxyListen::Tcp("127.0.0.1:0".parse().unwrap()),
         "host.docker.internal",
         0,

@@ -4,7 +4,7 @@ mod exec_common;
 use std::path::PathBuf;
 
 use exec_common::{Harness, fake_agent, summary};
-use iterion_runtime::events::Placement;
+use iterion_runtime::events::PlacementKind;
 use serde_json::{Value, json};
 
 /// A harness whose `claude` is the fixture script, recording into its own directory.
@@ -57,7 +57,7 @@ const AG1: &str = "prompt sys:\n  S\n\nprompt ask:\n  Review {{input.topic}}.\n\
 #[tokio::test]
 async fn ag1_argv_stdin_and_credentials_in_the_run_container() {
     let mut a = Agent::new(&reply("{\"ok\": true}"));
-    a.h = a.h.placed("a", Placement::Run);
+    a.h = a.h.placed("a", PlacementKind::Run);
     let out = a.h.run(AG1).await;
     assert_eq!(summary(&out), "finished", "{:#?}", a.h.rec.lines());
     let argv = a.argv();

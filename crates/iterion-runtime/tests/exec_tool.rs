@@ -2,7 +2,7 @@
 mod exec_common;
 
 use exec_common::{Harness, summary};
-use iterion_runtime::events::Placement;
+use iterion_runtime::events::PlacementKind;
 use iterion_runtime::exec::Shell;
 use serde_json::json;
 
@@ -65,8 +65,8 @@ async fn te9_deny_class_names_are_not_expanded_into_a_container() {
     let mut h = Harness::new()
         .env("ANTHROPIC_API_KEY", "sk-host-secret")
         .env("NODE_ENV", "test")
-        .placed("a", Placement::Run)
-        .placed("b", Placement::Run);
+        .placed("a", PlacementKind::Run)
+        .placed("b", PlacementKind::Run);
     let out = h.run(src).await;
     assert_eq!(summary(&out), "finished");
     let outputs: Vec<_> = h

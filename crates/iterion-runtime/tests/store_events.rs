@@ -48,7 +48,7 @@ fn catalogue() -> Vec<Event> {
             host_state_source: s("default"),
             network_mode: s("open"),
             network_preset: None,
-            placements: BTreeMap::from([(s("notify"), Placement::Host), (s("tests"), Placement::Run)]),
+            placements: BTreeMap::from([(s("notify"), PlacementKind::Host), (s("tests"), PlacementKind::Run)]),
             warnings: 0,
         }
         .into(),
@@ -277,7 +277,7 @@ fn catalogue() -> Vec<Event> {
             .into(),
         // CL2
         RunCancelled::new("signal SIGINT").into(),
-        NodeStarted::new("build", NodeKind::Tool, 0, Placement::Run).into(),
+        NodeStarted::new("build", NodeKind::Tool, 0, PlacementKind::Run).into(),
         NodeStarted::terminal("done", 0).into(),
         NodeFinished {
             tokens: Some(15),
@@ -333,7 +333,7 @@ fn catalogue() -> Vec<Event> {
         DelegateStarted {
             node_id: s("review"),
             backend: s("claw"),
-            placement: Placement::Run,
+            placement: PlacementKind::Run,
             via: DelegateVia::Runner,
         }
         .into(),
@@ -411,7 +411,7 @@ fn check_scope(event: Event, node: Option<&str>) {
 #[test]
 fn node_scope_of_events() {
     check_scope(
-        NodeStarted::new("a", NodeKind::Agent, 2, Placement::Own).into(),
+        NodeStarted::new("a", NodeKind::Agent, 2, PlacementKind::Own).into(),
         Some("a"),
     );
     check_scope(RunFinished { duration_ms: 1 }.into(), None);

@@ -236,7 +236,7 @@ fn st9_unknown_top_level_field_survives_a_status_change() {
     fs::write(dir.join("run.json"), serde_json::to_string_pretty(&v).unwrap()).unwrap();
 
     let mut run = st.open_run("r9", &Owner::current()).unwrap();
-    run.transition(iterion_runtime::status::Transition::Finish)
+    run.transition(iterion_runtime::store::Transition::Finish)
         .unwrap();
     let after = raw_json(&run);
     assert_eq!(after["status"], "finished");

@@ -37,7 +37,7 @@ use crate::diag::Diagnostic;
 use crate::model::{NetworkDecl, SandboxDecl, SandboxKind, Spanned, TextMap, Workflow};
 use crate::resolved::{
     BuildSpec, EnvLayers, Floor, FloorApplication, HostState, NetworkMode, NetworkPolicySpec, NetworkPreset,
-    Origin, Placement, RequestedInputs, ResolvedMode, ResolvedSandbox, RunMode, SandboxPlan, Scope,
+    NodePlacement, Origin, RequestedInputs, ResolvedMode, ResolvedSandbox, RunMode, SandboxPlan, Scope,
 };
 use crate::values;
 
@@ -1078,8 +1078,8 @@ fn place_node(
     run: Option<&ResolvedSandbox>,
     wdecl: Option<&SandboxDecl>,
     run_hs: (HostState, &str),
-) -> Result<Placement> {
-    let host = |reason: &str| Placement::Host {
+) -> Result<NodePlacement> {
+    let host = |reason: &str| NodePlacement::Host {
         reason: reason.to_owned(),
         skip_notice: None,
     };
@@ -1087,7 +1087,7 @@ fn place_node(
     let (mode, mut source) = match decl.map(|d| d.kind) {
         None => {
             return Ok(match run {
-                Some(_) => Placement::Run { network: None },
+                Some(_) => NodePlacement::Run { network: None },
                 None => host("run is unsandboxed"),
             });
         }
@@ -1098,11 +1098,11 @@ fn place_node(
         Some(SandboxKind::Override) => {
             let d = decl.and_then(|d| d.network.as_ref());
             return Ok(match (run, d) {
-                (Some(sb), Some(net)) => Placement::Run {
+                (Some(sb), Some(net)) => NodePlacement::Run {
                     network: Some(r.node_network(&sb.network, net, id)?),
                 },
-                (Some(_), None) => Placement::Run { network: None },
-                (None, _) => Placement::Host {
+                (Some(_), None) => NodePlacement::Run { network: None },
+                (None, _) => NodePlacement::Host {
                     reason: "run is unsandboxed".to_owned(),
                     skip_notice: Some(OVERRIDE_NOTICE.to_owned()),
                 },
@@ -1155,7 +1155,7 @@ fn place_node(
             match r.build_auto(&own.over(base), source, Some(id))? {
                 Built::Sandbox(sb) => *sb,
                 Built::Skippable => {
-                    return Ok(Placement::Host {
+                    return Ok(NodePlacement::Host {
                         reason: SKIP_REASON.to_owned(),
                         skip_notice: Some(SKIP_REASON.to_owned()),
                     });
@@ -1200,9 +1200,9 @@ fn place_node(
         {
             r.floors.pop();
         }
-        return Ok(Placement::Run { network: None });
+        return Ok(NodePlacement::Run { network: None });
     }
-    Ok(Placement::Own {
+    Ok(NodePlacement::Own {
         key: sb.key.clone(),
         sandbox: Box::new(sb),
     })

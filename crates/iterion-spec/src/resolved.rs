@@ -380,7 +380,7 @@ impl ResolvedSandbox {
 /// Where a node runs (01 §8.8). JSON: `{"placement": "host" | "run" | "own", …}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "placement", rename_all = "snake_case")]
-pub enum Placement {
+pub enum NodePlacement {
     /// On the host, unsandboxed.
     Host {
         /// Why (e.g. `node sandbox: none`, `cli flag --sandbox none`, `run is unsandboxed`).
@@ -495,8 +495,8 @@ pub struct SandboxPlan {
     pub run: Option<ResolvedSandbox>,
     /// Set when auto could not produce a spec (01 §8.4 step 3): the reason for `sandbox_skipped`.
     pub run_skippable: Option<String>,
-    /// Placement of every agent, judge and tool node, by node id.
-    pub nodes: BTreeMap<String, Placement>,
+    /// NodePlacement of every agent, judge and tool node, by node id.
+    pub nodes: BTreeMap<String, NodePlacement>,
     /// Changes made by floors.
     pub floors: Vec<FloorApplication>,
     /// The raw inputs.
@@ -508,7 +508,11 @@ pub struct SandboxPlan {
 impl SandboxPlan {
     /// Whether any scope (run or node) runs in a container.
     pub fn any_active(&self) -> bool {
-        self.run.is_some() || self.nodes.values().any(|p| matches!(p, Placement::Own { .. }))
+        self.run.is_some()
+            || self
+                .nodes
+                .values()
+                .any(|p| matches!(p, NodePlacement::Own { .. }))
     }
 
     /// Every distinct effective network policy of the run (run scope, run-container node overrides, own
@@ -520,8 +524,8 @@ impl SandboxPlan {
         }
         for p in self.nodes.values() {
             match p {
-                Placement::Run { network: Some(n) } => all.push(n),
-                Placement::Own { sandbox, .. } => all.push(&sandbox.network),
+                NodePlacement::Run { network: Some(n) } => all.push(n),
+                NodePlacement::Own { sandbox, .. } => all.push(&sandbox.network),
                 _ => {}
             }
         }

@@ -6,7 +6,7 @@ use iterion_spec::compile::check;
 use iterion_spec::devcontainer::MemReader;
 use iterion_spec::model::Workflow;
 use iterion_spec::resolve::{ModeChoice, resolve_sandbox};
-use iterion_spec::resolved::{Placement, SandboxPlan};
+use iterion_spec::resolved::{NodePlacement, SandboxPlan};
 use res_common::{inputs, repo_with, set_env};
 
 fn compiled(src: &str) -> Workflow {
@@ -34,15 +34,15 @@ fn plan(
 
 fn placement(p: &SandboxPlan, node: &str) -> String {
     match &p.nodes[node] {
-        Placement::Host { reason, .. } => format!("host ({reason})"),
-        Placement::Run { network: None } => "run".to_owned(),
-        Placement::Run { network: Some(n) } => format!(
+        NodePlacement::Host { reason, .. } => format!("host ({reason})"),
+        NodePlacement::Run { network: None } => "run".to_owned(),
+        NodePlacement::Run { network: Some(n) } => format!(
             "run [{} {:?} {}]",
             n.mode.as_str(),
             n.preset.map(|p| p.as_str()),
             n.rules.join(",")
         ),
-        Placement::Own { sandbox, .. } => format!("own {}", sandbox.mode.as_str()),
+        NodePlacement::Own { sandbox, .. } => format!("own {}", sandbox.mode.as_str()),
     }
 }
 

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use iterion_spec::resolved::{
-    EnvLayers, HostState, NetworkMode, NetworkPolicySpec, NetworkPreset, Origin, Placement, ResolvedMode,
+    EnvLayers, HostState, NetworkMode, NetworkPolicySpec, NetworkPreset, NodePlacement, Origin, ResolvedMode,
     ResolvedSandbox,
 };
 use iterion_spec::values::parse_mount;
@@ -75,7 +75,7 @@ fn key_ignores_labels_but_not_values() {
 
 #[test]
 fn placement_json() {
-    let host = Placement::Host {
+    let host = NodePlacement::Host {
         reason: "node sandbox: none".into(),
         skip_notice: None,
     };
@@ -83,6 +83,6 @@ fn placement_json() {
         serde_json::to_string(&host).unwrap(),
         r#"{"placement":"host","reason":"node sandbox: none"}"#
     );
-    let run = Placement::Run { network: None };
+    let run = NodePlacement::Run { network: None };
     assert_eq!(serde_json::to_string(&run).unwrap(), r#"{"placement":"run"}"#);
 }

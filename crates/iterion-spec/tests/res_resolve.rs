@@ -5,7 +5,7 @@ mod res_common;
 use iterion_spec::devcontainer::MemReader;
 use iterion_spec::model::{NodeKind, Workflow};
 use iterion_spec::resolve::{ModeChoice, ResolveError, ResolveInputs, default_image, resolve_sandbox};
-use iterion_spec::resolved::{HostState, NetworkPolicySpec, Placement, SandboxPlan};
+use iterion_spec::resolved::{HostState, NetworkPolicySpec, NodePlacement, SandboxPlan};
 use res_common::{B, inputs, repo_with, set_env, wf, workflow};
 
 type Setup = fn(&mut ResolveInputs<'_>);
@@ -530,7 +530,7 @@ fn check_node_net(node: B, expect: &str) {
     );
     let p = run(&w, &MemReader::new(), nothing).unwrap();
     match &p.nodes["n"] {
-        Placement::Run { network: Some(n) } => assert_eq!(net(n), expect),
+        NodePlacement::Run { network: Some(n) } => assert_eq!(net(n), expect),
         other => panic!("unexpected placement {other:?}"),
     }
 }
@@ -572,19 +572,19 @@ fn node_network() {
 
 // ----- 12.11 floors and placement --------------------------------------------------------------------------
 
-fn placement(p: &Placement) -> String {
+fn placement(p: &NodePlacement) -> String {
     match p {
-        Placement::Host {
+        NodePlacement::Host {
             reason,
             skip_notice: None,
         } => format!("host ({reason})"),
-        Placement::Host {
+        NodePlacement::Host {
             reason,
             skip_notice: Some(n),
         } => format!("host ({reason}; notice: {n})"),
-        Placement::Run { network: None } => "run".to_owned(),
-        Placement::Run { network: Some(n) } => format!("run [{}]", net(n)),
-        Placement::Own { sandbox, .. } => format!("own {}", sandbox.mode.as_str()),
+        NodePlacement::Run { network: None } => "run".to_owned(),
+        NodePlacement::Run { network: Some(n) } => format!("run [{}]", net(n)),
+        NodePlacement::Own { sandbox, .. } => format!("own {}", sandbox.mode.as_str()),
     }
 }
 
@@ -650,7 +650,7 @@ fn floors() {
         set_env(i, "ITERION_SANDBOX_HOST_STATE_GUARD", "yes");
     })
     .unwrap();
-    let Placement::Own { sandbox, .. } = &p.nodes["n"] else {
+    let NodePlacement::Own { sandbox, .. } = &p.nodes["n"] else {
         panic!("own expected")
     };
     assert_eq!(sandbox.host_state, HostState::None);
@@ -752,7 +752,7 @@ fn placements() {
     )
     .unwrap();
     let key = |n: &str| match &p.nodes[n] {
-        Placement::Own { key, sandbox } => {
+        NodePlacement::Own { key, sandbox } => {
             assert_eq!(key, &sandbox.key);
             key.clone()
         }
@@ -849,7 +849,7 @@ fn forced_off_nodes_and_floors() {
         )],
     );
     let p = run(&w, &MemReader::new(), nothing).unwrap();
-    let Placement::Own { sandbox, .. } = &p.nodes["n"] else {
+    let NodePlacement::Own { sandbox, .. } = &p.nodes["n"] else {
         panic!("own expected")
     };
     assert_eq!(

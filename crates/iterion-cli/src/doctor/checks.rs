@@ -12,7 +12,7 @@ use iterion_spec::diag::Diagnostic;
 use iterion_spec::model::Workflow;
 use iterion_spec::resolve::{ModeChoice, ResolveError, ResolveInputs, resolve_sandbox};
 use iterion_spec::resolved::{
-    HostState, NetworkMode, Placement, ResolvedSandbox, RunMode, SandboxPlan, Scope,
+    HostState, NetworkMode, NodePlacement, ResolvedSandbox, RunMode, SandboxPlan, Scope,
 };
 use iterion_spec::values::MountKind;
 use serde_json::{Value, json};
@@ -431,7 +431,7 @@ pub async fn build_report(inputs: &Inputs, host: &Host, loaded: Option<&Loaded>)
             specs.push(("run".into(), r.clone()));
         }
         for (id, pl) in &p.nodes {
-            if let Placement::Own { sandbox, .. } = pl
+            if let NodePlacement::Own { sandbox, .. } = pl
                 && !specs.iter().any(|(_, s)| s.key == sandbox.key)
             {
                 specs.push((format!("node '{id}'"), (**sandbox).clone()));
@@ -656,9 +656,9 @@ fn spec_json(ctx: &Ctx<'_>) -> Value {
         .iter()
         .map(|(k, p)| {
             let v = match p {
-                Placement::Host { .. } => "host",
-                Placement::Run { .. } => "run",
-                Placement::Own { .. } => "own",
+                NodePlacement::Host { .. } => "host",
+                NodePlacement::Run { .. } => "run",
+                NodePlacement::Own { .. } => "own",
             };
             (k.clone(), json!(v))
         })
@@ -824,9 +824,9 @@ fn sandbox_active(ctx: &Ctx<'_>) -> Check {
                     format!(
                         "{k}={}",
                         match p {
-                            Placement::Host { .. } => "host",
-                            Placement::Run { .. } => "run",
-                            Placement::Own { .. } => "own",
+                            NodePlacement::Host { .. } => "host",
+                            NodePlacement::Run { .. } => "run",
+                            NodePlacement::Own { .. } => "own",
                         }
                     )
                 })

@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 
 use iterion_driver::hardening::ContainerSettings;
 use iterion_driver::{
-    AuxMount, AuxMountKind, Driver, ExecRequest, HardeningProfile, HostStatePlan, NetworkLease,
-    NetworkRequest, OutputLimits, OwnerInfo, Placement, PrepareRequest, ProxyListen, PullPolicy, Run,
+    AuxMount, AuxMountKind, Driver, EgressPlacement, ExecRequest, HardeningProfile, HostStatePlan,
+    NetworkLease, NetworkRequest, OutputLimits, OwnerInfo, PrepareRequest, ProxyListen, PullPolicy, Run,
     StartReport, StartRequest, exec_collect, fmt_duration,
 };
 use iterion_envdeny::{Category, DenyClass};
@@ -131,11 +131,11 @@ pub enum Egress {
 }
 
 impl Egress {
-    fn of(p: Option<Placement>) -> Egress {
+    fn of(p: Option<EgressPlacement>) -> Egress {
         match p {
-            Some(Placement::Relay) => Egress::Relay,
-            Some(Placement::Advisory) => Egress::Advisory,
-            Some(Placement::Open) | None => Egress::Open,
+            Some(EgressPlacement::Relay) => Egress::Relay,
+            Some(EgressPlacement::Advisory) => Egress::Advisory,
+            Some(EgressPlacement::Open) | None => Egress::Open,
         }
     }
     fn as_str(self) -> &'static str {
@@ -150,7 +150,7 @@ impl Egress {
 /// What the checks compare the probe answers with.
 #[derive(Debug, Clone)]
 pub struct Facts {
-    /// Placement of the sandbox.
+    /// EgressPlacement of the sandbox.
     pub egress: Egress,
     /// Hardening profile requested.
     pub hardening: HardeningProfile,
@@ -1323,7 +1323,7 @@ async fn start(inputs: &Inputs, plan: &Plan, id8: &str, guard: &mut Throwaway) -
             .await
             .map_err(|e| format!("cannot start the egress proxy: {e}"))?;
         let port = match lease.placement {
-            Placement::Advisory => proxy
+            EgressPlacement::Advisory => proxy
                 .local_addr()
                 .map_or(lease.container_proxy_port, |a| a.port()),
             _ => lease.container_proxy_port,

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::node::{NodeEnv, NodeError, NodeRun, NodeSuccess, driver_error, ms, run_collect, tail};
 use super::output::agent_output;
 use super::render::{Mode, Scope, render};
-use crate::events::{DelegateError, DelegateFinished, DelegateStarted, DelegateVia, Placement};
+use crate::events::{DelegateError, DelegateFinished, DelegateStarted, DelegateVia, PlacementKind};
 use crate::failure::FailureCode;
 
 /// Host variables forwarded to the agent CLI through the exec API (never on a command line).
@@ -59,7 +59,7 @@ pub fn agent_cli_nodes(
 pub async fn probe_agent_cli(
     run: &dyn iterion_driver::Run,
     host_env: &std::collections::BTreeMap<String, String>,
-) -> Result<(), super::SandboxUnavailable> {
+) -> Result<(), super::context::SandboxUnavailable> {
     let program = agent_cli_program(host_env);
     let cancel = tokio_util::sync::CancellationToken::new();
     let req = iterion_driver::ExecRequest::new([program.clone(), "--version".to_string()])
@@ -69,7 +69,7 @@ pub async fn probe_agent_cli(
         max_stdout: 64 * 1024,
         max_stderr: 64 * 1024,
     };
-    let fail = |why: String| super::SandboxUnavailable {
+    let fail = |why: String| super::context::SandboxUnavailable {
         code: FailureCode::AgentCliUnavailable,
         error: format!("the agent CLI '{program}' is not usable where claude_code nodes run: {why}"),
         phase: Some(crate::failure::FailurePhase::Probe),
@@ -160,7 +160,7 @@ pub(crate) fn invocation(
     if let Some(n) = node.tool_max_steps {
         argv.extend(["--max-turns".into(), n.to_string()]);
     }
-    let mode = if env.sandbox.placement == Placement::Host {
+    let mode = if env.sandbox.placement == PlacementKind::Host {
         "acceptEdits"
     } else {
         "bypassPermissions"

@@ -11,10 +11,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::agent::run_claude_code;
 use super::check::node_backend;
+use super::context::{ExecContext, ExecOutcome};
 use super::node::{NodeEnv, NodeError, NodeRun, NodeSuccess, ms};
 use super::render::{LoopView, Scope, with_value};
 use super::tool::run_tool;
-use super::{ExecContext, ExecOutcome};
 use crate::events::{
     ArtifactWritten, BudgetExceeded, BudgetValue, BudgetWarning, EdgeSelected, NodeFinished,
     NodeKind as EvKind, NodeRecovery, NodeStarted, RunFailed,
@@ -203,7 +203,7 @@ struct Engine<'a> {
 
 /// Executes the workflow graph from its entry node (or the checkpoint's node) to a terminal outcome.
 ///
-/// The checkpoint is handed to [`super::RunSink::checkpoint`] after every completed node; failures carry the
+/// The checkpoint is handed to [`super::context::RunSink::checkpoint`] after every completed node; failures carry the
 /// checkpoint at the node to re-execute.
 pub async fn execute(workflow: &Workflow, ctx: ExecContext) -> ExecOutcome {
     let started = Instant::now();

@@ -8,8 +8,8 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-use super::{NodeSandbox, RunSink};
-use crate::events::Placement;
+use super::context::{NodeSandbox, RunSink};
+use crate::events::PlacementKind;
 use crate::failure::FailureCode;
 use crate::store::LogLevel;
 
@@ -44,7 +44,7 @@ impl NodeEnv<'_> {
     }
 
     pub fn in_container(&self) -> bool {
-        self.sandbox.placement != Placement::Host
+        self.sandbox.placement != PlacementKind::Host
     }
 
     pub fn warn(&self, message: &str) {

@@ -13,273 +13,40 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use iterion_driver::{Driver, OwnerInfo};
+use iterion_driver::OwnerInfo;
 use iterion_envdeny::SandboxEnvEntry;
-use iterion_spec::devcontainer::SourceReader;
 use iterion_spec::model::Workflow;
 use iterion_spec::resolve::{ModeChoice, ResolveError, ResolveInputs, resolve_sandbox};
 use iterion_spec::resolved::{HostState, SandboxPlan};
 use serde_json::{Map, Value};
-use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
-use crate::events::{RunCancelled, RunFailed, RunFinished, RunResumed, RunStarted};
-use crate::exec::{ExecBounds, ExecContext, ExecOutcome, VarInputs};
-use crate::failure::{FailureCode, FailurePhase};
-use crate::status::{RunStatus, Transition};
+use crate::events::{RunCancelled, RunFinished, RunResumed, RunStarted};
+use crate::exec::{ExecContext, ExecOutcome, VarInputs};
+use crate::failure::FailureCode;
+use crate::status::RunStatus;
 use crate::store::{
-    Checkpoint, LaunchInputs, LogLevel, NewRun, OperatorEnvEntry, Owner, RunId, SandboxRequested, Store,
+    Checkpoint, LaunchInputs, LogLevel, NewRun, OperatorEnvEntry, RunId, SandboxRequested, Store, Transition,
 };
 
+mod cancel;
+mod config;
+mod host;
 mod netblock;
 pub mod reaper;
 mod sandbox;
 pub mod settings;
 mod sink;
+mod step_failure;
 #[cfg(test)]
 mod store_failure_tests;
 
-pub use sandbox::HostFacts;
+pub use cancel::Cancel;
+pub use config::{Config, Drivers, Launch, Outcome, Resume, SandboxFlags};
+pub use host::{DriverChoice, HostFacts};
 pub use settings::Settings;
 pub use sink::{NoObserver, Observer};
-
-/// What driver selection (03 §2, done by the composition root) produced for a run.
-#[derive(Debug, Clone)]
-pub enum DriverChoice {
-    /// A container driver answered its availability probe.
-    Container(Arc<dyn Driver>),
-    /// No container runtime is usable: auto scopes degrade to the host, inline scopes fail with
-    /// `SANDBOX_DRIVER_UNAVAILABLE`.
-    Unavailable {
-        /// Why (the probe answers), for the log.
-        reason: String,
-    },
-    /// The operator forced the `noop` driver: every active scope runs on the host (unless the inline floor
-    /// is active).
-    ForcedNoop,
-    /// The operator forced a driver that is not usable: every active scope fails.
-    ForcedUnavailable {
-        /// The error text, naming the forcing source.
-        message: String,
-    },
-}
-
-impl DriverChoice {
-    fn name(&self) -> &'static str {
-        match self {
-            DriverChoice::Container(d) => d.kind().as_str(),
-            DriverChoice::ForcedNoop => "noop",
-            _ => "none",
-        }
-    }
-}
-
-/// The drivers of a run: the container driver selection and the host driver (a `NoopDriver`) used for every
-/// node placed on the host.
-#[derive(Debug, Clone)]
-pub struct Drivers {
-    /// Result of driver selection.
-    pub container: DriverChoice,
-    /// Runs host-placed nodes (and everything when the run is unsandboxed).
-    pub host: Arc<dyn Driver>,
-}
-
-/// Sandbox flags of a launch (`--sandbox`, `--sandbox-host-state`, `--sandbox-default-image`,
-/// `--sandbox-driver`, `--sandbox-env`).
-#[derive(Debug, Clone, Default)]
-#[non_exhaustive]
-pub struct SandboxFlags {
-    /// `--sandbox`.
-    pub mode: Option<ModeChoice>,
-    /// `--sandbox-host-state`.
-    pub host_state: Option<HostState>,
-    /// `--sandbox-default-image`.
-    pub default_image: Option<String>,
-    /// `--sandbox-driver` (recorded; selection itself is done by the caller).
-    pub driver: Option<String>,
-    /// `--sandbox-env` entries, already parsed.
-    pub operator_env: Vec<SandboxEnvEntry>,
-}
-
-/// Configuration shared by every run of a runtime.
-#[derive(Clone)]
-#[non_exhaustive]
-pub struct Config {
-    /// Drivers.
-    pub drivers: Drivers,
-    /// The launching process environment.
-    pub env: BTreeMap<String, String>,
-    /// Bounds and switches read from `env`.
-    pub settings: Settings,
-    /// `auto` for `iterion run` / `resume`; `none` by default for library callers.
-    pub builtin_default_mode: ModeChoice,
-    /// Version used for the built-in default image; `None` disables it.
-    pub default_image_version: Option<String>,
-    /// Version recorded in `run.json`.
-    pub iterion_version: String,
-    /// This process.
-    pub owner: Owner,
-    /// Host facts (home, uid/gid, OS, data dir).
-    pub host: HostFacts,
-    /// Receives events and log lines.
-    pub observer: Arc<dyn Observer>,
-    /// Cancels the run (signal or caller).
-    pub cancel: Cancel,
-    /// Executor bounds (`--timeout`).
-    pub exec_bounds: ExecBounds,
-    /// Reads `devcontainer.json`.
-    pub reader: Arc<dyn SourceReader + Send + Sync>,
-    /// Signs `run.json` and is checked before a resume (none: unsigned records, no check).
-    pub record_key: Option<crate::store::RecordKey>,
-}
-
-impl std::fmt::Debug for Config {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Config")
-            .field("drivers", &self.drivers)
-            .field("env_names", &self.env.len())
-            .field("settings", &self.settings)
-            .field("builtin_default_mode", &self.builtin_default_mode)
-            .field("owner", &self.owner)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A new run.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct Launch {
-    /// The compiled workflow (parse, compile and the executability check are the caller's, 05 §4.0).
-    pub workflow: Workflow,
-    /// Absolute path of the workflow file.
-    pub workflow_path: PathBuf,
-    /// The file's bytes (hashed into `workflow_hash`).
-    pub workflow_bytes: Vec<u8>,
-    /// `--run-id`, or a new UUIDv7.
-    pub run_id: Option<RunId>,
-    /// The store dir (05 §1.1).
-    pub store_dir: PathBuf,
-    /// Absolute host work dir.
-    pub work_dir: PathBuf,
-    /// Git top-level of the work dir, when any.
-    pub repo_root: Option<PathBuf>,
-    /// `--preset`.
-    pub preset: Option<String>,
-    /// `--var` arguments, split at the first `=`.
-    pub vars: Vec<(String, String)>,
-    /// Sandbox flags.
-    pub sandbox: SandboxFlags,
-}
-
-impl Launch {
-    /// A launch of `workflow` read from `workflow_path` with `workflow_bytes`, storing into `store_dir`, working
-    /// in `work_dir`.
-    pub fn new(
-        workflow: Workflow,
-        workflow_path: impl Into<PathBuf>,
-        workflow_bytes: Vec<u8>,
-        store_dir: impl Into<PathBuf>,
-        work_dir: impl Into<PathBuf>,
-    ) -> Launch {
-        let work_dir = work_dir.into();
-        Launch {
-            workflow,
-            workflow_path: workflow_path.into(),
-            workflow_bytes,
-            run_id: None,
-            store_dir: store_dir.into(),
-            repo_root: Some(work_dir.clone()),
-            work_dir,
-            preset: None,
-            vars: Vec::new(),
-            sandbox: SandboxFlags::default(),
-        }
-    }
-}
-
-/// A resume (05 §9).
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct Resume {
-    /// The run to resume.
-    pub run_id: String,
-    /// Its store dir.
-    pub store_dir: PathBuf,
-    /// `--file` (default: the recorded `file_path`).
-    pub file: Option<PathBuf>,
-    /// `--force`: accept a changed workflow or devcontainer.json.
-    pub force: bool,
-    /// Sandbox flags replacing the recorded inputs of the same name; `operator_env` entries are added.
-    pub sandbox: SandboxFlags,
-}
-
-impl Resume {
-    /// A resume of `run_id` in `store_dir` with no overrides.
-    pub fn new(run_id: impl Into<String>, store_dir: impl Into<PathBuf>) -> Resume {
-        Resume {
-            run_id: run_id.into(),
-            store_dir: store_dir.into(),
-            file: None,
-            force: false,
-            sandbox: SandboxFlags::default(),
-        }
-    }
-}
-
-/// How a run invocation ended.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct Outcome {
-    /// Run id.
-    pub run_id: String,
-    /// Friendly name.
-    pub run_name: String,
-    /// Store dir.
-    pub store_dir: PathBuf,
-    /// Run directory.
-    pub run_dir: PathBuf,
-    /// Final status.
-    pub status: RunStatus,
-    /// Failure code (`failed`, `failed_resumable`, `cancelled`).
-    pub failure_code: Option<FailureCode>,
-    /// Error text of a failure, or the cancellation reason.
-    pub error: Option<String>,
-    /// Remediation hint of a failure.
-    pub hint: Option<String>,
-    /// The status before a resume.
-    pub resumed_from: Option<RunStatus>,
-}
-
-/// A failure of a lifecycle step: everything `run.json` and `run_failed` need.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Failure {
-    pub(crate) event: Box<RunFailed>,
-}
-
-impl Failure {
-    pub(crate) fn new(code: FailureCode, error: impl Into<String>) -> Failure {
-        Failure {
-            event: Box::new(RunFailed::new(code, error)),
-        }
-    }
-
-    /// Applies a `RunFailed` builder step.
-    pub(crate) fn with(mut self, f: impl FnOnce(RunFailed) -> RunFailed) -> Failure {
-        self.event = Box::new(f(*self.event));
-        self
-    }
-
-    pub(crate) fn phase(self, phase: FailurePhase) -> Failure {
-        self.with(|e| e.phase(phase))
-    }
-
-    pub(crate) fn hint(self, hint: Option<String>) -> Failure {
-        match hint.filter(|h| !h.is_empty()) {
-            Some(h) => self.with(|e| e.hint(h)),
-            None => self,
-        }
-    }
-}
+use step_failure::Failure;
 
 /// How [`drive`] ends before cleanup.
 enum End {
@@ -455,7 +222,7 @@ pub(crate) async fn launch_with(
             env: cfg.env.clone(),
             iterion_version: cfg.iterion_version.clone(),
             owner: cfg.owner.clone(),
-            now: crate::events::now_timestamp(),
+            now: crate::time::now_timestamp(),
         },
     )?;
     let em = sink::Emitter::with_events(run, cfg.observer.clone(), events);
@@ -771,61 +538,6 @@ fn store_failure_end(em: &sink::Emitter, end: End) -> End {
 
 fn cancel_reason(cfg: &Config) -> String {
     cfg.cancel.reason()
-}
-
-/// Cancellation of a run with its reason (`signal SIGINT`, `cancelled by the caller`).
-#[derive(Debug, Clone, Default)]
-pub struct Cancel {
-    token: CancellationToken,
-    force: CancellationToken,
-    reason: Arc<std::sync::Mutex<Option<String>>>,
-}
-
-impl Cancel {
-    /// A handle that is not cancelled.
-    pub fn new() -> Cancel {
-        Cancel::default()
-    }
-
-    /// Cancels with `reason` (the first reason wins).
-    pub fn cancel(&self, reason: impl Into<String>) {
-        let mut r = self.reason.lock().unwrap_or_else(|p| p.into_inner());
-        if r.is_none() {
-            *r = Some(reason.into());
-        }
-        drop(r);
-        self.token.cancel();
-    }
-
-    /// A second cancellation (05 §8.2): cleanup skips its graceful steps and force-removes the containers.
-    pub fn force(&self) {
-        self.cancel("cancelled by the caller");
-        self.force.cancel();
-    }
-
-    /// The token cleanup watches for [`Cancel::force`].
-    pub fn force_token(&self) -> CancellationToken {
-        self.force.clone()
-    }
-
-    /// Whether [`Cancel::cancel`] was called.
-    pub fn is_cancelled(&self) -> bool {
-        self.token.is_cancelled()
-    }
-
-    /// The token the executor watches.
-    pub fn token(&self) -> CancellationToken {
-        self.token.clone()
-    }
-
-    /// The reason given, or `cancelled by the caller`.
-    pub fn reason(&self) -> String {
-        self.reason
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .unwrap_or_else(|| "cancelled by the caller".into())
-    }
 }
 
 async fn execute(

@@ -12,8 +12,8 @@ use iterion_driver::{Driver, Liveness, ManagedResource, RemoveOutcome};
 
 use crate::events::RunFailed;
 use crate::failure::FailureCode;
-use crate::status::{RunStatus, Transition};
-use crate::store::{Checkpoint, Owner, RecordKey, Store};
+use crate::status::RunStatus;
+use crate::store::{Checkpoint, Owner, RecordKey, Store, Transition};
 
 /// Error text of a run marked by crash recovery.
 pub const INTERRUPTED: &str = "the process that owned this run exited without finishing it";

@@ -2,14 +2,14 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::fs;
+use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::failure::{FailureCode, FailurePhase};
 use crate::status::RunStatus;
+
+use super::files::write_atomic;
 
 /// `run.json.format_version` written by this version.
 pub const FORMAT_VERSION: u32 = 1;
@@ -149,7 +149,7 @@ pub struct EnvLayers {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodePlacementRecord {
     /// `host`, `run` or `own`.
-    pub placement: crate::events::Placement,
+    pub placement: crate::events::PlacementKind,
     /// Why (for host placements).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -429,55 +429,10 @@ pub fn launch_env(env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Prefix of the temporary files of [`write_atomic`].
-pub(crate) fn temp_prefix(path: &Path) -> String {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    format!(".{name}.tmp-")
-}
-
-/// Writes `bytes` to a temporary file `.<name>.tmp-<random>` (mode 0600) next to `path` and fsyncs it.
-pub(crate) fn stage(path: &Path, bytes: &[u8]) -> Result<PathBuf> {
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    let tmp = dir.join(format!("{}{:016x}", temp_prefix(path), rand::random::<u64>()));
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| Error::io("create", &tmp, e))?;
-    let written = f.write_all(bytes).and_then(|()| f.sync_all());
-    if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(Error::io("write", &tmp, e));
-    }
-    Ok(tmp)
-}
-
-/// Renames a staged file over `path` and fsyncs the directory.
-pub(crate) fn commit(tmp: &Path, path: &Path) -> Result<()> {
-    if let Err(e) = fs::rename(tmp, path) {
-        let _ = fs::remove_file(tmp);
-        return Err(Error::io("rename", tmp, e));
-    }
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io("sync", dir, e))
-}
-
-/// Atomic file write: temporary file in the same directory, fsync, rename over `path`, fsync the directory.
-/// A crash at any point leaves either the previous or the new content at `path`.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = stage(path, bytes)?;
-    commit(&tmp, path)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::files::stage;
 
     fn sample(now: &str) -> RunDocument {
         RunDocument::new(NewRun {

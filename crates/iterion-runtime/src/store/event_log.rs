@@ -7,7 +7,8 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 use crate::error::{Error, Result};
-use crate::events::{Event, EventRecord, encode_line, format_timestamp};
+use crate::events::{Event, EventRecord, encode_line};
+use crate::time::format_timestamp;
 
 /// An appended event.
 #[derive(Debug, Clone, PartialEq, Eq)]

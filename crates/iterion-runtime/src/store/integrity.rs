@@ -62,7 +62,7 @@ impl RecordKey {
             Err(Error::Io { source, .. }) if source.kind() == ErrorKind::NotFound => {}
             other => return other,
         }
-        super::create_private_dir(data_dir)?;
+        super::files::create_private_dir(data_dir)?;
         let bytes: [u8; 32] = rand::random();
         match OpenOptions::new()
             .write(true)

@@ -29,20 +29,25 @@
 //! ```
 mod document;
 mod event_log;
+mod files;
 mod ids;
 mod integrity;
 mod location;
 mod lock;
+pub mod names;
 mod run;
 mod run_log;
+mod transition;
 mod words;
 
 pub use document::{
     Checkpoint, ContainerRecord, EnvLayers, FORMAT_VERSION, LaunchInputs, NetworkRecord, NewRun,
     NodePlacementRecord, OperatorEnvEntry, Owner, RunDocument, SandboxRecord, SandboxRequested, SkippedScope,
-    launch_env, write_atomic,
+    launch_env,
 };
 pub use event_log::{Appended, EventLog, read_events};
+pub(crate) use files::create_private_dir;
+pub use files::write_atomic;
 pub use ids::{RunId, friendly_name, sha256_hex, validate_component};
 pub use integrity::{Integrity, KEY_FILE, RecordKey};
 pub use location::{
@@ -52,6 +57,7 @@ pub use location::{
 pub use lock::{RunLock, host_name, process_start_time};
 pub use run::{ArtifactRecord, OpenRun};
 pub use run_log::{LogClock, LogLevel, RunLog, format_log_line};
+pub use transition::Transition;
 
 use std::fs::{self, DirBuilder, OpenOptions};
 use std::io::Write;
@@ -60,35 +66,6 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::events::EventRecord;
-
-/// File names inside a run directory.
-pub mod names {
-    /// The run document.
-    pub const RUN_JSON: &str = "run.json";
-    /// The event log.
-    pub const EVENTS: &str = "events.jsonl";
-    /// The human log.
-    pub const RUN_LOG: &str = "run.log";
-    /// The advisory lock.
-    pub const LOCK: &str = ".lock";
-    /// Published outputs.
-    pub const ARTIFACTS: &str = "artifacts";
-    /// Claw session snapshots.
-    pub const SESSIONS: &str = "sessions";
-    /// Files produced by the run.
-    pub const ARTIFACT_FILES: &str = "artifact_files";
-    /// Egress proxy socket directory.
-    pub const NET: &str = "net";
-}
-
-/// Creates a directory (and missing parents) with mode 0700.
-pub(crate) fn create_private_dir(path: &Path) -> Result<()> {
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(path)
-        .map_err(|e| Error::io("create", path, e))
-}
 
 /// A run store dir: `runs/` and `worktrees/`.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,16 +5,17 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::document::{Checkpoint, Owner, RunDocument, temp_prefix, write_atomic};
+use super::document::{Checkpoint, Owner, RunDocument};
 use super::event_log::EventLog;
+use super::files::{create_private_dir, temp_prefix, write_atomic};
 use super::ids::validate_component;
 use super::integrity::{Integrity, RecordKey};
 use super::lock::RunLock;
+use super::names;
 use super::run_log::{LogClock, RunLog};
-use super::{create_private_dir, names};
+use super::transition::Transition;
 use crate::error::{Error, Result};
-use crate::events::now_timestamp;
-use crate::status::Transition;
+use crate::time::now_timestamp;
 
 /// A published output (`artifacts/<node_id>/<v>.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

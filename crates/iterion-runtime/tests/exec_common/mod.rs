@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use iterion_driver::{Driver, NoopDriver, PrepareRequest, Run, StartRequest, owner};
-use iterion_runtime::events::{Event, Placement};
+use iterion_runtime::events::{Event, PlacementKind};
 use iterion_runtime::exec::{
     ExecBounds, ExecContext, ExecOutcome, NodeSandbox, NodeSandboxes, RunSink, SandboxUnavailable, Shell,
     execute,
@@ -108,7 +108,7 @@ impl Recorder {
 pub struct HostSandboxes {
     pub run: Arc<dyn Run>,
     pub dir: PathBuf,
-    pub placements: BTreeMap<String, Placement>,
+    pub placements: BTreeMap<String, PlacementKind>,
     pub shell: Shell,
     pub unavailable: BTreeMap<String, SandboxUnavailable>,
     pub exec_env: Vec<(String, String)>,
@@ -122,7 +122,11 @@ impl NodeSandboxes for HostSandboxes {
         }
         Ok(NodeSandbox {
             run: self.run.clone(),
-            placement: self.placements.get(node_id).copied().unwrap_or(Placement::Host),
+            placement: self
+                .placements
+                .get(node_id)
+                .copied()
+                .unwrap_or(PlacementKind::Host),
             shell: self.shell,
             workdir: self.dir.to_string_lossy().into_owned(),
             host_work_dir: Some(self.dir.clone()),
@@ -151,7 +155,7 @@ pub async fn noop_run(dir: &Path, extra: &[(&str, &str)]) -> Arc<dyn Run> {
 pub struct Harness {
     pub dir: tempfile::TempDir,
     pub rec: Arc<Recorder>,
-    pub placements: BTreeMap<String, Placement>,
+    pub placements: BTreeMap<String, PlacementKind>,
     pub shell: Shell,
     pub host_env: BTreeMap<String, String>,
     pub run_env: Vec<(String, String)>,
@@ -194,7 +198,7 @@ impl Harness {
         self
     }
 
-    pub fn placed(mut self, node: &str, p: Placement) -> Self {
+    pub fn placed(mut self, node: &str, p: PlacementKind) -> Self {
         self.placements.insert(node.into(), p);
         self
     }

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use iterion_driver::{
-    BuildRequest, Capabilities, Driver, DriverEvent, DriverKind, EngineInfo, Error, ImageRef, Liveness,
-    ManagedResource, NetworkLease, NetworkRequest, NoopDriver, Placement, PrepareRequest, Prepared,
+    BuildRequest, Capabilities, Driver, DriverEvent, DriverKind, EgressPlacement, EngineInfo, Error,
+    ImageRef, Liveness, ManagedResource, NetworkLease, NetworkRequest, NoopDriver, PrepareRequest, Prepared,
     ProxyListen, RemoveOutcome, Result, StartReport, StartRequest, Started, UserRemap,
 };
 use iterion_runtime::api::Runtime;
@@ -126,7 +126,7 @@ impl Driver for FakeDriver {
         let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
         Ok(NetworkLease::new(
             DriverKind::Docker,
-            Placement::Advisory,
+            EgressPlacement::Advisory,
             ProxyListen::Tcp(addr),
             "127.0.0.1",
             0,

@@ -1,0 +1,157 @@
+//! The egress network of a run: lease, proxy, credentials (05 §4.7 item 3).
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use iterion_driver::{Driver, NetworkRequest, ProxyListen};
+use iterion_netpolicy::Policy;
+use iterion_netproxy::{Credential, Listen, Proxy, ProxyConfig, ProxyEvent};
+use iterion_spec::resolved::NetworkPolicySpec;
+
+use super::failures::{driver_failure, timeout_failure};
+use super::guard::Guard;
+use super::setup::Setup;
+use super::starter::{Net, url_host};
+use crate::events::{
+    BlockReason, NetworkBlocked, NetworkPlacement, SandboxNetworkAdvisory, SandboxNetworkStarted,
+};
+use crate::failure::{FailureCode, FailurePhase};
+use crate::lifecycle::netblock::Dedup;
+use crate::lifecycle::step_failure::Failure;
+use crate::store::LogLevel;
+
+impl Setup<'_> {
+    /// 4.7 item 3: the lease, the proxy on it, per-node credentials and `sandbox_network_started`.
+    pub(super) async fn start_network(
+        &self,
+        driver: &Arc<dyn Driver>,
+        run_policy: &NetworkPolicySpec,
+        run_compiled: Arc<Policy>,
+        compiled: &BTreeMap<String, Arc<Policy>>,
+        overrides: &[String],
+        guard: &mut Guard,
+    ) -> Result<Net, Failure> {
+        let cfg = self.cfg;
+        let req = NetworkRequest::new(
+            self.run_id.clone(),
+            self.run_dir.clone(),
+            cfg.settings.require_enforced_egress,
+        );
+        let lease = match tokio::time::timeout(cfg.settings.start_timeout.duration, driver.network(req)).await
+        {
+            Err(_) => return Err(timeout_failure(cfg, FailurePhase::Start, "the network lease")),
+            Ok(Err(e)) => return Err(driver_failure(cfg, &e, FailurePhase::Network)),
+            Ok(Ok(l)) => Arc::new(l),
+        };
+        Guard::lock(&guard.res).lease = Some(lease.clone());
+        // The proxy starts with one credential nobody is given (the configuration requires one); it is removed
+        // once the proxy runs. Steps get credentials of their own while they run (`Starter::mint`).
+        const BOOTSTRAP: &str = "bootstrap";
+        let mut builder = ProxyConfig::builder()
+            .listen(match &lease.proxy_listen {
+                ProxyListen::Unix(p) => Listen::Unix(p.clone()),
+                ProxyListen::Tcp(a) => Listen::Tcp(*a),
+            })
+            .credential(Credential::new(
+                BOOTSTRAP,
+                iterion_netproxy::new_token(),
+                None,
+                run_compiled.clone(),
+            ));
+        if let Some(sd) = &cfg.settings.silent_deny {
+            builder = builder.silent_deny(sd);
+        }
+        let em = self.em.clone();
+        let run_id = self.run_id.clone();
+        let dedup = Mutex::new(Dedup::new());
+        builder = builder.on_event(move |ev| {
+            if let ProxyEvent::Denied(d) = ev {
+                let reason_text = d.reason.clone().unwrap_or_else(|| "policy denial".into());
+                let admitted = dedup.lock().unwrap_or_else(|p| p.into_inner()).admit(
+                    &d.host,
+                    d.port,
+                    d.node_id.as_deref(),
+                    &reason_text,
+                    Instant::now(),
+                );
+                let Some(suppressed) = admitted else { return };
+                let reason = match reason_text.as_str() {
+                    "non-global address" => BlockReason::NonGlobalAddress,
+                    "secret leak" => BlockReason::SecretLeak,
+                    _ => BlockReason::PolicyDenial,
+                };
+                em.emit(NetworkBlocked {
+                    host: d.host.clone(),
+                    port: d.port,
+                    reason,
+                    rule: d.rule.clone().unwrap_or_else(|| "no rule matched".into()),
+                    decision_id: d.decision_id.to_string(),
+                    run_id: run_id.clone(),
+                    node_id: d.node_id.clone(),
+                    suppressed,
+                    address: d.address.clone(),
+                    secret: None,
+                });
+            }
+        });
+        let start_failed = |e: String| {
+            Failure::new(
+                FailureCode::SandboxStartFailed,
+                format!("cannot start the egress proxy: {e}"),
+            )
+            .phase(FailurePhase::Network)
+        };
+        let config = builder.build().map_err(|e| start_failed(e.to_string()))?;
+        let proxy = Proxy::start(config)
+            .await
+            .map_err(|e| start_failed(e.to_string()))?;
+        proxy.remove_credential(BOOTSTRAP);
+        let placement = lease.placement;
+        let port = match placement {
+            iterion_driver::EgressPlacement::Advisory => proxy
+                .local_addr()
+                .map(|a| a.port())
+                .unwrap_or(lease.container_proxy_port),
+            _ => lease.container_proxy_port,
+        };
+        let proxy_text = match &lease.proxy_listen {
+            ProxyListen::Unix(p) => p.to_string_lossy().into_owned(),
+            ProxyListen::Tcp(_) => proxy.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        };
+        Guard::lock(&guard.res).proxy = Some(proxy);
+        let host = lease.container_proxy_host.clone();
+        let net_placement = match placement {
+            iterion_driver::EgressPlacement::Advisory => NetworkPlacement::Advisory,
+            _ => NetworkPlacement::Relay,
+        };
+        if placement == iterion_driver::EgressPlacement::Advisory {
+            let reason = "the engine cannot reach a host socket (Docker Desktop); the proxy is advisory: processes that ignore HTTP(S)_PROXY bypass it";
+            self.em.log(LogLevel::Warn, &format!("sandbox: {reason}"));
+            let engine = driver.engine_info().await.map(|i| i.engine).unwrap_or_default();
+            self.em.emit(SandboxNetworkAdvisory {
+                driver: driver.kind().as_str().to_owned(),
+                engine,
+                reason: reason.into(),
+            });
+        }
+        self.em.emit(SandboxNetworkStarted {
+            driver: driver.kind().as_str().to_owned(),
+            mode: run_policy.mode.as_str().to_owned(),
+            preset: run_policy.preset.map(|p| p.as_str().to_owned()),
+            rules: run_policy.rules.len() as u64,
+            placement: net_placement,
+            proxy: proxy_text,
+            enforced: placement == iterion_driver::EgressPlacement::Relay,
+            node_overrides: overrides.to_vec(),
+        });
+        Ok(Net {
+            lease,
+            base_url: format!("http://{}:{port}", url_host(&host)),
+            host: host.clone(),
+            port,
+            run_policy: run_compiled,
+            node_policies: compiled.clone(),
+            endpoint: iterion_driver::ProxyEndpoint { host, port },
+        })
+    }
+}

@@ -1,0 +1,566 @@
+//! The setup steps of a run: resolution events, degradation to the host, the run container (05 §4.2–4.12).
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use iterion_driver::{Driver, OwnerInfo, PrepareRequest, Prepared, StartRequest};
+use iterion_envdeny::SandboxEnvEntry;
+use iterion_netpolicy::Policy;
+use iterion_spec::resolve::ResolveError;
+use iterion_spec::resolved::{NetworkPolicySpec, NodePlacement, ResolvedSandbox, SandboxPlan};
+
+use super::convert::{host_spec, ms, origin_label};
+use super::failures::{
+    INLINE_NEEDS_CONTAINER, NO_RUNTIME, OPERATOR_NOOP, compile_policy, driver_failure, resolve_failure,
+};
+use super::guard::Guard;
+use super::nodes::{OwnSpec, Sandboxes};
+use super::starter::Starter;
+use crate::events::{
+    FloorScope, PlacementKind, SandboxFloorApplied, SandboxNetworkDefaulted, SandboxResolved, SandboxSkipped,
+    SandboxStarted,
+};
+use crate::exec::{NodeSandbox, Shell};
+use crate::failure::{FailureCode, FailurePhase};
+use crate::lifecycle::config::Config;
+use crate::lifecycle::host::DriverChoice;
+use crate::lifecycle::sink::Emitter;
+use crate::lifecycle::step_failure::Failure;
+use crate::store::{ContainerRecord, LogLevel, NetworkRecord, NodePlacementRecord, SkippedScope};
+
+/// One step of the setup with its inputs.
+pub(crate) struct Setup<'a> {
+    pub(crate) cfg: &'a Config,
+    pub(crate) em: Emitter,
+    pub(crate) run_id: String,
+    pub(crate) run_name: String,
+    pub(crate) run_dir: PathBuf,
+    pub(crate) work_dir: PathBuf,
+    pub(crate) repo_root: Option<PathBuf>,
+    pub(crate) operator_env: Vec<SandboxEnvEntry>,
+    pub(crate) owner: OwnerInfo,
+}
+
+impl Setup<'_> {
+    pub(super) async fn host_run(&self) -> Result<NodeSandbox, Failure> {
+        let host = &self.cfg.drivers.host;
+        let wd = self.work_dir.to_string_lossy().into_owned();
+        let prepared = host
+            .prepare(PrepareRequest::new(host_spec(&wd)))
+            .await
+            .map_err(|e| driver_failure(self.cfg, &e, FailurePhase::Start))?;
+        let req = StartRequest::new(self.run_id.clone(), self.work_dir.clone(), self.owner.clone());
+        let started = host
+            .start(prepared, None, req)
+            .await
+            .map_err(|e| driver_failure(self.cfg, &e, FailurePhase::Start))?;
+        Ok(NodeSandbox {
+            run: Arc::from(started.run),
+            placement: PlacementKind::Host,
+            shell: Shell::Bash,
+            workdir: wd,
+            host_work_dir: Some(self.work_dir.clone()),
+        })
+    }
+
+    pub(super) fn emit_skipped(
+        &self,
+        driver: &str,
+        spec: &ResolvedSandbox,
+        reason: &str,
+        node_id: Option<&str>,
+    ) {
+        self.em.emit(SandboxSkipped {
+            driver: driver.to_owned(),
+            mode: spec.mode.as_str().to_owned(),
+            source: spec.source.clone(),
+            reason: reason.to_owned(),
+            node_id: node_id.map(str::to_owned),
+            file_secrets_dropped: None,
+        });
+    }
+
+    /// Runs 4.2–4.12 and returns the sandboxes the executor uses.
+    pub(crate) async fn run(
+        &self,
+        plan: &Result<SandboxPlan, ResolveError>,
+        guard: &mut Guard,
+    ) -> Result<Arc<Sandboxes>, Failure> {
+        // 4.2
+        let plan = self.accept(plan)?;
+        self.record_plan(&plan);
+        // 4.3
+        self.emit_resolution(&plan);
+        // Host nodes always have a sandbox.
+        let host = self.host_run().await?;
+        Guard::lock(&guard.res).host_runs.push(host.run.clone());
+        let mut placements: BTreeMap<String, PlacementKind> = plan
+            .nodes
+            .iter()
+            .map(|(k, p)| (k.clone(), PlacementKind::of(p)))
+            .collect();
+        self.emit_host_skips(&plan);
+        if !plan.any_active() {
+            return Ok(host_only(placements, host));
+        }
+        // 4.4
+        let own: Vec<(String, String, ResolvedSandbox)> = plan
+            .nodes
+            .iter()
+            .filter_map(|(id, p)| match p {
+                NodePlacement::Own { key, sandbox } => Some((id.clone(), key.clone(), (**sandbox).clone())),
+                _ => None,
+            })
+            .collect();
+        let driver = match &self.cfg.drivers.container {
+            DriverChoice::Container(d) => d.clone(),
+            choice => {
+                self.degrade(choice, plan.run.as_ref(), &own)?;
+                for p in placements.values_mut() {
+                    *p = PlacementKind::Host;
+                }
+                return Ok(host_only(placements, host));
+            }
+        };
+        let (run_sandbox, starter, kind) = self.start_run(&plan, driver, guard).await?;
+        let own_keys: BTreeMap<String, String> =
+            own.iter().map(|(id, k, _)| (id.clone(), k.clone())).collect();
+        let own_specs: BTreeMap<String, OwnSpec> = own
+            .into_iter()
+            .map(|(_, k, s)| {
+                (
+                    k,
+                    OwnSpec {
+                        spec: s,
+                        started: tokio::sync::Mutex::new(None),
+                    },
+                )
+            })
+            .collect();
+        Ok(Arc::new(Sandboxes {
+            host,
+            run: run_sandbox,
+            placements,
+            own_keys,
+            own: own_specs,
+            starter: Some(Arc::new(starter)),
+            driver_name: Some(kind),
+        }))
+    }
+
+    /// 4.2: a plan, or the failure of its resolution (devcontainer diagnostics logged); warnings logged.
+    fn accept(&self, plan: &Result<SandboxPlan, ResolveError>) -> Result<SandboxPlan, Failure> {
+        let plan = match plan {
+            Ok(p) => p.clone(),
+            Err(e) => {
+                if let ResolveError::Devcontainer { diagnostics, .. } = e {
+                    for d in diagnostics {
+                        self.em.log(LogLevel::Error, &d.render_header());
+                    }
+                }
+                return Err(resolve_failure(e));
+            }
+        };
+        for w in &plan.warnings {
+            self.em.log(LogLevel::Warn, &w.render_header());
+        }
+        Ok(plan)
+    }
+
+    /// Records the resolved plan in `run.json` (floors, run sandbox, node placements).
+    fn record_plan(&self, plan: &SandboxPlan) {
+        let floors: Vec<serde_json::Value> = plan
+            .floors
+            .iter()
+            .filter_map(|f| serde_json::to_value(f).ok())
+            .collect();
+        let nodes: BTreeMap<String, NodePlacementRecord> = plan
+            .nodes
+            .iter()
+            .map(|(id, p)| {
+                let rec = match p {
+                    NodePlacement::Host { reason, .. } => NodePlacementRecord {
+                        placement: PlacementKind::Host,
+                        reason: Some(reason.clone()),
+                        key: None,
+                        image: None,
+                    },
+                    NodePlacement::Run { .. } => NodePlacementRecord {
+                        placement: PlacementKind::Run,
+                        reason: None,
+                        key: None,
+                        image: None,
+                    },
+                    NodePlacement::Own { key, sandbox } => NodePlacementRecord {
+                        placement: PlacementKind::Own,
+                        reason: None,
+                        key: Some(key.clone()),
+                        image: sandbox.image.clone(),
+                    },
+                };
+                (id.clone(), rec)
+            })
+            .collect();
+        let active = plan.any_active();
+        let resolved = plan.run.clone();
+        self.em.update(|d| {
+            d.sandbox.floors = floors;
+            d.sandbox.resolved = resolved;
+            d.sandbox.nodes = nodes;
+            d.sandbox.active = active;
+            d.sandbox.skipped = None;
+            d.sandbox.containers.clear();
+        });
+    }
+
+    /// 4.3: `sandbox_floor_applied`, `sandbox_network_defaulted` and `sandbox_resolved`.
+    fn emit_resolution(&self, plan: &SandboxPlan) {
+        let em = &self.em;
+        let active = plan.any_active();
+        for f in &plan.floors {
+            em.emit(SandboxFloorApplied {
+                floor: f.floor.as_str().to_owned(),
+                value: f.value.clone(),
+                scope: match f.scope {
+                    iterion_spec::resolved::Scope::Run => FloorScope::Run,
+                    iterion_spec::resolved::Scope::Node => FloorScope::Node,
+                },
+                node_id: f.node_id.clone(),
+                from: f.from.clone(),
+                to: f.to.clone(),
+                shadowed_source: f.shadowed_source.clone(),
+            });
+        }
+        if let Some(r) = &plan.run
+            && r.network.defaulted
+        {
+            em.emit(SandboxNetworkDefaulted {
+                mode: r.network.mode.as_str().to_owned(),
+                preset: r.network.preset.map(|p| p.as_str()).unwrap_or("iterion-default").to_owned(),
+                rules: r.network.rules.len() as u64,
+                devcontainer: r.devcontainer.as_ref().map(|d| d.path.clone()).unwrap_or_default(),
+                reason: "the repository defines the sandbox (devcontainer.json) and the workflow declares no network base; egress defaults to the iterion-default allowlist".into(),
+            });
+        }
+        let run_mode = plan.run_mode;
+        em.emit(SandboxResolved {
+            active,
+            mode: match run_mode {
+                iterion_spec::resolved::RunMode::None => "none",
+                iterion_spec::resolved::RunMode::Auto => "auto",
+                iterion_spec::resolved::RunMode::Inline => "inline",
+            }
+            .to_owned(),
+            source: plan.run_source.clone(),
+            origin: plan.run.as_ref().map(|r| origin_label(r).to_owned()),
+            image: plan.run.as_ref().and_then(|r| r.image.clone()),
+            build: plan.run.as_ref().is_some_and(|r| r.build.is_some()),
+            devcontainer: plan
+                .run
+                .as_ref()
+                .and_then(|r| r.devcontainer.as_ref().map(|d| d.path.clone())),
+            host_state: plan
+                .run
+                .as_ref()
+                .map(|r| r.host_state.as_str())
+                .unwrap_or("none")
+                .to_owned(),
+            host_state_source: plan
+                .run
+                .as_ref()
+                .map(|r| r.host_state_source.clone())
+                .unwrap_or_else(|| "default".into()),
+            network_mode: plan
+                .run
+                .as_ref()
+                .map(|r| r.network.mode.as_str())
+                .unwrap_or("open")
+                .to_owned(),
+            network_preset: plan
+                .run
+                .as_ref()
+                .and_then(|r| r.network.preset.map(|p| p.as_str().to_owned())),
+            placements: plan
+                .nodes
+                .iter()
+                .map(|(k, p)| (k.clone(), PlacementKind::of(p)))
+                .collect(),
+            warnings: plan.warnings.len() as u64,
+        });
+    }
+
+    /// `sandbox_skipped` for node overrides ignored on the host and for a skippable run scope.
+    fn emit_host_skips(&self, plan: &SandboxPlan) {
+        let (cfg, em) = (self.cfg, &self.em);
+        // Node overrides ignored on the host (01 §8.8).
+        for (id, p) in &plan.nodes {
+            if let NodePlacement::Host {
+                skip_notice: Some(n), ..
+            } = p
+            {
+                em.emit(SandboxSkipped {
+                    driver: cfg.drivers.container.name().to_owned(),
+                    mode: "none".into(),
+                    source: plan.run_source.clone(),
+                    reason: n.clone(),
+                    node_id: Some(id.clone()),
+                    file_secrets_dropped: None,
+                });
+            }
+        }
+        if let Some(reason) = &plan.run_skippable {
+            em.emit(SandboxSkipped {
+                driver: "none".into(),
+                mode: "auto".into(),
+                source: plan.run_source.clone(),
+                reason: reason.clone(),
+                node_id: None,
+                file_secrets_dropped: None,
+            });
+            let r = reason.clone();
+            em.update(|d| {
+                d.sandbox.skipped = Some(SkippedScope {
+                    scope: "run".into(),
+                    reason: r,
+                })
+            });
+        }
+    }
+
+    /// 4.4 without a container driver: every active scope runs on the host, or the run fails when a scope
+    /// must not degrade.
+    fn degrade(
+        &self,
+        choice: &DriverChoice,
+        run_spec: Option<&ResolvedSandbox>,
+        own: &[(String, String, ResolvedSandbox)],
+    ) -> Result<(), Failure> {
+        let (cfg, em) = (self.cfg, &self.em);
+        let inline_floor = cfg
+            .env
+            .get("ITERION_SANDBOX_FLOOR")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("inline"));
+        let (driver_label, reason, fail): (&str, &str, Option<String>) = match choice {
+            DriverChoice::ForcedNoop if inline_floor => (
+                "noop",
+                OPERATOR_NOOP,
+                Some("the inline floor forbids running on the host".into()),
+            ),
+            DriverChoice::ForcedNoop => ("noop", OPERATOR_NOOP, None),
+            DriverChoice::ForcedUnavailable { message } => ("none", NO_RUNTIME, Some(message.clone())),
+            _ => ("none", NO_RUNTIME, None),
+        };
+        if let DriverChoice::Unavailable { reason } = choice {
+            em.log(LogLevel::Info, &format!("sandbox: no container driver: {reason}"));
+        }
+        let forced_noop = matches!(choice, DriverChoice::ForcedNoop);
+        let scopes: Vec<(Option<String>, ResolvedSandbox)> = run_spec
+            .into_iter()
+            .map(|r| (None, r.clone()))
+            .chain(own.iter().map(|(id, _, s)| (Some(id.clone()), s.clone())))
+            .collect();
+        for (_, s) in &scopes {
+            if let Some(msg) = &fail {
+                return Err(Failure::new(FailureCode::SandboxDriverUnavailable, msg.clone())
+                    .phase(FailurePhase::Driver));
+            }
+            if !forced_noop && !s.degrade_allowed {
+                return Err(
+                    Failure::new(FailureCode::SandboxDriverUnavailable, INLINE_NEEDS_CONTAINER)
+                        .phase(FailurePhase::Driver),
+                );
+            }
+        }
+        for (node, s) in &scopes {
+            self.emit_skipped(driver_label, s, reason, node.as_deref());
+        }
+        let dl = driver_label.to_owned();
+        let r = reason.to_owned();
+        em.update(|d| {
+            d.sandbox.driver = Some(dl);
+            d.sandbox.skipped = Some(SkippedScope {
+                scope: "run".into(),
+                reason: r,
+            });
+        });
+        Ok(())
+    }
+
+    /// 4.5–4.12 with a container driver: policies, the network, the run container.
+    async fn start_run(
+        &self,
+        plan: &SandboxPlan,
+        driver: Arc<dyn Driver>,
+        guard: &mut Guard,
+    ) -> Result<(Option<NodeSandbox>, Starter, String), Failure> {
+        let (cfg, em) = (self.cfg, &self.em);
+        let kind = driver.kind().as_str().to_owned();
+        {
+            let k = kind.clone();
+            em.update(|d| d.sandbox.driver = Some(k));
+            Guard::lock(&guard.res).driver = Some(driver.clone());
+            Guard::lock(&guard.res).keep_images = cfg.settings.keep_build_images;
+        }
+        guard.driver_name = kind.clone();
+        let caps = driver.capabilities();
+        let artifact_dir = if caps.host_binds {
+            em.run().artifact_files_dir().ok()
+        } else {
+            None
+        };
+        let run_spec = plan.run.clone();
+        let (run_policy, node_policies, overrides) = effective_policies(plan);
+        let needs_proxy = run_spec.as_ref().is_some_and(|r| r.network.needs_proxy())
+            || node_policies.values().any(|p| p.needs_proxy());
+        let mut compiled: BTreeMap<String, Arc<Policy>> = BTreeMap::new();
+        let mut run_compiled = None;
+        if needs_proxy {
+            for (id, p) in &node_policies {
+                compiled.insert(id.clone(), Arc::new(compile_policy(p)?));
+            }
+            run_compiled = Some(Arc::new(compile_policy(&run_policy)?));
+        }
+        let operator = iterion_envdeny::operator_layer(&self.operator_env);
+        let mut starter = Starter {
+            cfg: cfg.clone(),
+            em: em.clone(),
+            driver: driver.clone(),
+            run_id: self.run_id.clone(),
+            run_name: self.run_name.clone(),
+            work_dir: self.work_dir.clone(),
+            repo_root: self.repo_root.clone(),
+            operator,
+            owner: self.owner.clone(),
+            net: None,
+            artifact_dir,
+            res: guard.res.clone(),
+        };
+        // 4.5
+        if let Some(r) = &run_spec {
+            starter.classify("run", r, needs_proxy)?;
+        }
+        // 4.8–4.9 for the run container
+        let prepared = match &run_spec {
+            Some(r) => Some(starter.prepare(r, None, None).await?),
+            None => None,
+        };
+        // 4.7 item 3
+        if let Some(run_compiled) = run_compiled {
+            let net = self
+                .start_network(&driver, &run_policy, run_compiled, &compiled, &overrides, guard)
+                .await?;
+            starter.net = Some(Arc::new(net));
+        }
+        // 4.10–4.12
+        let run_sandbox = match (run_spec, prepared) {
+            (Some(r), Some(p)) => Some(self.start_run_container(&starter, &r, p, &kind).await?),
+            _ => None,
+        };
+        Ok((run_sandbox, starter, kind))
+    }
+
+    /// 4.10–4.12 for the run container: start, record, `sandbox_started`.
+    async fn start_run_container(
+        &self,
+        starter: &Starter,
+        r: &ResolvedSandbox,
+        p: Prepared,
+        kind: &str,
+    ) -> Result<NodeSandbox, Failure> {
+        let em = &self.em;
+        let st = starter.start(r, p, "run", None).await?;
+        let rep = &st.report;
+        let (id, name, user) = (rep.container_id.clone(), rep.name.clone(), rep.user.clone());
+        let network = NetworkRecord {
+            enforced: rep.enforced_egress,
+            placement: match rep.placement {
+                iterion_driver::EgressPlacement::Relay => "relay",
+                iterion_driver::EgressPlacement::Advisory => "advisory",
+                _ => "open",
+            }
+            .into(),
+        };
+        em.update(|d| {
+            d.sandbox.effective_user = user;
+            d.sandbox.network = Some(network);
+            d.sandbox.containers.push(ContainerRecord {
+                role: "run".into(),
+                id: id.chars().take(12).collect(),
+                name,
+                key: None,
+            });
+        });
+        em.emit(SandboxStarted {
+            driver: kind.to_owned(),
+            mode: r.mode.as_str().to_owned(),
+            source: r.source.clone(),
+            origin: origin_label(r).to_owned(),
+            image: rep.image.reference.clone(),
+            container: rep.container_id.clone(),
+            workspace_folder: r.workspace_folder.clone(),
+            user: rep.user.clone().unwrap_or_default(),
+            has_post_create: !r.post_create.is_empty(),
+            network_mode: r.network.mode.as_str().to_owned(),
+            enforced_egress: rep.enforced_egress,
+            shell: st.shell.program().to_owned(),
+            duration_ms: ms(st.duration),
+        });
+        em.log(
+            LogLevel::Info,
+            &format!(
+                "sandbox: container {} started (image={}, workspace={})",
+                rep.container_id.chars().take(12).collect::<String>(),
+                rep.image.reference,
+                r.workspace_folder
+            ),
+        );
+        Ok(st.sandbox)
+    }
+}
+
+/// The sandboxes of a run whose nodes all run on the host.
+fn host_only(placements: BTreeMap<String, PlacementKind>, host: NodeSandbox) -> Arc<Sandboxes> {
+    Arc::new(Sandboxes {
+        host,
+        run: None,
+        placements,
+        own_keys: BTreeMap::new(),
+        own: BTreeMap::new(),
+        starter: None,
+        driver_name: None,
+    })
+}
+
+/// Effective policies (4.7 items 1–2): the run's, each node's, and the nodes that override the run's.
+fn effective_policies(
+    plan: &SandboxPlan,
+) -> (
+    NetworkPolicySpec,
+    BTreeMap<String, NetworkPolicySpec>,
+    Vec<String>,
+) {
+    let run_policy = plan
+        .run
+        .as_ref()
+        .map(|r| r.network.clone())
+        .unwrap_or_else(|| NetworkPolicySpec::open("run is unsandboxed"));
+    let mut node_policies: BTreeMap<String, NetworkPolicySpec> = BTreeMap::new();
+    let mut overrides = Vec::new();
+    for (id, p) in &plan.nodes {
+        match p {
+            NodePlacement::Run { network: Some(n) } => {
+                node_policies.insert(id.clone(), n.clone());
+                overrides.push(id.clone());
+            }
+            NodePlacement::Run { network: None } => {
+                node_policies.insert(id.clone(), run_policy.clone());
+            }
+            NodePlacement::Own { sandbox, .. } => {
+                node_policies.insert(id.clone(), sandbox.network.clone());
+                overrides.push(id.clone());
+            }
+            NodePlacement::Host { .. } => {}
+        }
+    }
+    (run_policy, node_policies, overrides)
+}

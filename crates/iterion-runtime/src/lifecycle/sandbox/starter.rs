@@ -1,0 +1,587 @@
+//! Starting a container: env merge and classification, prepare, start, post-create, host state (05 §4.5–4.12).
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use iterion_driver::{
+    AuxMount, AuxMountKind, BuildNetwork, BuildRequest, Driver, DriverEvent, Error as DError, EventSink,
+    ExecRequest, HostStatePlan, NetworkLease, OutputLimits, OwnerInfo, PrepareRequest, Prepared, Run,
+    StartReport, StartRequest,
+};
+use iterion_envdeny::{EnvLayers as DenyLayers, RepoEnv, Reserved};
+use iterion_netpolicy::Policy;
+use iterion_netproxy::Credential;
+use iterion_spec::resolved::{HostState, NetworkMode, ResolvedSandbox};
+
+use super::convert::ms;
+use super::failures::{driver_failure, timeout_failure};
+use super::guard::{Guard, Res};
+use crate::events::{
+    EnvAction, EnvDeniedEntry, HomeSource, PlacementKind, SandboxEnvDenied, SandboxHostStateMounted,
+    SandboxImageReady, SandboxPostCreateFinished, SandboxPostCreateStarted, SandboxUidMismatchWarning,
+    SandboxUserRemap, SkippedPath,
+};
+use crate::exec::{NodeSandbox, Shell};
+use crate::failure::{FailureCode, FailurePhase};
+use crate::lifecycle::config::Config;
+use crate::lifecycle::sink::Emitter;
+use crate::lifecycle::step_failure::Failure;
+use crate::store::LogLevel;
+
+/// What a started container gives the executor.
+#[derive(Clone)]
+pub(super) struct Started {
+    pub(super) sandbox: NodeSandbox,
+    pub(super) report: StartReport,
+    pub(super) shell: Shell,
+    pub(super) duration: Duration,
+}
+
+/// The network of the run: lease, proxy and the policies credentials are minted with.
+///
+/// No credential lives in a container's environment: the container env carries the proxy URL without
+/// credentials, and each step (a node execution, a post-create phase) gets a fresh credential for its policy in
+/// its exec env only, revoked when the step ends.
+pub(super) struct Net {
+    pub(super) lease: Arc<NetworkLease>,
+    /// `http://<host>:<port>`, no credentials (the container env).
+    pub(super) base_url: String,
+    pub(super) host: String,
+    pub(super) port: u16,
+    pub(super) run_policy: Arc<Policy>,
+    pub(super) node_policies: BTreeMap<String, Arc<Policy>>,
+    pub(super) endpoint: iterion_driver::ProxyEndpoint,
+}
+
+/// Username of the credential of a post-create phase (node ids are identifiers, so none is `setup:…`-like;
+/// the credential is attributed to the node for a node container).
+pub(super) const SETUP_USER: &str = "setup";
+
+/// Everything needed to start a container, shared with lazily started node containers.
+pub(super) struct Starter {
+    pub(super) cfg: Config,
+    pub(super) em: Emitter,
+    pub(super) driver: Arc<dyn Driver>,
+    pub(super) run_id: String,
+    pub(super) run_name: String,
+    pub(super) work_dir: PathBuf,
+    pub(super) repo_root: Option<PathBuf>,
+    pub(super) operator: BTreeMap<String, String>,
+    pub(super) owner: OwnerInfo,
+    pub(super) net: Option<Arc<Net>>,
+    pub(super) artifact_dir: Option<PathBuf>,
+    pub(super) res: Arc<Mutex<Res>>,
+}
+
+impl std::fmt::Debug for Starter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Starter")
+            .field("run_id", &self.run_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Starter {
+    pub(super) fn sink(&self, node_id: Option<String>) -> EventSink {
+        let em = self.em.clone();
+        EventSink::new(move |ev| match ev {
+            DriverEvent::ImageReady {
+                image,
+                digest,
+                pulled,
+                duration_ms,
+            } => em.emit(SandboxImageReady {
+                image,
+                digest,
+                pulled,
+                duration_ms,
+                node_id: node_id.clone(),
+            }),
+            DriverEvent::BuildStarted {
+                driver,
+                dockerfile,
+                context,
+                target,
+                network,
+            } => em.emit(crate::events::SandboxBuildStarted {
+                driver: driver.to_string(),
+                dockerfile,
+                context,
+                target: Some(target),
+                network: network.as_str().to_owned(),
+                node_id: node_id.clone(),
+            }),
+            DriverEvent::BuildFinished {
+                driver,
+                target,
+                duration_ms,
+                network,
+            } => em.emit(crate::events::SandboxBuildFinished {
+                driver: driver.to_string(),
+                target,
+                duration_ms,
+                network: network.as_str().to_owned(),
+                node_id: node_id.clone(),
+            }),
+            DriverEvent::BuildFailed { driver, error } => em.emit(crate::events::SandboxBuildFailed {
+                driver: driver.to_string(),
+                error,
+                node_id: node_id.clone(),
+            }),
+            DriverEvent::Log { level, message } => em.log(
+                match level {
+                    iterion_driver::LogLevel::Debug => LogLevel::Debug,
+                    iterion_driver::LogLevel::Info => LogLevel::Info,
+                    iterion_driver::LogLevel::Warn => LogLevel::Warn,
+                },
+                &message,
+            ),
+            _ => {}
+        })
+    }
+
+    /// The container environment of a spec (05 §4.5) with the reserved values; `scope` is `run` or a node id.
+    pub(super) fn merge_env(
+        &self,
+        spec: &ResolvedSandbox,
+        proxy_url: Option<&str>,
+    ) -> Result<iterion_envdeny::MergedEnv, Failure> {
+        let mut repo = RepoEnv::new();
+        repo.container_env = spec.env_layers.repo.clone();
+        let mut layers = DenyLayers::new();
+        layers.repo = repo;
+        layers.workflow = spec.env_layers.workflow.clone();
+        layers.operator = self.operator.clone();
+        let mut reserved = Reserved::none();
+        if let Some(u) = proxy_url {
+            reserved = reserved.with_proxy(u);
+        }
+        if self.artifact_dir.is_some() {
+            reserved = reserved.with_artifact_files();
+        }
+        iterion_envdeny::merge(&layers, &reserved).map_err(|e| {
+            let mut f =
+                Failure::new(FailureCode::SandboxSpecInvalid, e.to_string()).phase(FailurePhase::Start);
+            f = f.with(|e| e.detail("env"));
+            f
+        })
+    }
+
+    /// 4.5: classify, emit `sandbox_env_denied`, record names (before anything is created).
+    pub(super) fn classify(&self, scope: &str, spec: &ResolvedSandbox, proxy: bool) -> Result<(), Failure> {
+        let provisional = proxy.then_some("http://127.0.0.1:3128");
+        let merged = self.merge_env(spec, provisional)?;
+        let report: Vec<EnvDeniedEntry> = merged
+            .report
+            .iter()
+            .map(|e| EnvDeniedEntry {
+                name: e.name.clone(),
+                source: e.source.as_str().to_owned(),
+                action: match e.action {
+                    iterion_envdeny::Action::Removed => EnvAction::Removed,
+                    _ => EnvAction::Overridden,
+                },
+                reason: e.reason.clone(),
+                category: e.category.as_str().to_owned(),
+            })
+            .collect();
+        let json: Vec<serde_json::Value> = report
+            .iter()
+            .filter_map(|e| serde_json::to_value(e).ok())
+            .collect();
+        let workflow_names: Vec<String> = spec.env_layers.workflow.keys().cloned().collect();
+        let repo_names: Vec<String> = spec.env_layers.repo.keys().cloned().collect();
+        let op_names: Vec<String> = self.operator.keys().cloned().collect();
+        if scope == "run" {
+            self.em.update(|d| {
+                d.sandbox.env_layers.repo = repo_names;
+                d.sandbox.env_layers.workflow = workflow_names;
+                d.sandbox.env_layers.operator = op_names;
+                d.sandbox.env_report = json;
+            });
+        }
+        if !report.is_empty() {
+            let names: Vec<String> = report.iter().map(|e| e.name.clone()).collect();
+            self.em.log(
+                LogLevel::Warn,
+                &format!(
+                    "sandbox: environment of {scope}: removed or overridden {} (names only; values never leave the host)",
+                    {
+                        let mut n = names.clone();
+                        n.sort();
+                        n.dedup();
+                        n.join(", ")
+                    }
+                ),
+            );
+            self.em.emit(SandboxEnvDenied {
+                sandbox: scope.to_owned(),
+                names,
+                entries: report,
+                deny_class_version: iterion_envdeny::DENY_CLASS_VERSION,
+            });
+        }
+        Ok(())
+    }
+
+    /// 4.8–4.9: prepare (pull) then build.
+    pub(super) async fn prepare(
+        &self,
+        spec: &ResolvedSandbox,
+        node_id: Option<&str>,
+        key: Option<&str>,
+    ) -> Result<Prepared, Failure> {
+        let s = &self.cfg.settings;
+        let mut req = PrepareRequest::new(spec.clone());
+        req.pull_policy = s.pull_policy;
+        req.pull_timeout = s.pull_timeout.duration;
+        req.events = self.sink(node_id.map(str::to_owned));
+        let prepared = match tokio::time::timeout(s.pull_timeout.duration, self.driver.prepare(req)).await {
+            Err(_) => return Err(timeout_failure(&self.cfg, FailurePhase::Pull, "image pull")),
+            Ok(Err(e)) => return Err(driver_failure(&self.cfg, &e, FailurePhase::Pull)),
+            Ok(Ok(p)) => p,
+        };
+        let Some(build) = &spec.build else {
+            return Ok(prepared);
+        };
+        if !self.driver.capabilities().build {
+            let mut f = Failure::new(
+                FailureCode::SandboxSpecInvalid,
+                format!(
+                    "the {} driver cannot build images ({})",
+                    self.driver.kind(),
+                    build.dockerfile
+                ),
+            )
+            .phase(FailurePhase::Build);
+            f = f.with(|e| e.detail("build"));
+            return Err(f);
+        }
+        let mut breq = BuildRequest::new(self.run_id.clone());
+        breq.spec_key = key.map(str::to_owned);
+        breq.build_timeout = s.build_timeout.duration;
+        breq.pull_policy = s.pull_policy;
+        // Under a filtering policy a build has no proxy, so it gets no network at all: nothing it does may
+        // leave except through the policy (the driver also refuses what the engine would fetch itself).
+        breq.network = match spec.network.mode {
+            NetworkMode::Open => BuildNetwork::Open,
+            NetworkMode::Allowlist | NetworkMode::Denylist => BuildNetwork::None,
+        };
+        breq.events = self.sink(node_id.map(str::to_owned));
+        let built =
+            match tokio::time::timeout(s.build_timeout.duration, self.driver.build(prepared, breq)).await {
+                Err(_) => return Err(timeout_failure(&self.cfg, FailurePhase::Build, "image build")),
+                Ok(Err(e)) => return Err(driver_failure(&self.cfg, &e, FailurePhase::Build)),
+                Ok(Ok(p)) => p,
+            };
+        if let Some(img) = &built.image {
+            Guard::lock(&self.res).images.push(img.reference.clone());
+        }
+        Ok(built)
+    }
+
+    /// 4.10–4.12: start, post-create, probes.
+    pub(super) async fn start(
+        &self,
+        spec: &ResolvedSandbox,
+        prepared: Prepared,
+        key: &str,
+        node_id: Option<&str>,
+    ) -> Result<Started, Failure> {
+        let began = Instant::now();
+        let s = &self.cfg.settings;
+        let merged = self.merge_env(spec, self.net.as_ref().map(|n| n.base_url.as_str()))?;
+        let mut req = StartRequest::new(self.run_id.clone(), self.work_dir.clone(), self.owner.clone());
+        req.run_name = Some(self.run_name.clone());
+        req.sandbox_key = key.to_owned();
+        req.repo_root = self.repo_root.clone();
+        req.container_env = merged.container;
+        if let Some(dir) = &self.artifact_dir {
+            req.aux_mounts.push(AuxMount {
+                kind: AuxMountKind::RunFiles,
+                host_path: dir.clone(),
+                container_path: "/iterion/artifact-files".into(),
+                read_only: false,
+            });
+        }
+        let h = &self.cfg.host;
+        let mut hs = HostStatePlan::disabled();
+        hs.source = spec.host_state_source.clone();
+        hs.data_dir = h.data_dir.clone();
+        hs.home = h.home.clone();
+        hs.claude_dir = h.home.clone().unwrap_or_default().join(".claude");
+        hs.host_uid = h.uid;
+        hs.host_gid = h.gid;
+        hs.host_os = h.os.clone();
+        hs.enabled = spec.host_state == HostState::Auto;
+        req.host_state = hs;
+        req.proxy = self.net.as_ref().map(|n| n.endpoint.clone());
+        req.hardening = s.container.hardening;
+        req.limits = s.container.limits.clone();
+        req.start_timeout = s.start_timeout.duration;
+        req.events = self.sink(node_id.map(str::to_owned));
+        let lease = self.net.as_ref().map(|n| n.lease.clone());
+        let started = match tokio::time::timeout(
+            s.start_timeout.duration,
+            self.driver.start(prepared, lease.as_deref(), req),
+        )
+        .await
+        {
+            Err(_) => return Err(timeout_failure(&self.cfg, FailurePhase::Start, "container start")),
+            Ok(Err(e)) => return Err(driver_failure(&self.cfg, &e, FailurePhase::Start)),
+            Ok(Ok(st)) => st,
+        };
+        let run: Arc<dyn Run> = Arc::from(started.run);
+        Guard::lock(&self.res).containers.push(run.clone());
+        let report = started.report;
+        self.emit_host_state(spec, &report);
+        // 4.11 post-create
+        if !spec.post_create.is_empty() {
+            let pc_start = Instant::now();
+            self.em.emit(SandboxPostCreateStarted {
+                commands: spec.post_create.len() as u64,
+                node_id: node_id.map(str::to_owned),
+            });
+            let t = s.post_create_timeout.duration;
+            let log = self.sink(node_id.map(str::to_owned));
+            let policy = self.net.as_ref().map(|n| match node_id {
+                Some(id) => n
+                    .node_policies
+                    .get(id)
+                    .cloned()
+                    .unwrap_or_else(|| n.run_policy.clone()),
+                None => n.run_policy.clone(),
+            });
+            let env = match policy {
+                Some(p) => self.mint(SETUP_USER, node_id.map(str::to_owned), p),
+                None => Vec::new(),
+            };
+            let r = tokio::time::timeout(
+                t,
+                iterion_driver::run_post_create_with_env(run.as_ref(), &spec.post_create, &env, t, &log),
+            )
+            .await;
+            self.end_step(SETUP_USER, run.as_ref(), "post_create").await;
+            let finished = |code: i64| SandboxPostCreateFinished {
+                exit_code: code,
+                duration_ms: ms(pc_start.elapsed()),
+                node_id: node_id.map(str::to_owned),
+            };
+            match r {
+                Err(_) | Ok(Err(DError::SetupTimeout { .. })) => {
+                    return Err(timeout_failure(
+                        &self.cfg,
+                        FailurePhase::PostCreate,
+                        "post_create",
+                    ));
+                }
+                Ok(Err(e @ DError::PostCreateFailed { .. })) => {
+                    let (index, code, tail) = match &e {
+                        DError::PostCreateFailed {
+                            index,
+                            code,
+                            stdout_tail,
+                            stderr_tail,
+                        } => (*index, *code, format!("{stdout_tail}{stderr_tail}")),
+                        _ => (0, 0, String::new()),
+                    };
+                    self.em.emit(finished(i64::from(code)));
+                    let mut msg = format!("post_create command {index} exited {code}");
+                    let tail = tail.trim();
+                    if !tail.is_empty() {
+                        msg.push_str(": ");
+                        msg.push_str(tail);
+                    }
+                    return Err(Failure::new(FailureCode::SandboxPostCreateFailed, msg)
+                        .phase(FailurePhase::PostCreate));
+                }
+                Ok(Err(e)) => return Err(driver_failure(&self.cfg, &e, FailurePhase::PostCreate)),
+                Ok(Ok(())) => self.em.emit(finished(0)),
+            }
+        }
+        // 4.12 probes
+        let probe = ExecRequest::new(["sh", "-c", "command -v bash"]);
+        let shell = match tokio::time::timeout(
+            s.probe_timeout.duration,
+            iterion_driver::exec_collect(run.as_ref(), probe, OutputLimits::default()),
+        )
+        .await
+        {
+            Err(_) => return Err(timeout_failure(&self.cfg, FailurePhase::Probe, "the shell probe")),
+            Ok(Err(e)) => return Err(driver_failure(&self.cfg, &e, FailurePhase::Probe)),
+            Ok(Ok(c)) if c.status.code == 0 => Shell::Bash,
+            Ok(Ok(_)) => Shell::Sh,
+        };
+        let host_binds = self.driver.capabilities().host_binds;
+        Ok(Started {
+            sandbox: NodeSandbox {
+                run,
+                placement: if node_id.is_some() {
+                    PlacementKind::Own
+                } else {
+                    PlacementKind::Run
+                },
+                shell,
+                workdir: spec.workspace_folder.clone(),
+                host_work_dir: host_binds.then(|| self.work_dir.clone()),
+            },
+            report,
+            shell,
+            duration: began.elapsed(),
+        })
+    }
+
+    /// Registers a fresh credential `user` (attributed to `node_id`) with `policy` and returns the exec-scope
+    /// proxy variables that carry it; empty without a proxy. A credential left under that name is replaced.
+    pub(super) fn mint(
+        &self,
+        user: &str,
+        node_id: Option<String>,
+        policy: Arc<Policy>,
+    ) -> Vec<(String, String)> {
+        let Some(net) = &self.net else { return Vec::new() };
+        let res = Guard::lock(&self.res);
+        let Some(proxy) = res.proxy.as_ref() else {
+            return Vec::new();
+        };
+        proxy.remove_credential(user);
+        let token = iterion_netproxy::new_token();
+        match proxy.add_credential(Credential::new(user, token.clone(), node_id, policy)) {
+            Ok(()) => proxy_env(&proxy_url(user, &token, &net.host, net.port)),
+            Err(e) => {
+                self.em.log(
+                    LogLevel::Warn,
+                    &format!("sandbox: cannot register the proxy credential of {user}: {e}"),
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    /// Ends a step while the egress proxy is active: revokes its credential (later requests get 407, its
+    /// tunnels close), then kills what the step left running in its sandbox (steps never overlap, so nothing
+    /// else of the run is running there). Without a proxy there is no credential to outlive the step, and
+    /// processes a step leaves behind are left alone (a background service for later nodes keeps working).
+    pub(super) async fn end_step(&self, user: &str, run: &dyn Run, what: &str) {
+        if self.net.is_none() {
+            return;
+        }
+        if let Some(proxy) = Guard::lock(&self.res).proxy.as_ref() {
+            proxy.remove_credential(user);
+        }
+        match tokio::time::timeout(Duration::from_secs(10), run.kill_leftovers()).await {
+            Ok(Ok(Some(n))) if n > 0 => self.em.log(
+                LogLevel::Info,
+                &format!("sandbox: killed {n} processes left behind by {what}"),
+            ),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => self.em.log(
+                LogLevel::Warn,
+                &format!("sandbox: cannot kill the processes left behind by {what}: {e}"),
+            ),
+            Err(_) => self.em.log(
+                LogLevel::Warn,
+                &format!("sandbox: killing the processes left behind by {what} did not finish within 10s"),
+            ),
+        }
+    }
+
+    pub(super) fn emit_host_state(&self, spec: &ResolvedSandbox, report: &StartReport) {
+        if let Some(r) = &report.user_remap {
+            self.em.emit(SandboxUserRemap {
+                uid: r.uid,
+                gid: r.gid,
+                reason: "host_state=auto: align container UID with host so writes to the mounted host state remain host-owned".into(),
+            });
+        }
+        if let Some(m) = &report.uid_mismatch {
+            self.em.log(
+                LogLevel::Warn,
+                &format!(
+                    "sandbox: the spec's user {} differs from the host uid {}; files written to host state may not be host-owned",
+                    m.spec_user, m.host_uid
+                ),
+            );
+            self.em.emit(SandboxUidMismatchWarning {
+                spec_user: m.spec_user.clone(),
+                host_uid: m.host_uid,
+            });
+        }
+        if spec.host_state != HostState::Auto {
+            self.em.emit(SandboxHostStateMounted {
+                enabled: false,
+                source: spec.host_state_source.clone(),
+                workspace_folder: None,
+                mounts: None,
+                caches: None,
+                protected: None,
+                created: None,
+                skipped: None,
+                home: None,
+                home_tmpfs: None,
+            });
+            return;
+        }
+        use iterion_driver::MountOrigin as O;
+        let fmt = |m: &iterion_driver::MountReport| {
+            if m.read_only {
+                format!("{}:{}:ro", m.source, m.target)
+            } else {
+                format!("{}:{}", m.source, m.target)
+            }
+        };
+        let of = |o: O| -> Vec<String> { report.mounts.iter().filter(|m| m.origin == o).map(fmt).collect() };
+        self.em.emit(SandboxHostStateMounted {
+            enabled: true,
+            source: spec.host_state_source.clone(),
+            workspace_folder: Some(report.workspace.clone()),
+            mounts: Some(of(O::HostState)),
+            caches: Some(of(O::Cache)),
+            protected: Some(of(O::Protected)),
+            created: Some(report.protected_created.clone()),
+            skipped: Some(
+                report
+                    .host_state_skipped
+                    .iter()
+                    .map(|s| SkippedPath {
+                        path: s.path.clone(),
+                        reason: s.reason.clone(),
+                    })
+                    .collect(),
+            ),
+            home: Some(match report.home {
+                iterion_driver::HomeSource::Host => HomeSource::Host,
+                _ => HomeSource::Image,
+            }),
+            home_tmpfs: Some(!report.tmpfs.is_empty() && report.home == iterion_driver::HomeSource::Host),
+        });
+    }
+}
+
+pub(super) fn proxy_env(url: &str) -> Vec<(String, String)> {
+    [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ]
+    .iter()
+    .map(|k| ((*k).to_owned(), url.to_owned()))
+    .collect()
+}
+
+pub(super) fn proxy_url(user: &str, token: &str, host: &str, port: u16) -> String {
+    format!("http://{user}:{token}@{}:{port}", url_host(host))
+}
+
+/// A host as written in a URL: an IPv6 address in brackets.
+pub(super) fn url_host(host: &str) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    }
+}
