@@ -163,7 +163,7 @@ async fn exit_code_polled(inner: &RunInner, exec_id: &str) -> Result<(i64, u32),
                     .stream_error("the exec still runs after its output ended".into())
                     .await);
             }
-            Err(e) => return Err(inner.stream_error(e.to_string()).await),
+            Err(e) => return Err(inner.exec_inspect_error(e).await),
         }
     }
 }

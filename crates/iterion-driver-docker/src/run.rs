@@ -58,6 +58,68 @@ pub(crate) fn engine_error(e: bollard::errors::Error) -> DError {
     }
 }
 
+/// Reads a container inspect answer: `None` when the container no longer exists (404).
+///
+/// Podman reports a stopped container's state as `stopped`, which the engine API's state enum does not know, so
+/// the answer fails to decode with "unknown variant `stopped`": such an answer reads as a container that is
+/// not running, with no exit details.
+fn state_of(
+    inspected: Result<bollard::models::ContainerInspectResponse, bollard::errors::Error>,
+) -> Result<Option<State>, DError> {
+    match inspected {
+        Ok(c) => {
+            let s = c.state.unwrap_or_default();
+            Ok(Some(State {
+                running: s.running == Some(true),
+                exit_code: s.exit_code,
+                oom_killed: s.oom_killed,
+            }))
+        }
+        Err(e) if status_of(&e) == Some(404) => Ok(None),
+        Err(e) if reports_podman_stopped(&e) => Ok(Some(State {
+            running: false,
+            exit_code: None,
+            oom_killed: None,
+        })),
+        Err(e) => Err(engine_error(e)),
+    }
+}
+
+/// The inspect answer failed to decode because of Podman's `stopped` state.
+fn reports_podman_stopped(e: &bollard::errors::Error) -> bool {
+    let message = match e {
+        bollard::errors::Error::JsonDataError { message, .. } => message.clone(),
+        bollard::errors::Error::JsonSerdeError { err } => err.to_string(),
+        _ => return false,
+    };
+    message.contains("unknown variant `stopped`")
+}
+
+/// `SandboxGone` when the container no longer exists or is not running, else `otherwise`.
+fn gone_verdict(state: Result<Option<State>, DError>, otherwise: DError) -> DError {
+    match state {
+        Ok(None) => DError::gone(),
+        Ok(Some(s)) if !s.running => DError::SandboxGone {
+            exit_code: s.exit_code,
+            oom_killed: s.oom_killed,
+        },
+        _ => otherwise,
+    }
+}
+
+/// What a failed exec inspect is while the container still runs: an exec session the engine no longer knows
+/// (404, "no such exec session") is a sandbox that is going away; any other failure is an engine error.
+fn exec_inspect_otherwise(e: &bollard::errors::Error) -> DError {
+    if status_of(e) == Some(404) {
+        DError::gone()
+    } else {
+        DError::Engine {
+            status: None,
+            message: e.to_string(),
+        }
+    }
+}
+
 impl RunInner {
     pub(crate) fn new(
         docker: Docker,
@@ -90,29 +152,18 @@ impl RunInner {
     }
 
     pub(crate) async fn state(&self) -> Result<Option<State>, DError> {
-        match self.docker.inspect_container(&self.id, None).await {
-            Ok(c) => {
-                let s = c.state.unwrap_or_default();
-                Ok(Some(State {
-                    running: s.running == Some(true),
-                    exit_code: s.exit_code,
-                    oom_killed: s.oom_killed,
-                }))
-            }
-            Err(e) if status_of(&e) == Some(404) => Ok(None),
-            Err(e) => Err(engine_error(e)),
-        }
+        state_of(self.docker.inspect_container(&self.id, None).await)
     }
 
     async fn gone_or(&self, otherwise: DError) -> DError {
-        match self.state().await {
-            Ok(None) => DError::gone(),
-            Ok(Some(s)) if !s.running => DError::SandboxGone {
-                exit_code: s.exit_code,
-                oom_killed: s.oom_killed,
-            },
-            _ => otherwise,
-        }
+        gone_verdict(self.state().await, otherwise)
+    }
+
+    /// Classifies a failed inspect of an exec whose output was read: the engine no longer knowing the exec
+    /// session (404, which Podman answers while the container stops under an in-flight exec) means the sandbox
+    /// is gone; anything else is `SandboxGone` only when the container is not running.
+    pub(crate) async fn exec_inspect_error(&self, e: bollard::errors::Error) -> DError {
+        gone_verdict(self.state().await, exec_inspect_otherwise(&e))
     }
 
     /// Classifies an exec create/start failure (03 §8.9 table).
@@ -467,5 +518,85 @@ impl Run for DockerRun {
         if spawned.is_ok() {
             let _ = rx.recv_timeout(Duration::from_secs(5));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running() -> Result<Option<State>, DError> {
+        Ok(Some(State {
+            running: true,
+            exit_code: None,
+            oom_killed: None,
+        }))
+    }
+
+    fn server_error(status_code: u16, message: &str) -> bollard::errors::Error {
+        bollard::errors::Error::DockerResponseServerError {
+            status_code,
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn podman_stopped_state_reads_as_a_gone_sandbox() {
+        // The answer Podman gives for a container that stopped, decoded as the engine client decodes it.
+        let body = r#"{"Id":"abc","State":{"Status":"stopped","Running":false,"ExitCode":137}}"#;
+        let decode = serde_json::from_str::<bollard::models::ContainerInspectResponse>(body)
+            .expect_err("the engine API state enum has no `stopped`");
+        let e = bollard::errors::Error::JsonDataError {
+            message: decode.to_string(),
+            column: decode.column(),
+        };
+        let state = state_of(Err(e)).expect("a stopped container, not an engine error");
+        let s = state.expect("the container exists");
+        assert!(!s.running);
+        let verdict = gone_verdict(Ok(Some(s)), DError::ExecStart { reason: "x".into() });
+        assert!(verdict.is_sandbox_gone(), "{verdict:?}");
+
+        // Other decode failures stay engine errors.
+        let other = bollard::errors::Error::JsonDataError {
+            message: "unknown variant `paused2`".into(),
+            column: 1,
+        };
+        assert!(matches!(state_of(Err(other)), Err(DError::Engine { .. })));
+        assert!(matches!(
+            state_of(Err(server_error(404, "no such container"))),
+            Ok(None)
+        ));
+    }
+
+    #[test]
+    fn vanished_exec_session_reads_as_a_gone_sandbox() {
+        // Podman answers 404 to an exec inspect while the container stops under the exec, before its state
+        // says so.
+        let e = server_error(404, "no such exec session: 1f2e");
+        let verdict = gone_verdict(running(), exec_inspect_otherwise(&e));
+        assert!(verdict.is_sandbox_gone(), "{verdict:?}");
+
+        let e = server_error(500, "internal error");
+        let verdict = gone_verdict(running(), exec_inspect_otherwise(&e));
+        assert!(
+            matches!(&verdict, DError::Engine { status: None, message } if message.contains("internal error")),
+            "{verdict:?}"
+        );
+        let stopped = Ok(Some(State {
+            running: false,
+            exit_code: Some(0),
+            oom_killed: Some(false),
+        }));
+        let verdict = gone_verdict(stopped, exec_inspect_otherwise(&e));
+        assert!(
+            matches!(
+                verdict,
+                DError::SandboxGone {
+                    exit_code: Some(0),
+                    ..
+                }
+            ),
+            "{verdict:?}"
+        );
     }
 }
