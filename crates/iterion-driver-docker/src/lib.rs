@@ -6,7 +6,8 @@
 //! Entry points:
 //! - [`DockerDriver`] (`iterion_driver::Driver`) built from [`DockerSettings`], which the composition root
 //!   fills once (endpoint inputs, relay binary, host name, uid); its `Run` is [`DockerRun`].
-//! - [`endpoint`]: the candidate sockets of 03 §4.1; [`engine`]: ping, API negotiation, identity (§4.2–4.3).
+//! - [`endpoint`]: the candidate sockets of 03 §4.1; [`engine`]: ping, API negotiation, identity (§4.2–4.3);
+//!   [`engine_http`]: the one raw HTTP/1.1 client of the engine socket (async and blocking), bollard-free.
 //! - [`image`]: presence, pull with a bound and error classification (§5.2, §16.9); [`imagebuild`]: builds
 //!   with a deterministic, streamed context (§6), without network under a filtering policy, after
 //!   [`dockerfile`] has refused whatever the engine would fetch itself.
@@ -33,6 +34,7 @@ pub mod dockerfile;
 mod driver;
 pub mod endpoint;
 pub mod engine;
+pub mod engine_http;
 mod error;
 pub mod image;
 pub mod imagebuild;

@@ -344,23 +344,15 @@ pub(crate) fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
 }
 
-/// Force-removes a container with a blocking request over the engine socket (panic path), bounded by 5 s.
-pub(crate) fn force_remove_blocking(socket: &std::path::Path, id: &str) -> Result<u16, String> {
-    use std::io::{Read, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(socket).map_err(|e| e.to_string())?;
-    let bound = Some(Duration::from_secs(5));
-    s.set_read_timeout(bound).map_err(|e| e.to_string())?;
-    s.set_write_timeout(bound).map_err(|e| e.to_string())?;
-    let req =
-        format!("DELETE /containers/{id}?force=1&v=1 HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
-    let mut buf = [0u8; 64];
-    let n = s.read(&mut buf).map_err(|e| e.to_string())?;
-    let head = String::from_utf8_lossy(&buf[..n]);
-    head.split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("bad answer '{head}'"))
+/// Force-removes a container with a blocking request over the engine socket (panic path), bounded by 5 s;
+/// returns the engine's status code.
+pub(crate) fn force_remove_blocking(
+    socket: &std::path::Path,
+    id: &str,
+) -> Result<u16, crate::engine_http::EngineHttpError> {
+    use crate::engine_http::{Request, blocking};
+    let path = format!("/containers/{id}?force=1&v=1");
+    blocking::send(socket, &Request::new("DELETE", &path), Duration::from_secs(5)).map(|r| r.status)
 }
 
 #[async_trait]
