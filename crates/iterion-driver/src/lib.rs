@@ -30,6 +30,7 @@ mod error;
 mod exec;
 pub mod hardening;
 pub mod home;
+mod kind;
 pub mod labels;
 pub mod mount_safety;
 mod noop;
