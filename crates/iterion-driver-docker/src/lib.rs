@@ -29,6 +29,7 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+mod container;
 mod dexec;
 pub mod dockerfile;
 mod driver;

@@ -2,10 +2,10 @@
 //! itself, resolving a name conflict once and retrying once without rejected limits (03 §8.1, §8.7, §8.8).
 
 use super::plan::{MountPlan, RELAY_BIN_TARGET, RELAY_LISTEN, RELAY_SOCK_TARGET, UserPlan};
+use crate::container::engine_error;
 use crate::engine::EngineFacts;
 use crate::error::status_of;
 use crate::mounts::{MountKind, Origin, Planned};
-use crate::run::engine_error;
 use bollard::Docker;
 use bollard::models::{
     ContainerCreateBody, HostConfig, Mount as BMount, MountBindOptions, MountBindOptionsPropagationEnum,

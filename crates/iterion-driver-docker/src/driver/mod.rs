@@ -15,13 +15,13 @@ pub use network::socket_dir;
 pub use plan::{RELAY_BIN_TARGET, RELAY_LISTEN, RELAY_SOCK_TARGET};
 pub use settings::DockerSettings;
 
+use crate::container::engine_error;
 use crate::endpoint::Family;
 use crate::engine::Engine;
 use crate::error::status_of;
 use crate::image::{self, PullPolicy as ImgPolicy};
 use crate::imagebuild::{self, BuildInput};
 use crate::names;
-use crate::run::engine_error;
 use async_trait::async_trait;
 use bollard::query_parameters::{
     ListContainersOptions, ListImagesOptions, ListNetworksOptions, RemoveContainerOptions, RemoveImageOptions,

@@ -3,9 +3,10 @@
 
 use super::create::Hardening;
 use super::plan::{MountPlan, UserPlan};
+use crate::container::{RunInner, engine_error};
 use crate::engine::EngineFacts;
 use crate::mounts::{MountKind, Origin};
-use crate::run::{DockerRun, RunInner, engine_error};
+use crate::run::DockerRun;
 use bollard::Docker;
 use bollard::query_parameters::LogsOptions;
 use futures::StreamExt;
