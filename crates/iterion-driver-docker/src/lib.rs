@@ -14,6 +14,10 @@
 //! - [`mounts`]: host state, warm caches, protected paths, UID remap, HOME tmpfs layering (§8.3–8.6).
 //! - [`relay`]: installing and checking the static egress relay (§7.2); [`names`]: run tags (§16.3).
 //!
+//! Module order (each imports only modules before it): `error`, `names`, `endpoint`, [`engine_http`], `auth`,
+//! `dockerfile` → `mounts`, `relay` → `engine` → `image` → `imagebuild` → `container` (the state a run shares
+//! with its execs) → `dexec` → `run` → `driver` (`settings` → `plan` → `create` → `start`; `network`).
+//!
 //! ```no_run
 //! # async fn demo() -> iterion_driver_docker::Result<()> {
 //! use iterion_driver_docker::endpoint::{EndpointSettings, Family};
