@@ -76,6 +76,7 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
             "iterion-envdeny",
             "iterion-netpolicy",
             "iterion-driver",
+            "iterion-driver-docker",
             "iterion-netproxy",
             "iterion-envelope",
         ],

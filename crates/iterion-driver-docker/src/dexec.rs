@@ -1,7 +1,7 @@
 //! Exec over the engine API with the exec shim (03 §8.9): streaming stdin/stdout/stderr with bounded buffers,
 //! failure separation, and signals delivered INSIDE the container through the recorded pid.
 
-use crate::run::RunInner;
+use crate::container::RunInner;
 use async_trait::async_trait;
 use bollard::container::LogOutput;
 use bollard::exec::{StartExecOptions, StartExecResults};
@@ -163,7 +163,7 @@ async fn exit_code_polled(inner: &RunInner, exec_id: &str) -> Result<(i64, u32),
                     .stream_error("the exec still runs after its output ended".into())
                     .await);
             }
-            Err(e) => return Err(inner.stream_error(e.to_string()).await),
+            Err(e) => return Err(inner.exec_inspect_error(e).await),
         }
     }
 }
@@ -277,34 +277,46 @@ async fn forward(w: &mut Option<tokio::io::DuplexStream>, bytes: &[u8]) {
     }
 }
 
-/// Starts `req` in the run container.
-pub(crate) async fn exec(inner: Arc<RunInner>, req: ExecRequest) -> Result<Exec, DError> {
-    req.validate()?;
-    inner.check_open()?;
-    let id = ExecId::random();
-    let pid_file = format!("{PID_DIR}/{id}.pid");
-    let piped_in = req.stdin == Stdin::Piped;
-    let out = req.stdout == Output::Piped;
-    let err = req.stderr == Output::Piped;
+/// The engine's output stream of an attached exec.
+type EngineOutput = Pin<Box<dyn futures::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
+
+/// The exec configuration of `req` in the run container, behind the shim writing `pid_file`.
+///
+/// Both outputs are always attached, and the frames of a discarded stream are dropped here (a deviation from
+/// the literal 03 §8.9 "AttachStdout/AttachStderr = piped outputs", keeping its intent): with no stream
+/// attached, the engine (Docker 20.10) ends the hijacked connection as soon as the process has STARTED, so
+/// end-of-file would not mark the process's end, the end-of-exec inspect would find it running and poll, and
+/// an exec lasting beyond the 2 s polling bound would be reported as an engine failure. Attached, end-of-file
+/// comes when the process's outputs close, as for piped outputs.
+fn exec_config(inner: &RunInner, req: &ExecRequest, pid_file: &str) -> ExecConfig {
     let env: Vec<String> = req.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let t_begin = Instant::now();
-    // Both outputs are always attached, and the frames of a discarded stream are dropped here (a deviation
-    // from the literal 03 §8.9 "AttachStdout/AttachStderr = piped outputs", keeping its intent): with no
-    // stream attached, the engine (Docker 20.10) ends the hijacked connection as soon as the process has
-    // STARTED, so end-of-file would not mark the process's end, the end-of-exec inspect would find it
-    // running and poll, and an exec lasting beyond the 2 s polling bound would be reported as an engine
-    // failure. Attached, end-of-file comes when the process's outputs close, as for piped outputs.
-    let cfg = ExecConfig {
-        attach_stdin: Some(piped_in),
+    ExecConfig {
+        attach_stdin: Some(req.stdin == Stdin::Piped),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
         tty: Some(false),
         env: (!env.is_empty()).then_some(env),
-        cmd: Some(shim_cmd(&pid_file, &req.argv)),
+        cmd: Some(shim_cmd(pid_file, &req.argv)),
         user: req.user.clone().or_else(|| inner.user.clone()),
         working_dir: Some(req.workdir.clone().unwrap_or_else(|| inner.workspace.clone())),
         ..Default::default()
-    };
+    }
+}
+
+/// When each phase of an exec ended (`RUST_LOG=iterion_driver_docker=trace` shows where its time goes).
+#[derive(Debug, Clone, Copy)]
+struct Phases {
+    begin: Instant,
+    created: Instant,
+    started: Instant,
+}
+
+/// Creates and starts the exec attached; returns its engine id, its output stream and its stdin.
+async fn create_and_attach(
+    inner: &RunInner,
+    cfg: ExecConfig,
+    begin: Instant,
+) -> Result<(String, EngineOutput, Pin<Box<dyn AsyncWrite + Send>>, Phases), DError> {
     let created = match inner.docker.create_exec(&inner.id, cfg).await {
         Ok(c) => c,
         Err(e) => return Err(inner.exec_create_error(e).await),
@@ -321,29 +333,162 @@ pub(crate) async fn exec(inner: Arc<RunInner>, req: ExecRequest) -> Result<Exec,
             }),
         )
         .await;
-    let (mut output, input) = match started {
-        Ok(StartExecResults::Attached { output, input }) => (output, input),
-        Ok(StartExecResults::Detached) => {
-            return Err(DError::ExecStart {
-                reason: "the engine detached an attached exec".into(),
-            });
+    match started {
+        Ok(StartExecResults::Attached { output, input }) => {
+            let phases = Phases {
+                begin,
+                created: t_created,
+                started: Instant::now(),
+            };
+            Ok((created.id, output, input, phases))
         }
-        Err(e) => return Err(inner.exec_create_error(e).await),
-    };
-    let t_started = Instant::now();
-    let (mut out_w, out_r) = if out {
+        Ok(StartExecResults::Detached) => Err(DError::ExecStart {
+            reason: "the engine detached an attached exec".into(),
+        }),
+        Err(e) => Err(inner.exec_create_error(e).await),
+    }
+}
+
+/// A bounded in-memory pipe for a piped output, nothing for a discarded one.
+fn output_pipe(piped: bool) -> (Option<tokio::io::DuplexStream>, Option<tokio::io::DuplexStream>) {
+    if piped {
         let (a, b) = tokio::io::duplex(OUTPUT_BUFFER);
         (Some(a), Some(b))
     } else {
         (None, None)
+    }
+}
+
+/// Records a finished exec's pid file; every [`PID_BATCH`] files, removes them with one exec.
+async fn exec_finished(inner: &Arc<RunInner>, pid_file: String) {
+    let Some(batch) = inner.exec_finished(pid_file, PID_BATCH).await else {
+        return;
     };
-    let (mut err_w, err_r) = if err {
-        let (a, b) = tokio::io::duplex(OUTPUT_BUFFER);
-        (Some(a), Some(b))
-    } else {
-        (None, None)
+    let me = Arc::clone(inner);
+    tokio::spawn(async move {
+        let mut cmd = vec!["rm".to_string(), "-f".to_string()];
+        cmd.extend(batch);
+        let _ = run_quiet(&me, "0", cmd).await;
+    });
+}
+
+/// What the supervisor task of one exec owns.
+struct Supervised {
+    inner: Arc<RunInner>,
+    exec_id: String,
+    pid_file: String,
+    output: EngineOutput,
+    out_w: Option<tokio::io::DuplexStream>,
+    err_w: Option<tokio::io::DuplexStream>,
+    signalled: Arc<AtomicBool>,
+    phases: Phases,
+}
+
+/// Copies the engine's frames to the output pipes until the stream ends; returns the stream's failure.
+async fn pump(
+    output: &mut EngineOutput,
+    out_w: &mut Option<tokio::io::DuplexStream>,
+    err_w: &mut Option<tokio::io::DuplexStream>,
+) -> Option<String> {
+    while let Some(item) = output.next().await {
+        match item {
+            Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
+                forward(out_w, &message).await
+            }
+            Ok(LogOutput::StdErr { message }) => forward(err_w, &message).await,
+            Ok(LogOutput::StdIn { .. }) => {}
+            Err(e) => return Some(e.to_string()),
+        }
+    }
+    None
+}
+
+/// The supervisor of one exec: pumps its output, then decides how it ended.
+async fn supervise(mut s: Supervised) -> Result<ExitStatus, DError> {
+    let failure = pump(&mut s.output, &mut s.out_w, &mut s.err_w).await;
+    // End-of-file to the readers first, so `wait` (which also waits for them) can finish.
+    drop(s.out_w.take());
+    drop(s.err_w.take());
+    let t_eof = Instant::now();
+    let ended = match failure {
+        Some(msg) => Err(s.inner.stream_error(msg).await),
+        None => exit_code_polled(&s.inner, &s.exec_id).await,
     };
-    let stdin: Option<Pin<Box<dyn AsyncWrite + Send>>> = if piped_in {
+    let micros = |a: Instant, b: Instant| (b - a).as_micros() as u64;
+    let p = s.phases;
+    tracing::trace!(
+        exec = %s.exec_id,
+        create_us = micros(p.begin, p.created),
+        start_us = micros(p.created, p.started),
+        stream_us = micros(p.started, t_eof),
+        end_us = micros(t_eof, Instant::now()),
+        end_polls = ended.as_ref().map_or(0, |(_, polls)| *polls),
+        "exec phases"
+    );
+    let result = match ended.map(|(code, _)| code) {
+        Ok(code) if code == 126 || code == 127 => shim_verdict(&s.inner, &s.pid_file, code).await,
+        Ok(code) if code >= 128 => signal_verdict(&s.inner, code, s.signalled.load(Ordering::SeqCst)).await,
+        Ok(code) => Ok(ExitStatus::code(i32::try_from(code).unwrap_or(-1))),
+        Err(e) => Err(e),
+    };
+    exec_finished(&s.inner, s.pid_file).await;
+    result
+}
+
+/// An exit code of 126 or 127: the command's own, when the shim wrote its pid file; else the shim did not
+/// start ([`shim_not_started`]).
+async fn shim_verdict(inner: &RunInner, pid_file: &str, code: i64) -> Result<ExitStatus, DError> {
+    let probe = vec![
+        "/bin/sh".to_string(),
+        "-c".to_string(),
+        "test -e \"$1\"".to_string(),
+        "iterion-probe".to_string(),
+        pid_file.to_string(),
+    ];
+    match run_quiet(inner, "0", probe).await {
+        Ok(0) => Ok(ExitStatus::code(code as i32)),
+        Ok(probe_code) => Err(shim_not_started(inner, probe_code).await),
+        Err(e) => Err(e),
+    }
+}
+
+/// A signal death: the container itself may have been stopped or removed under the exec. A SIGKILL iterion
+/// did not send is what a container removal looks like: the engine is given a moment to report the
+/// container's state.
+async fn signal_verdict(inner: &RunInner, code: i64, signalled: bool) -> Result<ExitStatus, DError> {
+    let polls = if code == 137 && !signalled { 10 } else { 1 };
+    for n in 0..polls {
+        match inner.state().await {
+            Ok(Some(s)) if s.running => {
+                if n + 1 < polls {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+            Ok(Some(s)) => {
+                return Err(DError::SandboxGone {
+                    exit_code: s.exit_code,
+                    oom_killed: s.oom_killed,
+                });
+            }
+            Ok(None) => return Err(DError::gone()),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(ExitStatus::code(i32::try_from(code).unwrap_or(-1)))
+}
+
+/// Starts `req` in the run container: create and attach the exec, hand its output to a supervisor task that
+/// decides how it ended, and return the handle.
+pub(crate) async fn exec(inner: Arc<RunInner>, req: ExecRequest) -> Result<Exec, DError> {
+    req.validate()?;
+    inner.check_open()?;
+    let id = ExecId::random();
+    let pid_file = format!("{PID_DIR}/{id}.pid");
+    let cfg = exec_config(&inner, &req, &pid_file);
+    let (exec_id, output, input, phases) = create_and_attach(&inner, cfg, Instant::now()).await?;
+    let (out_w, out_r) = output_pipe(req.stdout == Output::Piped);
+    let (err_w, err_r) = output_pipe(req.stderr == Output::Piped);
+    let stdin: Option<Pin<Box<dyn AsyncWrite + Send>>> = if req.stdin == Stdin::Piped {
         Some(Box::pin(HalfClosing { w: Some(input) }))
     } else {
         drop(input);
@@ -352,100 +497,18 @@ pub(crate) async fn exec(inner: Arc<RunInner>, req: ExecRequest) -> Result<Exec,
     inner.exec_started();
     let (tx, rx) = tokio::sync::oneshot::channel::<Result<ExitStatus, DError>>();
     let signalled = Arc::new(AtomicBool::new(false));
-    let signalled_kill = Arc::clone(&signalled);
-    let task_inner = Arc::clone(&inner);
-    let exec_id = created.id.clone();
-    let pid_for_task = pid_file.clone();
+    let supervised = Supervised {
+        inner: Arc::clone(&inner),
+        exec_id,
+        pid_file: pid_file.clone(),
+        output,
+        out_w,
+        err_w,
+        signalled: Arc::clone(&signalled),
+        phases,
+    };
     tokio::spawn(async move {
-        let mut failure = None;
-        while let Some(item) = output.next().await {
-            match item {
-                Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
-                    forward(&mut out_w, &message).await
-                }
-                Ok(LogOutput::StdErr { message }) => forward(&mut err_w, &message).await,
-                Ok(LogOutput::StdIn { .. }) => {}
-                Err(e) => {
-                    failure = Some(e.to_string());
-                    break;
-                }
-            }
-        }
-        // End-of-file to the readers first, so `wait` (which also waits for them) can finish.
-        drop(out_w);
-        drop(err_w);
-        let t_eof = Instant::now();
-        let ended = match failure {
-            Some(msg) => Err(task_inner.stream_error(msg).await),
-            None => exit_code_polled(&task_inner, &exec_id).await,
-        };
-        // Where an exec's time goes (`RUST_LOG=iterion_driver_docker=trace`).
-        let micros = |a: Instant, b: Instant| (b - a).as_micros() as u64;
-        tracing::trace!(
-            exec = %exec_id,
-            create_us = micros(t_begin, t_created),
-            start_us = micros(t_created, t_started),
-            stream_us = micros(t_started, t_eof),
-            end_us = micros(t_eof, Instant::now()),
-            end_polls = ended.as_ref().map_or(0, |(_, polls)| *polls),
-            "exec phases"
-        );
-        let result = match ended.map(|(code, _)| code) {
-            Ok(code) if code == 126 || code == 127 => {
-                let probe = vec![
-                    "/bin/sh".to_string(),
-                    "-c".to_string(),
-                    "test -e \"$1\"".to_string(),
-                    "iterion-probe".to_string(),
-                    pid_for_task.clone(),
-                ];
-                match run_quiet(&task_inner, "0", probe).await {
-                    Ok(0) => Ok(ExitStatus::code(code as i32)),
-                    Ok(probe_code) => Err(shim_not_started(&task_inner, probe_code).await),
-                    Err(e) => Err(e),
-                }
-            }
-            Ok(code) if code >= 128 => {
-                // A signal death: the container itself may have been stopped or removed under the exec.
-                // A SIGKILL iterion did not send is what a container removal looks like: give the engine a
-                // moment to report the container's state.
-                let polls = if code == 137 && !signalled.load(Ordering::SeqCst) {
-                    10
-                } else {
-                    1
-                };
-                let mut verdict = Ok(ExitStatus::code(i32::try_from(code).unwrap_or(-1)));
-                for n in 0..polls {
-                    match task_inner.state().await {
-                        Ok(Some(s)) if s.running => {
-                            if n + 1 < polls {
-                                tokio::time::sleep(Duration::from_millis(100)).await;
-                            }
-                        }
-                        Ok(Some(s)) => {
-                            verdict = Err(DError::SandboxGone {
-                                exit_code: s.exit_code,
-                                oom_killed: s.oom_killed,
-                            });
-                            break;
-                        }
-                        Ok(None) => {
-                            verdict = Err(DError::gone());
-                            break;
-                        }
-                        Err(e) => {
-                            verdict = Err(e);
-                            break;
-                        }
-                    }
-                }
-                verdict
-            }
-            Ok(code) => Ok(ExitStatus::code(i32::try_from(code).unwrap_or(-1))),
-            Err(e) => Err(e),
-        };
-        task_inner.exec_finished(pid_for_task).await;
-        let _ = tx.send(result);
+        let _ = tx.send(supervise(supervised).await);
     });
     let wait = Box::pin(async move {
         match rx.await {
@@ -459,7 +522,7 @@ pub(crate) async fn exec(inner: Arc<RunInner>, req: ExecRequest) -> Result<Exec,
     let killer: Arc<dyn KillExec> = Arc::new(DockerKill {
         inner: Arc::clone(&inner),
         pid_file,
-        signalled: signalled_kill,
+        signalled,
     });
     Ok(Exec::new(ExecParts {
         id,

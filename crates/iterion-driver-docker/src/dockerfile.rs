@@ -497,156 +497,27 @@ pub fn offline_plan(
     bases: &HashMap<String, BaseImage>,
 ) -> Result<Vec<ExternalImage>, Refusal> {
     let (instructions, escape) = parse(text);
-    let mut meta = Meta {
-        scope: Scope::default(),
-    };
-    let mut stage: Option<Scope> = None; // None before the first FROM
-    let mut stages: HashMap<String, usize> = HashMap::new();
-    // The environment each finished stage leaves, shared until a later stage changes its copy.
-    let mut stage_env: Vec<Rc<HashMap<String, String>>> = Vec::new();
-    let mut out: Vec<ExternalImage> = Vec::new();
-    let push = |out: &mut Vec<ExternalImage>, line: usize, reference: String| -> Result<(), Refusal> {
-        if out.iter().any(|o| o.reference == reference) {
-            return Ok(());
-        }
-        if out.len() + bases.len() >= MAX_IMAGES {
-            return Err(Refusal {
-                line,
-                reason: format!(
-                    "more than {MAX_IMAGES} images cannot be checked before a build without network"
-                ),
-            });
-        }
-        out.push(ExternalImage {
-            line,
-            reference,
-            platform: None,
-        });
-        Ok(())
+    let mut plan = OfflinePlan {
+        args,
+        bases,
+        escape,
+        meta: Meta {
+            scope: Scope::default(),
+        },
+        stage: None,
+        stages: HashMap::new(),
+        stage_env: Vec::new(),
+        out: Vec::new(),
     };
     for ins in &instructions {
-        let refuse = |reason: String| Refusal {
-            line: ins.line,
-            reason,
-        };
         match ins.keyword.as_str() {
-            "ARG" => match stage.as_mut() {
-                None => meta.declare(&ins.args, args, escape),
-                Some(scope) => {
-                    for decl in quoted_words(&ins.args, escape) {
-                        let (name, default) = match decl.split_once('=') {
-                            Some((n, d)) => (n.to_owned(), Some(d.to_owned())),
-                            None => (decl.clone(), None),
-                        };
-                        let value = match (args.get(&name), default) {
-                            (Some(v), _) => v.clone(),
-                            (None, Some(d)) => process_word(&d, scope, escape).map_err(|n| {
-                                refuse(format!(
-                                    "ARG {name} uses {n}, whose value cannot be known before the build"
-                                ))
-                            })?,
-                            (None, None) => meta.scope.args.get(&name).cloned().unwrap_or_default(),
-                        };
-                        scope.args.insert(name, value);
-                    }
-                }
-            },
-            "ENV" => {
-                if let Some(scope) = stage.as_mut() {
-                    let a = ins.args.trim();
-                    let pairs: Vec<(String, String)> = match a.split_whitespace().next() {
-                        Some(first) if first.contains('=') => quoted_words(a, escape)
-                            .into_iter()
-                            .filter_map(|w| w.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
-                            .collect(),
-                        _ => a
-                            .split_once(char::is_whitespace)
-                            .map(|(k, v)| vec![(k.to_owned(), v.trim().to_owned())])
-                            .unwrap_or_default(),
-                    };
-                    for (k, v) in pairs {
-                        let value = process_word(&v, scope, escape).map_err(|n| {
-                            refuse(format!(
-                                "ENV {k} uses {n}, whose value cannot be known before the build"
-                            ))
-                        })?;
-                        Rc::make_mut(&mut scope.env).insert(k, value);
-                    }
-                }
-            }
-            "FROM" => {
-                if let Some(s) = stage.take() {
-                    stage_env.push(s.env);
-                }
-                if stage_env.len() >= MAX_STAGES {
-                    return Err(refuse(format!(
-                        "more than {MAX_STAGES} stages cannot be checked before a build without network"
-                    )));
-                }
-                let (fl, rest) = flags(&ins.args);
-                let mut platform = None;
-                for (k, v) in fl {
-                    if k != "platform" {
-                        return Err(refuse(format!(
-                            "FROM has the flag --{k}, which cannot be checked before a build without network"
-                        )));
-                    }
-                    let p = v.unwrap_or_default();
-                    platform = Some(process_word(&p, &meta.scope, escape).map_err(|n| {
-                        refuse(format!(
-                            "FROM --platform={p} uses {n}, whose value cannot be known before the build"
-                        ))
-                    })?);
-                }
-                let mut w = rest.split_whitespace();
-                let image = w.next().unwrap_or_default();
-                let reference = process_word(image, &meta.scope, escape).map_err(|n| {
-                    refuse(format!(
-                        "FROM {image} uses {n}, whose value cannot be known before the build, and a base image that \
-                         is not present would be pulled outside the run's network policy"
-                    ))
-                })?;
-                let lower = reference.to_ascii_lowercase();
-                let scope = if lower == "scratch" {
-                    Scope::default()
-                } else if let Some(&i) = stages.get(&lower) {
-                    Scope {
-                        env: stage_env[i].clone(),
-                        ..Scope::default()
-                    }
-                } else {
-                    let Some(base) = bases.get(&reference) else {
-                        return Err(refuse(format!(
-                            "FROM {reference}: the image is not present on this host, and the build has no network \
-                             to pull it; a pull would leave outside the run's network policy ({HINT_IMAGE})"
-                        )));
-                    };
-                    if let (Some(p), Some(os), Some(arch)) = (&platform, &base.os, &base.arch) {
-                        let have = format!("{os}/{arch}");
-                        let want = p.to_ascii_lowercase();
-                        if want != have && !want.starts_with(&format!("{have}/")) {
-                            return Err(refuse(format!(
-                                "FROM --platform={p} {reference}: the image present is {have}, and the engine would \
-                                 pull the {p} one outside the run's network policy ({HINT_IMAGE})"
-                            )));
-                        }
-                    }
-                    for trigger in &base.onbuild {
-                        if let Some(image) = check_trigger(trigger, ins.line, &reference)? {
-                            push(&mut out, ins.line, image)?;
-                        }
-                    }
-                    Scope::from_env(&base.env)
-                };
-                if let Some(name) = stage_name(w) {
-                    stages.insert(name, stage_env.len());
-                }
-                stage = Some(scope);
-            }
+            "ARG" => plan.arg(ins)?,
+            "ENV" => plan.env(ins)?,
+            "FROM" => plan.from(ins)?,
             "ADD" | "COPY" => {
-                let scope = stage.clone().unwrap_or_default();
-                if let Some(image) = check_copy(ins, &scope, escape, &stages, &ins.keyword)? {
-                    push(&mut out, ins.line, image)?;
+                let scope = plan.stage.clone().unwrap_or_default();
+                if let Some(image) = check_copy(ins, &scope, escape, &plan.stages, &ins.keyword)? {
+                    plan.push(ins.line, image)?;
                 }
             }
             "ONBUILD" => {
@@ -667,7 +538,200 @@ pub fn offline_plan(
             _ => {}
         }
     }
-    Ok(out)
+    Ok(plan.out)
+}
+
+/// The state of [`offline_plan`] while it walks the instructions.
+struct OfflinePlan<'a> {
+    args: &'a BTreeMap<String, String>,
+    bases: &'a HashMap<String, BaseImage>,
+    escape: char,
+    /// The scope of the `ARG`s before the first `FROM`.
+    meta: Meta,
+    /// The scope of the current stage; `None` before the first `FROM`.
+    stage: Option<Scope>,
+    /// Stage name → index.
+    stages: HashMap<String, usize>,
+    /// The environment each finished stage leaves, shared until a later stage changes its copy.
+    stage_env: Vec<Rc<HashMap<String, String>>>,
+    /// The images `COPY --from` names (and base triggers), in order.
+    out: Vec<ExternalImage>,
+}
+
+fn refusal(ins: &Instruction, reason: String) -> Refusal {
+    Refusal {
+        line: ins.line,
+        reason,
+    }
+}
+
+impl OfflinePlan<'_> {
+    /// Records an image to find present, refusing past [`MAX_IMAGES`].
+    fn push(&mut self, line: usize, reference: String) -> Result<(), Refusal> {
+        if self.out.iter().any(|o| o.reference == reference) {
+            return Ok(());
+        }
+        if self.out.len() + self.bases.len() >= MAX_IMAGES {
+            return Err(Refusal {
+                line,
+                reason: format!(
+                    "more than {MAX_IMAGES} images cannot be checked before a build without network"
+                ),
+            });
+        }
+        self.out.push(ExternalImage {
+            line,
+            reference,
+            platform: None,
+        });
+        Ok(())
+    }
+
+    /// `ARG`: before the first `FROM` into the meta scope, else into the stage's (a default must be knowable).
+    fn arg(&mut self, ins: &Instruction) -> Result<(), Refusal> {
+        let Some(scope) = self.stage.as_mut() else {
+            self.meta.declare(&ins.args, self.args, self.escape);
+            return Ok(());
+        };
+        for decl in quoted_words(&ins.args, self.escape) {
+            let (name, default) = match decl.split_once('=') {
+                Some((n, d)) => (n.to_owned(), Some(d.to_owned())),
+                None => (decl.clone(), None),
+            };
+            let value = match (self.args.get(&name), default) {
+                (Some(v), _) => v.clone(),
+                (None, Some(d)) => process_word(&d, scope, self.escape).map_err(|n| {
+                    refusal(
+                        ins,
+                        format!("ARG {name} uses {n}, whose value cannot be known before the build"),
+                    )
+                })?,
+                (None, None) => self.meta.scope.args.get(&name).cloned().unwrap_or_default(),
+            };
+            scope.args.insert(name, value);
+        }
+        Ok(())
+    }
+
+    /// `ENV` in a stage: its values must be knowable, as later words are substituted with them.
+    fn env(&mut self, ins: &Instruction) -> Result<(), Refusal> {
+        let Some(scope) = self.stage.as_mut() else {
+            return Ok(());
+        };
+        let a = ins.args.trim();
+        let pairs: Vec<(String, String)> = match a.split_whitespace().next() {
+            Some(first) if first.contains('=') => quoted_words(a, self.escape)
+                .into_iter()
+                .filter_map(|w| w.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+                .collect(),
+            _ => a
+                .split_once(char::is_whitespace)
+                .map(|(k, v)| vec![(k.to_owned(), v.trim().to_owned())])
+                .unwrap_or_default(),
+        };
+        for (k, v) in pairs {
+            let value = process_word(&v, scope, self.escape).map_err(|n| {
+                refusal(
+                    ins,
+                    format!("ENV {k} uses {n}, whose value cannot be known before the build"),
+                )
+            })?;
+            Rc::make_mut(&mut scope.env).insert(k, value);
+        }
+        Ok(())
+    }
+
+    /// `FROM`: a new stage, from `scratch`, an earlier stage, or a base image that must be present (for the
+    /// platform asked), whose `ONBUILD` triggers are checked.
+    fn from(&mut self, ins: &Instruction) -> Result<(), Refusal> {
+        let refuse = |reason: String| refusal(ins, reason);
+        if let Some(s) = self.stage.take() {
+            self.stage_env.push(s.env);
+        }
+        if self.stage_env.len() >= MAX_STAGES {
+            return Err(refuse(format!(
+                "more than {MAX_STAGES} stages cannot be checked before a build without network"
+            )));
+        }
+        let (fl, rest) = flags(&ins.args);
+        let mut platform = None;
+        for (k, v) in fl {
+            if k != "platform" {
+                return Err(refuse(format!(
+                    "FROM has the flag --{k}, which cannot be checked before a build without network"
+                )));
+            }
+            let p = v.unwrap_or_default();
+            platform = Some(process_word(&p, &self.meta.scope, self.escape).map_err(|n| {
+                refuse(format!(
+                    "FROM --platform={p} uses {n}, whose value cannot be known before the build"
+                ))
+            })?);
+        }
+        let mut w = rest.split_whitespace();
+        let image = w.next().unwrap_or_default();
+        let reference = process_word(image, &self.meta.scope, self.escape).map_err(|n| {
+            refuse(format!(
+                "FROM {image} uses {n}, whose value cannot be known before the build, and a base image that \
+                 is not present would be pulled outside the run's network policy"
+            ))
+        })?;
+        let lower = reference.to_ascii_lowercase();
+        let scope = if lower == "scratch" {
+            Scope::default()
+        } else if let Some(&i) = self.stages.get(&lower) {
+            Scope {
+                env: self.stage_env[i].clone(),
+                ..Scope::default()
+            }
+        } else {
+            self.base_scope(ins, &reference, platform.as_deref())?
+        };
+        if let Some(name) = stage_name(w) {
+            self.stages.insert(name, self.stage_env.len());
+        }
+        self.stage = Some(scope);
+        Ok(())
+    }
+
+    /// The scope of a stage built on the base image `reference`: it must be present, for `platform` when one
+    /// is asked; its `ONBUILD` triggers are checked.
+    fn base_scope(
+        &mut self,
+        ins: &Instruction,
+        reference: &str,
+        platform: Option<&str>,
+    ) -> Result<Scope, Refusal> {
+        let bases = self.bases;
+        let Some(base) = bases.get(reference) else {
+            return Err(refusal(
+                ins,
+                format!(
+                    "FROM {reference}: the image is not present on this host, and the build has no network \
+                     to pull it; a pull would leave outside the run's network policy ({HINT_IMAGE})"
+                ),
+            ));
+        };
+        if let (Some(p), Some(os), Some(arch)) = (platform, &base.os, &base.arch) {
+            let have = format!("{os}/{arch}");
+            let want = p.to_ascii_lowercase();
+            if want != have && !want.starts_with(&format!("{have}/")) {
+                return Err(refusal(
+                    ins,
+                    format!(
+                        "FROM --platform={p} {reference}: the image present is {have}, and the engine would \
+                         pull the {p} one outside the run's network policy ({HINT_IMAGE})"
+                    ),
+                ));
+            }
+        }
+        for trigger in &base.onbuild {
+            if let Some(image) = check_trigger(trigger, ins.line, reference)? {
+                self.push(ins.line, image)?;
+            }
+        }
+        Ok(Scope::from_env(&base.env))
+    }
 }
 
 /// Checks an `ONBUILD` trigger of a base image (`trigger` is the instruction text the image records); `line` is

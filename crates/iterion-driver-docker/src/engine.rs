@@ -2,11 +2,11 @@
 //! negotiation (never above what the server supports, never below 1.41), and the engine's identity.
 
 use crate::endpoint::{Candidate, EndpointSettings, Family, candidates};
+use crate::engine_http::{self, EngineHttpError};
 use crate::error::{Error, Result, engine};
 use bollard::{ClientVersion, Docker};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Lowest engine API version the driver accepts.
 pub const MIN_API: (usize, usize) = (1, 41);
@@ -119,19 +119,6 @@ pub fn negotiate(server: &str) -> std::result::Result<(usize, usize), String> {
     Ok(s.min(MAX_API))
 }
 
-/// `5s`, `1m30s`, `200ms`: a bound as a person writes it.
-pub(crate) fn short_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    if s == 0 {
-        return format!("{}ms", d.as_millis());
-    }
-    match (s / 3600, (s % 3600) / 60, s % 60) {
-        (0, 0, sec) => format!("{sec}s"),
-        (0, m, sec) => format!("{m}m{sec}s"),
-        (h, m, sec) => format!("{h}h{m}m{sec}s"),
-    }
-}
-
 fn driver_of(family: Family) -> &'static str {
     match family {
         Family::Docker => "docker",
@@ -142,46 +129,17 @@ fn driver_of(family: Family) -> &'static str {
 /// Pings `socket` (`GET /_ping`) within `timeout`; returns the response headers. Failure reasons are the
 /// distinct sentences of 03 §4.2.
 pub async fn ping(socket: &Path, timeout: Duration) -> std::result::Result<Vec<(String, String)>, String> {
-    let p = socket.display();
-    let work = async {
-        let mut s = match tokio::net::UnixStream::connect(socket).await {
-            Ok(s) => s,
-            Err(e) => {
-                return Err(match e.kind() {
-                    std::io::ErrorKind::NotFound => format!("no engine socket at {p}"),
-                    std::io::ErrorKind::ConnectionRefused => format!("engine at {p} refused the connection"),
-                    std::io::ErrorKind::PermissionDenied => format!(
-                        "permission denied on {p} (add your user to the docker group or use rootless Podman)"
-                    ),
-                    _ => format!("engine at {p} could not be reached: {e}"),
-                });
-            }
-        };
-        s.write_all(b"GET /_ping HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n")
-            .await
-            .map_err(|e| format!("engine at {p} could not be reached: {e}"))?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf)
-            .await
-            .map_err(|e| format!("engine at {p} could not be reached: {e}"))?;
-        let text = String::from_utf8_lossy(&buf);
-        let head = text.split("\r\n\r\n").next().unwrap_or_default();
-        let mut lines = head.split("\r\n");
-        let status = lines.next().unwrap_or_default();
-        if !(status.starts_with("HTTP/1.1 200") || status.starts_with("HTTP/1.0 200")) {
-            return Err(format!("engine at {p} answered '{status}' to _ping"));
-        }
-        Ok(lines
-            .filter_map(|l| l.split_once(':'))
-            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-            .collect())
-    };
-    match tokio::time::timeout(timeout, work).await {
-        Ok(r) => r,
-        Err(_) => Err(format!(
-            "engine at {p} did not answer within {}",
-            short_duration(timeout)
+    match engine_http::get(socket, "/_ping", timeout).await {
+        Ok(r) if r.status == 200 => Ok(r.headers),
+        Ok(r) => Err(format!(
+            "engine at {} answered '{}' to _ping",
+            socket.display(),
+            r.status_line
         )),
+        Err(e @ EngineHttpError::PermissionDenied { .. }) => Err(format!(
+            "{e} (add your user to the docker group or use rootless Podman)"
+        )),
+        Err(e) => Err(e.to_string()),
     }
 }
 

@@ -1,5 +1,6 @@
 //! The crate's error type. Engine (bollard) errors are translated here and never leave the crate.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Errors of the docker driver's own operations (engine connection, images, builds, relay checks).
@@ -120,7 +121,7 @@ pub enum Error {
     #[error("the workspace git directory is refused: {refusal} ({})", refusal.remedy)]
     UnsafeGit {
         /// The pointer and why.
-        refusal: crate::mounts::GitRefusal,
+        refusal: GitRefusal,
     },
     /// A local file operation failed (run directory, socket directory, build context).
     #[error("{what} {path}")]
@@ -135,8 +136,8 @@ pub enum Error {
     },
 }
 
-impl From<crate::mounts::GitRefusal> for Error {
-    fn from(refusal: crate::mounts::GitRefusal) -> Self {
+impl From<GitRefusal> for Error {
+    fn from(refusal: GitRefusal) -> Self {
         Error::UnsafeGit { refusal }
     }
 }
@@ -148,6 +149,24 @@ fn hint_for(phase: &str) -> &'static str {
         "start" => " (set ITERION_SANDBOX_START_TIMEOUT to extend)",
         "post_create" => " (set ITERION_SANDBOX_POST_CREATE_TIMEOUT to extend)",
         _ => "",
+    }
+}
+
+/// A git pointer of the workspace that iterion does not follow: the repository's content names a host path
+/// that is not verifiably its own git directory, or a protected path is a symbolic link leading out of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitRefusal {
+    /// The file or directory of the workspace that holds the pointer.
+    pub pointer: PathBuf,
+    /// Why, as a clause after the pointer's path.
+    pub reason: String,
+    /// What the operator can do.
+    pub remedy: String,
+}
+
+impl std::fmt::Display for GitRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.pointer.display(), self.reason)
     }
 }
 

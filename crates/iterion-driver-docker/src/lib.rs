@@ -6,12 +6,17 @@
 //! Entry points:
 //! - [`DockerDriver`] (`iterion_driver::Driver`) built from [`DockerSettings`], which the composition root
 //!   fills once (endpoint inputs, relay binary, host name, uid); its `Run` is [`DockerRun`].
-//! - [`endpoint`]: the candidate sockets of 03 §4.1; [`engine`]: ping, API negotiation, identity (§4.2–4.3).
+//! - [`endpoint`]: the candidate sockets of 03 §4.1; [`engine`]: ping, API negotiation, identity (§4.2–4.3);
+//!   [`engine_http`]: the one raw HTTP/1.1 client of the engine socket (async and blocking), bollard-free.
 //! - [`image`]: presence, pull with a bound and error classification (§5.2, §16.9); [`imagebuild`]: builds
 //!   with a deterministic, streamed context (§6), without network under a filtering policy, after
 //!   [`dockerfile`] has refused whatever the engine would fetch itself.
 //! - [`mounts`]: host state, warm caches, protected paths, UID remap, HOME tmpfs layering (§8.3–8.6).
 //! - [`relay`]: installing and checking the static egress relay (§7.2); [`names`]: run tags (§16.3).
+//!
+//! Module order (each imports only modules before it): `error`, `names`, `endpoint`, [`engine_http`], `auth`,
+//! `dockerfile` → `mounts`, `relay` → `engine` → `image` → `imagebuild` → `container` (the state a run shares
+//! with its execs) → `dexec` → `run` → `driver` (`settings` → `plan` → `create` → `start`; `network`).
 //!
 //! ```no_run
 //! # async fn demo() -> iterion_driver_docker::Result<()> {
@@ -28,11 +33,13 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+mod container;
 mod dexec;
 pub mod dockerfile;
 mod driver;
 pub mod endpoint;
 pub mod engine;
+pub mod engine_http;
 mod error;
 pub mod image;
 pub mod imagebuild;

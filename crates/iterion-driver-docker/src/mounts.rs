@@ -2,6 +2,7 @@
 //! decision and the writable-`HOME` tmpfs layering. Pure planning over paths passed in, plus the creation of
 //! missing protected paths (as the iterion user, before the container exists).
 
+pub use crate::error::GitRefusal;
 use std::path::{Path, PathBuf};
 
 /// Kind of a planned mount.
@@ -288,24 +289,6 @@ pub struct GitDirs {
     /// `G` or `C` lies outside the workspace: they belong to a verified linked worktree (or submodule) and `C`
     /// is mounted at its host path.
     pub outside: bool,
-}
-
-/// A git pointer of the workspace that iterion does not follow: the repository's content names a host path
-/// that is not verifiably its own git directory, or a protected path is a symbolic link leading out of it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GitRefusal {
-    /// The file or directory of the workspace that holds the pointer.
-    pub pointer: PathBuf,
-    /// Why, as a clause after the pointer's path.
-    pub reason: String,
-    /// What the operator can do.
-    pub remedy: String,
-}
-
-impl std::fmt::Display for GitRefusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}", self.pointer.display(), self.reason)
-    }
 }
 
 /// The largest pointer file read (`.git`, `commondir`, `gitdir`); git writes one short line.

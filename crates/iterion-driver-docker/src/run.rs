@@ -1,9 +1,9 @@
 //! The `Run` handle of a docker sandbox: exec, copy, status, and the single shared cleanup (03 §8.9–§9.1).
 
+use crate::container::RunInner;
 use crate::dexec;
 use crate::error::status_of;
 use async_trait::async_trait;
-use bollard::Docker;
 use bollard::query_parameters::{
     DownloadFromContainerOptions, RemoveContainerOptions, StopContainerOptions, UploadToContainerOptions,
 };
@@ -14,158 +14,10 @@ use iterion_driver::{
     CleanupReport, CopyDirection, DriverKind, Error as DError, Exec, ExecRequest, Run, SandboxStatus,
     TarSource, TarStream,
 };
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-/// State shared by a run handle and its execs.
-#[derive(Debug)]
-pub(crate) struct RunInner {
-    pub(crate) docker: Docker,
-    pub(crate) socket: PathBuf,
-    pub(crate) id: String,
-    pub(crate) workspace: String,
-    pub(crate) user: Option<String>,
-    pub(crate) kind: DriverKind,
-    closed: AtomicBool,
-    finished: tokio::sync::Mutex<Vec<String>>,
-    live: std::sync::atomic::AtomicUsize,
-    /// The processes present right after the start (init, the relay or `sleep`): never killed by
-    /// [`Run::kill_leftovers`]. `None` until recorded; without it nothing is killed.
-    infrastructure: Mutex<Option<Vec<u32>>>,
-}
-
-/// Container facts: `None` when the container no longer exists.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct State {
-    pub(crate) running: bool,
-    pub(crate) exit_code: Option<i64>,
-    pub(crate) oom_killed: Option<bool>,
-}
-
-pub(crate) fn engine_error(e: bollard::errors::Error) -> DError {
-    match e {
-        bollard::errors::Error::DockerResponseServerError { status_code, message } => DError::Engine {
-            status: Some(status_code),
-            message,
-        },
-        other => DError::Engine {
-            status: None,
-            message: other.to_string(),
-        },
-    }
-}
-
-impl RunInner {
-    pub(crate) fn new(
-        docker: Docker,
-        socket: PathBuf,
-        id: String,
-        workspace: String,
-        user: Option<String>,
-        kind: DriverKind,
-    ) -> Self {
-        Self {
-            docker,
-            socket,
-            id,
-            workspace,
-            user,
-            kind,
-            closed: AtomicBool::new(false),
-            finished: tokio::sync::Mutex::new(Vec::new()),
-            live: std::sync::atomic::AtomicUsize::new(0),
-            infrastructure: Mutex::new(None),
-        }
-    }
-
-    pub(crate) fn check_open(&self) -> Result<(), DError> {
-        if self.closed.load(Ordering::SeqCst) {
-            Err(DError::gone())
-        } else {
-            Ok(())
-        }
-    }
-
-    pub(crate) async fn state(&self) -> Result<Option<State>, DError> {
-        match self.docker.inspect_container(&self.id, None).await {
-            Ok(c) => {
-                let s = c.state.unwrap_or_default();
-                Ok(Some(State {
-                    running: s.running == Some(true),
-                    exit_code: s.exit_code,
-                    oom_killed: s.oom_killed,
-                }))
-            }
-            Err(e) if status_of(&e) == Some(404) => Ok(None),
-            Err(e) => Err(engine_error(e)),
-        }
-    }
-
-    async fn gone_or(&self, otherwise: DError) -> DError {
-        match self.state().await {
-            Ok(None) => DError::gone(),
-            Ok(Some(s)) if !s.running => DError::SandboxGone {
-                exit_code: s.exit_code,
-                oom_killed: s.oom_killed,
-            },
-            _ => otherwise,
-        }
-    }
-
-    /// Classifies an exec create/start failure (03 §8.9 table).
-    pub(crate) async fn exec_create_error(&self, e: bollard::errors::Error) -> DError {
-        match status_of(&e) {
-            Some(404) => DError::gone(),
-            Some(409) => match self.state().await {
-                Ok(Some(s)) => DError::SandboxGone {
-                    exit_code: s.exit_code,
-                    oom_killed: s.oom_killed,
-                },
-                _ => DError::gone(),
-            },
-            _ => {
-                let msg = e.to_string();
-                self.gone_or(DError::ExecStart { reason: msg }).await
-            }
-        }
-    }
-
-    /// Classifies a stream failure mid-exec: `SandboxGone` when the container is not running, else `Engine`.
-    pub(crate) async fn stream_error(&self, message: String) -> DError {
-        self.gone_or(DError::Engine {
-            status: None,
-            message,
-        })
-        .await
-    }
-
-    /// Counts an exec that started (see [`RunInner::exec_finished`]).
-    pub(crate) fn exec_started(&self) {
-        self.live.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// Records a finished exec's pid file; every [`dexec::PID_BATCH`] files, removes them with one exec.
-    pub(crate) async fn exec_finished(self: &Arc<Self>, pid_file: String) {
-        self.live.fetch_sub(1, Ordering::SeqCst);
-        let batch = {
-            let mut f = self.finished.lock().await;
-            f.push(pid_file);
-            if f.len() < dexec::PID_BATCH {
-                return;
-            }
-            std::mem::take(&mut *f)
-        };
-        let me = Arc::clone(self);
-        tokio::spawn(async move {
-            let mut cmd = vec!["rm".to_string(), "-f".to_string()];
-            cmd.extend(batch);
-            let _ = dexec::run_quiet(&me, "0", cmd).await;
-        });
-    }
-}
 
 /// A started docker sandbox.
 pub struct DockerRun {
@@ -293,23 +145,15 @@ pub(crate) fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
 }
 
-/// Force-removes a container with a blocking request over the engine socket (panic path), bounded by 5 s.
-pub(crate) fn force_remove_blocking(socket: &std::path::Path, id: &str) -> Result<u16, String> {
-    use std::io::{Read, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(socket).map_err(|e| e.to_string())?;
-    let bound = Some(Duration::from_secs(5));
-    s.set_read_timeout(bound).map_err(|e| e.to_string())?;
-    s.set_write_timeout(bound).map_err(|e| e.to_string())?;
-    let req =
-        format!("DELETE /containers/{id}?force=1&v=1 HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
-    let mut buf = [0u8; 64];
-    let n = s.read(&mut buf).map_err(|e| e.to_string())?;
-    let head = String::from_utf8_lossy(&buf[..n]);
-    head.split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("bad answer '{head}'"))
+/// Force-removes a container with a blocking request over the engine socket (panic path), bounded by 5 s;
+/// returns the engine's status code.
+pub(crate) fn force_remove_blocking(
+    socket: &std::path::Path,
+    id: &str,
+) -> Result<u16, crate::engine_http::EngineHttpError> {
+    use crate::engine_http::{Request, blocking};
+    let path = format!("/containers/{id}?force=1&v=1");
+    blocking::send(socket, &Request::new("DELETE", &path), Duration::from_secs(5)).map(|r| r.status)
 }
 
 #[async_trait]

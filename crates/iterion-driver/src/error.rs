@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::types::DriverKind;
+use crate::kind::DriverKind;
 
 /// A setup phase bounded by its own timeout (05 §7.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

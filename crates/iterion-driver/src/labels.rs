@@ -1,8 +1,7 @@
-//! Labels of managed resources (03 §8.1.1) and label-value sanitising (§11.1).
+//! Labels of managed resources (03 §8.1.1), the owner they name (§8.1.2) and label-value sanitising (§11.1).
 
 use std::collections::BTreeMap;
-
-use crate::types::OwnerInfo;
+use std::path::PathBuf;
 
 /// `true` on every resource iterion creates.
 pub const MANAGED: &str = "iterion.io/managed";
@@ -26,6 +25,19 @@ pub const SANDBOX_KEY: &str = "iterion.io/sandbox-key";
 pub const IMAGE: &str = "iterion.io/image";
 /// The iterion version.
 pub const ITERION_VERSION: &str = "iterion.io/iterion-version";
+
+/// The iterion process that owns resources (03 §8.1.2), computed once by the CLI.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OwnerInfo {
+    /// Host name.
+    pub host_name: String,
+    /// Process id.
+    pub pid: u32,
+    /// Process start time, Unix seconds.
+    pub start_time: u64,
+    /// Store directory of the run.
+    pub store_dir: PathBuf,
+}
 
 /// Maximum bytes of a label value.
 pub const MAX_LABEL_VALUE: usize = 253;

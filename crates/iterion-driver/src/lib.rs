@@ -14,6 +14,10 @@
 //! - [`mount_safety`] (§10), [`spec_safety`] (§11), [`selection`] (§2), [`home`] (§8.5) and [`timeouts`]
 //!   (§13): pure rules over injected facts.
 //!
+//! Module order (each imports only modules before it): `kind` → `error` → `labels` → `types` → `timeouts`,
+//! `home`, `hardening`, `spec_safety`, `mount_safety`, `untar`, `owner`, `selection` → `exec` → `driver` →
+//! `collect`, `post_create` → `noop`.
+//!
 //! ```
 //! use iterion_driver::{Error, FailureCode, SetupPhase};
 //! use std::time::Duration;
@@ -25,11 +29,13 @@
 //! ```
 #![deny(missing_docs)]
 
+mod collect;
 mod driver;
 mod error;
 mod exec;
 pub mod hardening;
 pub mod home;
+mod kind;
 pub mod labels;
 pub mod mount_safety;
 mod noop;
@@ -41,12 +47,12 @@ pub mod timeouts;
 mod types;
 mod untar;
 
+pub use collect::{Collected, OutputLimits, exec_collect};
 pub use driver::{Driver, Run, Started};
 pub use error::{CopyDirection, Error, FailureCode, Result, SetupPhase, fmt_duration};
 pub use exec::{
-    Collected, DEFAULT_CAPTURE, DEFAULT_KILL_GRACE, Exec, ExecId, ExecKiller, ExecOutput, ExecParts,
-    ExecRequest, ExecStdin, ExitStatus, KILL_CONFIRM, KillExec, Output, OutputLimits, SIGKILL, SIGTERM,
-    Stdin, exec_collect,
+    DEFAULT_CAPTURE, DEFAULT_KILL_GRACE, Exec, ExecId, ExecKiller, ExecOutput, ExecParts, ExecRequest,
+    ExecStdin, ExitStatus, KILL_CONFIRM, KillExec, Output, SIGKILL, SIGTERM, Stdin,
 };
 pub use noop::{NoopDriver, NoopRun};
 pub use post_create::{LOG_PREFIX, TAIL_BYTES, run_post_create, run_post_create_with_env};

@@ -10,51 +10,10 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use crate::kind::DriverKind;
+pub use crate::labels::OwnerInfo;
 use iterion_spec::resolved::ResolvedSandbox;
 use tokio::io::AsyncRead;
-
-/// Which driver implementation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DriverKind {
-    /// Docker Engine.
-    Docker,
-    /// Podman service (Docker-compatible API).
-    Podman,
-    /// Sibling pods on Kubernetes.
-    Kubernetes,
-    /// Host execution, no isolation.
-    Noop,
-}
-
-impl DriverKind {
-    /// `docker`, `podman`, `kubernetes`, `noop`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DriverKind::Docker => "docker",
-            DriverKind::Podman => "podman",
-            DriverKind::Kubernetes => "kubernetes",
-            DriverKind::Noop => "noop",
-        }
-    }
-
-    /// Parses a driver name (as given to `--sandbox-driver`).
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "docker" => DriverKind::Docker,
-            "podman" => DriverKind::Podman,
-            "kubernetes" => DriverKind::Kubernetes,
-            "noop" => DriverKind::Noop,
-            _ => return None,
-        })
-    }
-}
-
-impl fmt::Display for DriverKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// How egress can be enforced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
@@ -494,19 +453,6 @@ impl HostStatePlan {
     pub fn disabled() -> Self {
         Self::default()
     }
-}
-
-/// The iterion process that owns resources (03 §8.1.2), computed once by the CLI.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct OwnerInfo {
-    /// Host name.
-    pub host_name: String,
-    /// Process id.
-    pub pid: u32,
-    /// Process start time, Unix seconds.
-    pub start_time: u64,
-    /// Store directory of the run.
-    pub store_dir: PathBuf,
 }
 
 /// Resource limits.

@@ -819,84 +819,141 @@ async fn timed(deadline: Duration, f: BoxFuture<'_, CaseResultInner>) -> Outcome
     }
 }
 
+/// Collects the outcome of each case, printing skips to stderr as visible notices.
+struct Recorder {
+    report: ConformanceReport,
+    deadline: Duration,
+}
+
+impl Recorder {
+    fn record(&mut self, id: &'static str, name: &'static str, outcome: Outcome) {
+        if let Outcome::Skipped(why) = &outcome {
+            eprintln!("SKIPPED conformance {id} {name}: {why}");
+        }
+        self.report.cases.push(CaseResult { id, name, outcome });
+    }
+
+    /// Runs one case within the deadline.
+    async fn case(&mut self, id: &'static str, name: &'static str, f: BoxFuture<'_, CaseResultInner>) {
+        let outcome = timed(self.deadline, f).await;
+        self.record(id, name, outcome);
+    }
+
+    /// Runs one case when `available`, else records it skipped for `why`.
+    async fn case_if(
+        &mut self,
+        available: bool,
+        id: &'static str,
+        name: &'static str,
+        f: BoxFuture<'_, CaseResultInner>,
+        why: &str,
+    ) {
+        if available {
+            self.case(id, name, f).await;
+        } else {
+            self.record(id, name, Outcome::Skipped(why.to_string()));
+        }
+    }
+}
+
 /// Runs every case of the suite against `driver`. Skips are printed to stderr as visible notices.
 pub async fn run_all(driver: Arc<dyn Driver>, ctx: ConformanceCtx) -> ConformanceReport {
     let caps = driver.capabilities();
-    let noop = driver.kind() == DriverKind::Noop;
-    let deadline = ctx.case_deadline;
+    let mut rec = Recorder {
+        report: ConformanceReport::default(),
+        deadline: ctx.case_deadline,
+    };
     let suite = Suite {
         driver,
         ctx,
         counter: std::sync::atomic::AtomicU32::new(0),
     };
-    let mut report = ConformanceReport::default();
     let shared = suite.start().await;
-    let mut record = |id: &'static str, name: &'static str, outcome: Outcome| {
-        if let Outcome::Skipped(why) = &outcome {
-            eprintln!("SKIPPED conformance {id} {name}: {why}");
-        }
-        report.cases.push(CaseResult { id, name, outcome });
-    };
-    record(
-        "C01",
-        "cleanup_idempotent_concurrent",
-        timed(deadline, Box::pin(c01(&suite))).await,
-    );
+    rec.case("C01", "cleanup_idempotent_concurrent", Box::pin(c01(&suite)))
+        .await;
     let run: Arc<dyn Run> = match &shared {
         Ok(g) => g.run().clone(),
         Err(e) => {
-            record(
+            rec.record(
                 "C02",
                 "start",
                 Outcome::Failed(format!("could not start the shared sandbox: {e}")),
             );
-            return report;
+            return rec.report;
         }
     };
     let r = &*run;
-    record("C02", "echo", timed(deadline, Box::pin(c02(r))).await);
-    record("C03", "exit_code", timed(deadline, Box::pin(c03(r))).await);
-    record(
-        "C04",
-        "stdout_stderr_separate",
-        timed(deadline, Box::pin(c04(r))).await,
-    );
-    record("C05", "stdin_roundtrip", timed(deadline, Box::pin(c05(r))).await);
-    record(
-        "C06",
-        "concurrent_large_outputs",
-        timed(deadline, Box::pin(c06(r))).await,
-    );
-    record(
-        "C07",
-        "backpressure_no_loss",
-        timed(deadline, Box::pin(c07(r))).await,
-    );
-    record("C08", "env_layering", timed(deadline, Box::pin(c08(r))).await);
-    record("C09", "workdir", timed(deadline, Box::pin(c09(r))).await);
-    if suite.ctx.workspace_shared {
-        record(
-            "C10",
-            "workspace_shared_with_host",
-            timed(deadline, Box::pin(c10(&suite, r))).await,
-        );
-    } else {
-        record(
-            "C10",
-            "workspace_shared_with_host",
-            Outcome::Skipped("the workspace is not shared with the host".into()),
-        );
+    exec_cases(&mut rec, r).await;
+    rec.case_if(
+        suite.ctx.workspace_shared,
+        "C10",
+        "workspace_shared_with_host",
+        Box::pin(c10(&suite, r)),
+        "the workspace is not shared with the host",
+    )
+    .await;
+    user_case(&mut rec, &suite, r, caps.remote_user).await;
+    for (id, name, case) in [
+        (
+            "C12",
+            "cancel_terminates_group",
+            Box::pin(c12(r)) as BoxFuture<'_, _>,
+        ),
+        ("C13", "cancel_kill_after_grace", Box::pin(c13(r))),
+        ("C14", "drop_kills", Box::pin(c14(r))),
+    ] {
+        rec.case_if(caps.exec_kill, id, name, case, "capability exec_kill is missing")
+            .await;
     }
+    rec.case("C15", "sandbox_gone", Box::pin(c15(&suite))).await;
+    rec.case_if(
+        caps.post_create,
+        "C16",
+        "post_create",
+        Box::pin(c16(&suite)),
+        "capability post_create is missing",
+    )
+    .await;
+    rec.case_if(
+        caps.copy,
+        "C30",
+        "copy_roundtrip",
+        Box::pin(c30(&suite, r)),
+        "capability copy is missing",
+    )
+    .await;
+    rec.case("C32", "command_not_found", Box::pin(c32(r))).await;
+    let _ = run.cleanup().await;
+    drop(shared);
+    rec.report
+}
+
+/// The exec cases on the shared sandbox every driver runs (C02–C09).
+async fn exec_cases(rec: &mut Recorder, r: &dyn Run) {
+    rec.case("C02", "echo", Box::pin(c02(r))).await;
+    rec.case("C03", "exit_code", Box::pin(c03(r))).await;
+    rec.case("C04", "stdout_stderr_separate", Box::pin(c04(r))).await;
+    rec.case("C05", "stdin_roundtrip", Box::pin(c05(r))).await;
+    rec.case("C06", "concurrent_large_outputs", Box::pin(c06(r)))
+        .await;
+    rec.case("C07", "backpressure_no_loss", Box::pin(c07(r))).await;
+    rec.case("C08", "env_layering", Box::pin(c08(r))).await;
+    rec.case("C09", "workdir", Box::pin(c09(r))).await;
+}
+
+/// C11: noop can switch to uid 1000 only as root or uid 1000; another driver needs `remote_user`.
+async fn user_case(rec: &mut Recorder, suite: &Suite, r: &dyn Run, remote_user: bool) {
+    let noop = suite.driver.kind() == DriverKind::Noop;
     let uid = sh(r, "id -u").await.map(|c| c.stdout_text()).unwrap_or_default();
     let c11_ok = if noop {
         matches!(uid.trim(), "0" | "1000")
     } else {
-        caps.remote_user
+        remote_user
     };
     if c11_ok {
-        record("C11", "user", timed(deadline, Box::pin(c11(r))).await);
+        rec.case("C11", "user", Box::pin(c11(r))).await;
     } else if noop {
-        record(
+        rec.record(
             "C11",
             "user",
             Outcome::Skipped(format!(
@@ -905,70 +962,10 @@ pub async fn run_all(driver: Arc<dyn Driver>, ctx: ConformanceCtx) -> Conformanc
             )),
         );
     } else {
-        record(
+        rec.record(
             "C11",
             "user",
             Outcome::Skipped("capability remote_user is missing".into()),
         );
     }
-    if caps.exec_kill {
-        record(
-            "C12",
-            "cancel_terminates_group",
-            timed(deadline, Box::pin(c12(r))).await,
-        );
-        record(
-            "C13",
-            "cancel_kill_after_grace",
-            timed(deadline, Box::pin(c13(r))).await,
-        );
-        record("C14", "drop_kills", timed(deadline, Box::pin(c14(r))).await);
-    } else {
-        for (id, name) in [
-            ("C12", "cancel_terminates_group"),
-            ("C13", "cancel_kill_after_grace"),
-            ("C14", "drop_kills"),
-        ] {
-            record(
-                id,
-                name,
-                Outcome::Skipped("capability exec_kill is missing".into()),
-            );
-        }
-    }
-    record(
-        "C15",
-        "sandbox_gone",
-        timed(deadline, Box::pin(c15(&suite))).await,
-    );
-    if caps.post_create {
-        record("C16", "post_create", timed(deadline, Box::pin(c16(&suite))).await);
-    } else {
-        record(
-            "C16",
-            "post_create",
-            Outcome::Skipped("capability post_create is missing".into()),
-        );
-    }
-    if caps.copy {
-        record(
-            "C30",
-            "copy_roundtrip",
-            timed(deadline, Box::pin(c30(&suite, r))).await,
-        );
-    } else {
-        record(
-            "C30",
-            "copy_roundtrip",
-            Outcome::Skipped("capability copy is missing".into()),
-        );
-    }
-    record(
-        "C32",
-        "command_not_found",
-        timed(deadline, Box::pin(c32(r))).await,
-    );
-    let _ = run.cleanup().await;
-    drop(shared);
-    report
 }

@@ -9,8 +9,6 @@ pub mod dns;
 pub mod docker_http;
 pub mod docker_image;
 
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -61,23 +59,12 @@ pub fn containers_of(run_id: &str) -> Vec<String> {
 /// Pings the engine over its Unix socket (`GET /_ping`), bounded to two seconds.
 pub fn engine_answers() -> Result<(), String> {
     let path = engine_socket().ok_or_else(|| "DOCKER_HOST is not a unix:// socket".to_string())?;
-    let mut s = UnixStream::connect(&path).map_err(|e| format!("connect {}: {e}", path.display()))?;
-    s.set_read_timeout(Some(Duration::from_secs(2)))
+    let r = iterion_driver_docker::engine_http::blocking::get(&path, "/_ping", Duration::from_secs(2))
         .map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(Duration::from_secs(2)))
-        .map_err(|e| e.to_string())?;
-    s.write_all(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
-        .map_err(|e| format!("write: {e}"))?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).map_err(|e| format!("read: {e}"))?;
-    let text = String::from_utf8_lossy(&buf);
-    if text.starts_with("HTTP/1.0 200") || text.starts_with("HTTP/1.1 200") {
+    if r.status == 200 {
         Ok(())
     } else {
-        Err(format!(
-            "unexpected answer: {}",
-            text.lines().next().unwrap_or("")
-        ))
+        Err(format!("unexpected answer: {}", r.status_line))
     }
 }
 

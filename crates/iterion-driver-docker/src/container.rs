@@ -1,0 +1,276 @@
+//! The state a run handle shares with its execs, and how engine answers about the container read: gone,
+//! stopped or running (03 §8.9 failure table). Below both `dexec` and `run`.
+
+use crate::error::status_of;
+use bollard::Docker;
+use iterion_driver::{DriverKind, Error as DError};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// State shared by a run handle and its execs.
+#[derive(Debug)]
+pub(crate) struct RunInner {
+    pub(crate) docker: Docker,
+    pub(crate) socket: PathBuf,
+    pub(crate) id: String,
+    pub(crate) workspace: String,
+    pub(crate) user: Option<String>,
+    pub(crate) kind: DriverKind,
+    pub(crate) closed: AtomicBool,
+    finished: tokio::sync::Mutex<Vec<String>>,
+    pub(crate) live: std::sync::atomic::AtomicUsize,
+    /// The processes present right after the start (init, the relay or `sleep`): never killed by
+    /// [`Run::kill_leftovers`]. `None` until recorded; without it nothing is killed.
+    pub(crate) infrastructure: Mutex<Option<Vec<u32>>>,
+}
+
+/// Container facts: `None` when the container no longer exists.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct State {
+    pub(crate) running: bool,
+    pub(crate) exit_code: Option<i64>,
+    pub(crate) oom_killed: Option<bool>,
+}
+
+pub(crate) fn engine_error(e: bollard::errors::Error) -> DError {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { status_code, message } => DError::Engine {
+            status: Some(status_code),
+            message,
+        },
+        other => DError::Engine {
+            status: None,
+            message: other.to_string(),
+        },
+    }
+}
+
+/// Reads a container inspect answer: `None` when the container no longer exists (404).
+///
+/// Podman reports a stopped container's state as `stopped`, which the engine API's state enum does not know, so
+/// the answer fails to decode with "unknown variant `stopped`": such an answer reads as a container that is
+/// not running, with no exit details.
+fn state_of(
+    inspected: Result<bollard::models::ContainerInspectResponse, bollard::errors::Error>,
+) -> Result<Option<State>, DError> {
+    match inspected {
+        Ok(c) => {
+            let s = c.state.unwrap_or_default();
+            Ok(Some(State {
+                running: s.running == Some(true),
+                exit_code: s.exit_code,
+                oom_killed: s.oom_killed,
+            }))
+        }
+        Err(e) if status_of(&e) == Some(404) => Ok(None),
+        Err(e) if reports_podman_stopped(&e) => Ok(Some(State {
+            running: false,
+            exit_code: None,
+            oom_killed: None,
+        })),
+        Err(e) => Err(engine_error(e)),
+    }
+}
+
+/// The inspect answer failed to decode because of Podman's `stopped` state.
+fn reports_podman_stopped(e: &bollard::errors::Error) -> bool {
+    let message = match e {
+        bollard::errors::Error::JsonDataError { message, .. } => message.clone(),
+        bollard::errors::Error::JsonSerdeError { err } => err.to_string(),
+        _ => return false,
+    };
+    message.contains("unknown variant `stopped`")
+}
+
+/// `SandboxGone` when the container no longer exists or is not running, else `otherwise`.
+fn gone_verdict(state: Result<Option<State>, DError>, otherwise: DError) -> DError {
+    match state {
+        Ok(None) => DError::gone(),
+        Ok(Some(s)) if !s.running => DError::SandboxGone {
+            exit_code: s.exit_code,
+            oom_killed: s.oom_killed,
+        },
+        _ => otherwise,
+    }
+}
+
+/// What a failed exec inspect is while the container still runs: an exec session the engine no longer knows
+/// (404, "no such exec session") is a sandbox that is going away; any other failure is an engine error.
+fn exec_inspect_otherwise(e: &bollard::errors::Error) -> DError {
+    if status_of(e) == Some(404) {
+        DError::gone()
+    } else {
+        DError::Engine {
+            status: None,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl RunInner {
+    pub(crate) fn new(
+        docker: Docker,
+        socket: PathBuf,
+        id: String,
+        workspace: String,
+        user: Option<String>,
+        kind: DriverKind,
+    ) -> Self {
+        Self {
+            docker,
+            socket,
+            id,
+            workspace,
+            user,
+            kind,
+            closed: AtomicBool::new(false),
+            finished: tokio::sync::Mutex::new(Vec::new()),
+            live: std::sync::atomic::AtomicUsize::new(0),
+            infrastructure: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn check_open(&self) -> Result<(), DError> {
+        if self.closed.load(Ordering::SeqCst) {
+            Err(DError::gone())
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) async fn state(&self) -> Result<Option<State>, DError> {
+        state_of(self.docker.inspect_container(&self.id, None).await)
+    }
+
+    pub(crate) async fn gone_or(&self, otherwise: DError) -> DError {
+        gone_verdict(self.state().await, otherwise)
+    }
+
+    /// Classifies a failed inspect of an exec whose output was read: the engine no longer knowing the exec
+    /// session (404, which Podman answers while the container stops under an in-flight exec) means the sandbox
+    /// is gone; anything else is `SandboxGone` only when the container is not running.
+    pub(crate) async fn exec_inspect_error(&self, e: bollard::errors::Error) -> DError {
+        gone_verdict(self.state().await, exec_inspect_otherwise(&e))
+    }
+
+    /// Classifies an exec create/start failure (03 §8.9 table).
+    pub(crate) async fn exec_create_error(&self, e: bollard::errors::Error) -> DError {
+        match status_of(&e) {
+            Some(404) => DError::gone(),
+            Some(409) => match self.state().await {
+                Ok(Some(s)) => DError::SandboxGone {
+                    exit_code: s.exit_code,
+                    oom_killed: s.oom_killed,
+                },
+                _ => DError::gone(),
+            },
+            _ => {
+                let msg = e.to_string();
+                self.gone_or(DError::ExecStart { reason: msg }).await
+            }
+        }
+    }
+
+    /// Classifies a stream failure mid-exec: `SandboxGone` when the container is not running, else `Engine`.
+    pub(crate) async fn stream_error(&self, message: String) -> DError {
+        self.gone_or(DError::Engine {
+            status: None,
+            message,
+        })
+        .await
+    }
+
+    /// Counts an exec that started (see [`RunInner::exec_finished`]).
+    pub(crate) fn exec_started(&self) {
+        self.live.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Records a finished exec's pid file; returns the pid files to remove once `batch` of them gathered.
+    pub(crate) async fn exec_finished(&self, pid_file: String, batch: usize) -> Option<Vec<String>> {
+        self.live.fetch_sub(1, Ordering::SeqCst);
+        let mut f = self.finished.lock().await;
+        f.push(pid_file);
+        (f.len() >= batch).then(|| std::mem::take(&mut *f))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running() -> Result<Option<State>, DError> {
+        Ok(Some(State {
+            running: true,
+            exit_code: None,
+            oom_killed: None,
+        }))
+    }
+
+    fn server_error(status_code: u16, message: &str) -> bollard::errors::Error {
+        bollard::errors::Error::DockerResponseServerError {
+            status_code,
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn podman_stopped_state_reads_as_a_gone_sandbox() {
+        // The answer Podman gives for a container that stopped, decoded as the engine client decodes it.
+        let body = r#"{"Id":"abc","State":{"Status":"stopped","Running":false,"ExitCode":137}}"#;
+        let decode = serde_json::from_str::<bollard::models::ContainerInspectResponse>(body)
+            .expect_err("the engine API state enum has no `stopped`");
+        let e = bollard::errors::Error::JsonDataError {
+            message: decode.to_string(),
+            column: decode.column(),
+        };
+        let state = state_of(Err(e)).expect("a stopped container, not an engine error");
+        let s = state.expect("the container exists");
+        assert!(!s.running);
+        let verdict = gone_verdict(Ok(Some(s)), DError::ExecStart { reason: "x".into() });
+        assert!(verdict.is_sandbox_gone(), "{verdict:?}");
+
+        // Other decode failures stay engine errors.
+        let other = bollard::errors::Error::JsonDataError {
+            message: "unknown variant `paused2`".into(),
+            column: 1,
+        };
+        assert!(matches!(state_of(Err(other)), Err(DError::Engine { .. })));
+        assert!(matches!(
+            state_of(Err(server_error(404, "no such container"))),
+            Ok(None)
+        ));
+    }
+
+    #[test]
+    fn vanished_exec_session_reads_as_a_gone_sandbox() {
+        // Podman answers 404 to an exec inspect while the container stops under the exec, before its state
+        // says so.
+        let e = server_error(404, "no such exec session: 1f2e");
+        let verdict = gone_verdict(running(), exec_inspect_otherwise(&e));
+        assert!(verdict.is_sandbox_gone(), "{verdict:?}");
+
+        let e = server_error(500, "internal error");
+        let verdict = gone_verdict(running(), exec_inspect_otherwise(&e));
+        assert!(
+            matches!(&verdict, DError::Engine { status: None, message } if message.contains("internal error")),
+            "{verdict:?}"
+        );
+        let stopped = Ok(Some(State {
+            running: false,
+            exit_code: Some(0),
+            oom_killed: Some(false),
+        }));
+        let verdict = gone_verdict(stopped, exec_inspect_otherwise(&e));
+        assert!(
+            matches!(
+                verdict,
+                DError::SandboxGone {
+                    exit_code: Some(0),
+                    ..
+                }
+            ),
+            "{verdict:?}"
+        );
+    }
+}

@@ -1,0 +1,387 @@
+//! Start, first step: what the container mounts and who it runs as (03 §8.2–§8.6, §10). Pure planning over
+//! the request and the engine's facts, plus the checks of mount safety; the only host writes are the
+//! protected paths `mounts::protect` creates.
+
+use super::settings::DockerSettings;
+use crate::engine::EngineFacts;
+use crate::mounts::{self, MountKind, Origin, Planned, RemapEngine};
+use iterion_driver::mount_safety::{HostFacts, HostOs, MountPolicy, RealFs};
+use iterion_driver::{
+    DriverKind, EgressPlacement, Error as DError, HostStatePlan, LogLevel, NetworkLease, ProxyListen,
+    StartRequest,
+};
+use iterion_spec::resolved::ResolvedSandbox;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Container path of the relay binary.
+pub const RELAY_BIN_TARGET: &str = "/run/iterion/relay/iterion-relay";
+/// Container path of the proxy socket.
+pub const RELAY_SOCK_TARGET: &str = "/run/iterion/relay/proxy.sock";
+/// Where the relay listens inside the sandbox.
+pub const RELAY_LISTEN: &str = "127.0.0.1:3128";
+
+/// A refused git pointer as the typed mount refusal the run reports.
+pub(super) fn git_refused(r: &mounts::GitRefusal) -> DError {
+    DError::UnsafeMount {
+        mount: r.pointer.display().to_string(),
+        reason: format!("the workspace git pointer {}; {}", r.reason, r.remedy),
+    }
+}
+
+/// The mounts of the container, in the order the engine gets them.
+#[derive(Debug)]
+pub(super) struct MountPlan {
+    /// The canonical host path of the workspace.
+    pub(super) ws_host: PathBuf,
+    /// The workspace folder inside the container.
+    pub(super) workspace: String,
+    /// Every mount.
+    pub(super) planned: Vec<Planned>,
+    /// Host state paths left out, and why.
+    pub(super) skipped: Vec<mounts::Skipped>,
+    /// The protected paths (and which of them iterion created).
+    pub(super) protected: mounts::Protected,
+}
+
+/// Plans the mounts of 03 §8.2: the workspace (and a linked worktree's git directory), the relay, the runtime's
+/// auxiliary mounts, host state and warm caches, the protected paths, then the spec's own mounts. Refuses an
+/// unsafe source or target, a reserved target and a duplicate target.
+pub(super) fn plan_mounts(
+    settings: &DockerSettings,
+    facts: &EngineFacts,
+    kind: DriverKind,
+    sandbox: &ResolvedSandbox,
+    lease: Option<&NetworkLease>,
+    req: &StartRequest,
+) -> Result<MountPlan, DError> {
+    let (ws_host, workspace, mut planned) = workspace_mounts(settings, facts, kind, sandbox, req)?;
+    if lease.map_or(EgressPlacement::Open, |l| l.placement) == EgressPlacement::Relay {
+        planned.extend(relay_mounts(settings, facts, lease)?);
+    }
+    for a in &req.aux_mounts {
+        planned.push(Planned::bind(
+            a.host_path.to_string_lossy(),
+            a.container_path.clone(),
+            a.read_only,
+            Origin::Aux,
+        ));
+    }
+    let skipped = host_state_mounts(&req.host_state, &ws_host, &mut planned);
+    let protected = protected_mounts(&ws_host, &workspace, &mut planned)?;
+    user_mounts(sandbox, &workspace, &mut planned)?;
+    mounts::unique_targets(&planned).map_err(|reason| DError::InvalidSpec {
+        field: "mounts".into(),
+        reason,
+    })?;
+    Ok(MountPlan {
+        ws_host,
+        workspace,
+        planned,
+        skipped,
+        protected,
+    })
+}
+
+/// The workspace bind and, only once verified (never read from a pointer alone), the git common directory of a
+/// linked worktree; checks mount safety (03 §10) for them and the spec's binds, and every user mount's target.
+fn workspace_mounts(
+    settings: &DockerSettings,
+    facts: &EngineFacts,
+    kind: DriverKind,
+    sandbox: &ResolvedSandbox,
+    req: &StartRequest,
+) -> Result<(PathBuf, String, Vec<Planned>), DError> {
+    let ws_host = std::fs::canonicalize(&req.workspace_host_path).map_err(|e| DError::InvalidSpec {
+        field: "workspace".into(),
+        reason: format!("{}: {e}", req.workspace_host_path.display()),
+    })?;
+    let ws_host_s = ws_host.to_string_lossy().into_owned();
+    let workspace = if sandbox.workspace_folder.is_empty() {
+        ws_host_s.clone()
+    } else {
+        sandbox.workspace_folder.clone()
+    };
+    let mut planned = vec![Planned::bind(
+        ws_host_s,
+        workspace.clone(),
+        false,
+        Origin::Workspace,
+    )];
+    let git = mounts::git_dirs(&ws_host).map_err(|r| git_refused(&r))?;
+    let host_facts = HostFacts {
+        os: if settings.host_linux {
+            HostOs::Linux
+        } else {
+            HostOs::MacOs
+        },
+        home: settings.endpoints.home.clone(),
+        xdg_runtime_dir: settings.endpoints.xdg_runtime_dir.clone(),
+        engine_socket: Some(facts.endpoint.clone()),
+    };
+    let runtime_targets: Vec<String> = req.aux_mounts.iter().map(|a| a.container_path.clone()).collect();
+    let policy = MountPolicy {
+        host: &host_facts,
+        fs: &RealFs,
+        driver: kind,
+        workspace_target: Some(&workspace),
+        workspace_host: Some(&ws_host),
+        runtime_targets: &runtime_targets,
+    };
+    policy.check_workspace(&ws_host)?;
+    if let Some(g) = git
+        .as_ref()
+        .filter(|g| g.outside && !g.common_dir.starts_with(&ws_host))
+    {
+        let c = g.common_dir.to_string_lossy().into_owned();
+        policy
+            .check_bind_source(&c)
+            .map_err(|reason| DError::UnsafeMount {
+                mount: format!("type=bind,source={c},target={c}"),
+                reason: format!("source {reason} (the git common directory of this linked worktree)"),
+            })?;
+        planned.push(Planned::bind(c.clone(), c, false, Origin::Git));
+    }
+    for m in &sandbox.mounts {
+        let text = mount_text(m);
+        let refuse = |reason: String| DError::UnsafeMount {
+            mount: text.clone(),
+            reason,
+        };
+        if m.kind == iterion_spec::values::MountKind::Bind {
+            let src = m.source.clone().unwrap_or_default();
+            let canonical = policy
+                .check_bind_source(&src)
+                .map_err(|r| refuse(format!("source {r}")))?;
+            let lexical =
+                iterion_driver::mount_safety::clean(Path::new(&src)).unwrap_or_else(|| canonical.clone());
+            let hs = &req.host_state;
+            if let Some(r) =
+                mounts::host_state_bind_refusal(&lexical, &canonical, &hs.data_dir, &hs.claude_dir)
+            {
+                return Err(refuse(format!("source {} {r}", lexical.display())));
+            }
+        }
+        policy.check_target(&m.target).map_err(refuse)?;
+    }
+    Ok((ws_host, workspace, planned))
+}
+
+/// The proxy socket and the relay binary, read-only, for the relay placement (03 §7.2); checks the binary
+/// against the engine's architecture.
+fn relay_mounts(
+    settings: &DockerSettings,
+    facts: &EngineFacts,
+    lease: Option<&NetworkLease>,
+) -> Result<[Planned; 2], DError> {
+    let l = lease.ok_or_else(|| DError::StartFailed {
+        reason: "relay placement without a lease".into(),
+        hint: None,
+    })?;
+    let ProxyListen::Unix(sock) = &l.proxy_listen else {
+        return Err(DError::StartFailed {
+            reason: "relay placement needs a Unix proxy socket".into(),
+            hint: None,
+        });
+    };
+    let relay = l
+        .relay_binary
+        .clone()
+        .or_else(|| settings.relay_binary.clone())
+        .ok_or_else(|| DError::StartFailed {
+            reason: "no egress relay binary is configured".into(),
+            hint: Some("set ITERION_RELAY_BIN".into()),
+        })?;
+    crate::relay::check_relay_binary(&relay, &facts.arch)?;
+    Ok([
+        Planned::bind(sock.to_string_lossy(), RELAY_SOCK_TARGET, true, Origin::Aux),
+        Planned::bind(relay.to_string_lossy(), RELAY_BIN_TARGET, true, Origin::Aux),
+    ])
+}
+
+/// The agent home (read-only, its writable state entries read-write over it, 03 §8.6) and the warm caches,
+/// when host state is enabled; returns what was left out.
+fn host_state_mounts(hs: &HostStatePlan, ws_host: &Path, planned: &mut Vec<Planned>) -> Vec<mounts::Skipped> {
+    let mut skipped = Vec::new();
+    if !hs.enabled {
+        return skipped;
+    }
+    if !hs.data_dir.as_os_str().is_empty() {
+        skipped.push(mounts::Skipped {
+            path: hs.data_dir.display().to_string(),
+            reason: mounts::DATA_DIR_NOT_SHARED,
+        });
+    }
+    let mut candidates = Vec::new();
+    if hs.claude_dir.is_absolute() {
+        candidates.push(hs.claude_dir.clone());
+    }
+    let (kept, sk) = mounts::host_state_dirs(&candidates, ws_host);
+    skipped.extend(sk);
+    for k in kept {
+        let s = k.to_string_lossy().into_owned();
+        planned.push(Planned::bind(s.clone(), s, true, Origin::HostState));
+        let home = mounts::agent_home(&k);
+        skipped.extend(home.skipped);
+        for w in home.writable {
+            let s = w.to_string_lossy().into_owned();
+            planned.push(Planned::bind(s.clone(), s, false, Origin::HostState));
+        }
+    }
+    if let Some(home) = &hs.home {
+        for c in mounts::warm_caches(home, ws_host) {
+            let s = c.to_string_lossy().into_owned();
+            planned.push(Planned::bind(s.clone(), s, false, Origin::Cache));
+        }
+    }
+    skipped
+}
+
+/// The protected paths (03 §8.4): pinned ones read-write, the rest read-only, unless a mount already has the
+/// target.
+fn protected_mounts(
+    ws_host: &Path,
+    workspace: &str,
+    planned: &mut Vec<Planned>,
+) -> Result<mounts::Protected, DError> {
+    let protected = mounts::protect(ws_host)?;
+    let pinned = protected.pinned.iter().map(|p| (p, false));
+    for (p, read_only) in pinned.chain(protected.paths.iter().map(|p| (p, true))) {
+        let s = p.to_string_lossy().into_owned();
+        // a path inside the workspace is seen at the workspace folder (which need not be the host path);
+        // anything else (a worktree's common git dir, ~/.claude) is mounted at its host path
+        let target = match p.strip_prefix(ws_host) {
+            Ok(rel) => Path::new(workspace).join(rel).to_string_lossy().into_owned(),
+            Err(_) => s.clone(),
+        };
+        if !planned.iter().any(|m| m.target == target) {
+            planned.push(Planned::bind(s, target, read_only, Origin::Protected));
+        }
+    }
+    Ok(protected)
+}
+
+/// The spec's own mounts; a reserved target or the workspace folder is refused.
+fn user_mounts(sandbox: &ResolvedSandbox, workspace: &str, planned: &mut Vec<Planned>) -> Result<(), DError> {
+    for m in &sandbox.mounts {
+        if mounts::reserved_target(&m.target) || m.target == workspace {
+            return Err(DError::UnsafeMount {
+                mount: format!("target={}", m.target),
+                reason: format!("target {} is reserved", m.target),
+            });
+        }
+        let kind = match m.kind {
+            iterion_spec::values::MountKind::Bind => MountKind::Bind,
+            iterion_spec::values::MountKind::Volume => MountKind::Volume,
+            iterion_spec::values::MountKind::Tmpfs => MountKind::Tmpfs,
+        };
+        planned.push(Planned {
+            kind,
+            source: m.source.clone(),
+            target: m.target.clone(),
+            read_only: m.read_only,
+            origin: Origin::User,
+            tmpfs_size: m.tmpfs_size,
+            tmpfs_mode: m.tmpfs_mode,
+        });
+    }
+    Ok(())
+}
+
+/// The mount as text, for messages (`type=…,source=…,target=…[,readonly]`).
+fn mount_text(m: &iterion_spec::values::Mount) -> String {
+    let mut t = format!("type={}", m.kind.as_str());
+    if let Some(s) = &m.source {
+        t.push_str(&format!(",source={s}"));
+    }
+    t.push_str(&format!(",target={}", m.target));
+    if m.read_only {
+        t.push_str(",readonly");
+    }
+    t
+}
+
+/// Who the container runs as, its environment and its tmpfs mounts.
+#[derive(Debug)]
+pub(super) struct UserPlan {
+    /// The user remap of 03 §8.3.
+    pub(super) remap: mounts::Remap,
+    /// `HOME` is the host's.
+    pub(super) home_host: bool,
+    /// The container environment, `HOME` added when it comes from the host.
+    pub(super) env: Vec<(String, String)>,
+    /// tmpfs target → options: the exec directory, hidden stores, HOME layers.
+    pub(super) tmpfs: HashMap<String, String>,
+}
+
+/// Plans the user remap and HOME (03 §8.3, §8.5), logging what the remap reports, and the tmpfs mounts: the
+/// exec directory, an empty read-only tmpfs over a run store or data dir inside the workspace (run records and
+/// the run-record key stay unreachable), and the HOME layers of a remapped user.
+pub(super) fn plan_user(
+    sandbox: &ResolvedSandbox,
+    facts: &EngineFacts,
+    req: &StartRequest,
+    mounts_plan: &MountPlan,
+) -> UserPlan {
+    let hs = &req.host_state;
+    let remap = if hs.enabled {
+        mounts::remap(
+            hs.host_os.is_empty() || hs.host_os == "linux",
+            hs.host_uid,
+            hs.host_gid,
+            sandbox.user.as_deref(),
+            RemapEngine {
+                podman: facts.podman,
+                rootless: facts.rootless,
+            },
+        )
+    } else {
+        mounts::Remap {
+            user: sandbox.user.clone(),
+            ..mounts::Remap::default()
+        }
+    };
+    if let Some(l) = &remap.log {
+        req.events.log(LogLevel::Warn, l.clone());
+    }
+    let mut env: Vec<(String, String)> = req.container_env.clone();
+    let home_host = remap.home_from_host && hs.home.is_some();
+    if home_host
+        && let Some(h) = &hs.home
+        && !env.iter().any(|(k, _)| k == "HOME")
+    {
+        env.push(("HOME".into(), h.to_string_lossy().into_owned()));
+        env.sort();
+    }
+    let mut tmpfs: HashMap<String, String> = HashMap::new();
+    tmpfs.insert(
+        "/run/iterion/exec".into(),
+        "rw,nosuid,nodev,noexec,mode=1777,size=64m".into(),
+    );
+    let (ws_host, workspace) = (&mounts_plan.ws_host, &mounts_plan.workspace);
+    for t in mounts::hidden_store_targets(ws_host, workspace, &[&hs.data_dir, &req.owner.store_dir]) {
+        tmpfs.insert(t, mounts::HIDDEN_STORE_TMPFS.into());
+    }
+    if let (Some((uid, gid)), Some(h)) = (remap.remapped, hs.home.as_ref()) {
+        let hstr = h.to_string_lossy().into_owned();
+        if hstr.starts_with('/') && hstr != "/" {
+            let targets: Vec<String> = mounts_plan
+                .planned
+                .iter()
+                .filter(|m| m.kind != MountKind::Tmpfs)
+                .map(|m| m.target.clone())
+                .collect();
+            for t in &mounts::home_tmpfs_layers(&hstr, &targets) {
+                if !targets.contains(t) {
+                    tmpfs.insert(t.clone(), mounts::home_tmpfs_options(uid, gid));
+                }
+            }
+        }
+    }
+    UserPlan {
+        remap,
+        home_host,
+        env,
+        tmpfs,
+    }
+}
