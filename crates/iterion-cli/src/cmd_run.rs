@@ -23,7 +23,6 @@ use iterion_spec::diag::Diagnostic;
 use iterion_spec::resolve::ModeChoice;
 use iterion_spec::resolved::HostState;
 
-use crate::drivers;
 use crate::terminal::clean;
 
 /// `auto` or `none`.
@@ -615,19 +614,16 @@ async fn choose(
     forced: Option<String>,
     data_dir: &Path,
 ) -> Result<DriverChoice, Early> {
-    let mut opts = drivers::SelectOptions::new(forced);
-    let relay_override = env
-        .get("ITERION_RELAY_BIN")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from);
-    match crate::relay::relay_path(data_dir, relay_override) {
+    let mut opts = iterion_host::SelectOptions::new(forced);
+    opts.argv0 = crate::argv0();
+    match iterion_host::relay_path(data_dir, iterion_host::relay_override(env)) {
         Ok(p) => opts.relay_binary = Some(p),
         Err(e) => eprintln!(
             "{}",
             format_log("WARN ", &format!("egress relay unavailable: {e}"))
         ),
     }
-    let sel = drivers::select(env, &opts)
+    let sel = iterion_host::select(env, &opts)
         .await
         .map_err(|e| usage(e.to_string()))?;
     for w in &sel.warnings {
@@ -669,7 +665,7 @@ fn runtime(
     let facts = host_facts(&p.env, &p.cwd);
     let key = store::RecordKey::load_or_create(&facts.data_dir).map_err(|e| fail1(e.to_string()))?;
     Runtime::builder()
-        .host_driver(drivers::host_driver(base))
+        .host_driver(iterion_host::host_driver(base))
         .driver_choice(choice)
         .store_dir(store_dir)
         .env(p.env.clone())
@@ -807,7 +803,7 @@ fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, 
             );
         }
         let mut launch = Launch::new(workflow, &file, bytes, &store_dir, &work_dir);
-        launch.repo_root = Some(repo_root(&work_dir));
+        launch.repo_root = Some(iterion_host::repo_root(&work_dir));
         launch.vars = vars;
         launch.preset = args.preset.clone();
         launch.run_id = run_id;
@@ -837,15 +833,6 @@ fn runtime_early(e: iterion_runtime::Error) -> Early {
         | E::InvalidRunId { .. } => usage(e.to_string()),
         other => fail1(other.to_string()),
     }
-}
-
-/// The git top-level of `work_dir` (walking up to a `.git`), else the work dir itself (05 §4.1).
-pub(crate) fn repo_root(work_dir: &Path) -> PathBuf {
-    work_dir
-        .ancestors()
-        .find(|d| d.join(".git").exists())
-        .unwrap_or(work_dir)
-        .to_path_buf()
 }
 
 /// `iterion resume`.
