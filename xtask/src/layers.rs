@@ -60,6 +60,7 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
             "iterion-netpolicy",
             "iterion-driver",
             "iterion-netproxy",
+            "iterion-host",
         ],
     ),
     (

@@ -294,20 +294,45 @@ pub async fn select(env: &BTreeMap<String, String>, opts: &SelectOptions) -> Res
     let forced = forced_driver(env, opts.forced_flag.as_deref())?;
     let mut warnings = Vec::new();
     let host = host_kind(env, opts.argv0.as_deref(), &mut warnings);
-
     // Which candidates to probe: the host's list; with a forced driver only that one (and noop).
     let wanted: Vec<DriverKind> = match forced {
         Some((DriverKind::Noop, _)) => vec![DriverKind::Noop],
         Some((k, _)) => vec![k, DriverKind::Noop],
         None => host.candidates().to_vec(),
     };
-    let noop_base: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    let want = |k| wanted.contains(&k);
-    // Docker and Podman are pinged concurrently. When docker answers and podman was not forced, podman gets a
-    // short grace instead of the whole bound, so a silent Podman socket never delays a launch.
-    let (docker_ok, docker_ok_rx) = tokio::sync::watch::channel(false);
     let podman_forced = matches!(forced, Some((DriverKind::Podman, _)));
-    let (docker, podman) = tokio::join!(
+    let (docker, podman) = ping_engines(env, opts, &wanted, podman_forced).await;
+    let noop_base: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let (tried, drivers) = outcomes(&wanted, &docker, &podman, noop_base);
+    let (driver, kind, reason, engine) = decide(forced, host, &drivers);
+    Ok(Selection {
+        driver,
+        kind,
+        reason,
+        host_kind: host,
+        forced: forced.map(|(_, s)| s),
+        candidates_tried: tried,
+        engine,
+        warnings,
+    })
+}
+
+/// A pinged engine: its driver and what the ping answered.
+type Pinged = (Arc<DockerDriver>, std::result::Result<EngineInfo, String>);
+/// An available candidate: its kind, driver and engine identity (none for noop).
+type Available = (DriverKind, Arc<dyn Driver>, Option<EngineInfo>);
+
+/// Pings Docker and Podman (those `wanted`) concurrently. When docker answers and podman was not forced,
+/// podman gets a short grace instead of the whole bound, so a silent Podman socket never delays a launch.
+async fn ping_engines(
+    env: &BTreeMap<String, String>,
+    opts: &SelectOptions,
+    wanted: &[DriverKind],
+    podman_forced: bool,
+) -> (Option<Pinged>, Option<Pinged>) {
+    let want = |k| wanted.contains(&k);
+    let (docker_ok, docker_ok_rx) = tokio::sync::watch::channel(false);
+    tokio::join!(
         async {
             if !want(DriverKind::Docker) {
                 return None;
@@ -340,17 +365,22 @@ pub async fn select(env: &BTreeMap<String, String>, opts: &SelectOptions) -> Res
                 )),
             }
         }
-    );
+    )
+}
+
+/// Every wanted candidate's outcome, in preference order, and the available ones.
+fn outcomes(
+    wanted: &[DriverKind],
+    docker: &Option<Pinged>,
+    podman: &Option<Pinged>,
+    noop_base: Vec<(String, String)>,
+) -> (Vec<Tried>, Vec<Available>) {
     let mut tried = Vec::new();
-    let mut drivers: Vec<(DriverKind, Arc<dyn Driver>, Option<EngineInfo>)> = Vec::new();
-    for k in &wanted {
+    let mut drivers: Vec<Available> = Vec::new();
+    for k in wanted {
         match k {
             DriverKind::Docker | DriverKind::Podman => {
-                let probed = if *k == DriverKind::Docker {
-                    &docker
-                } else {
-                    &podman
-                };
+                let probed = if *k == DriverKind::Docker { docker } else { podman };
                 if let Some((d, outcome)) = probed {
                     tried.push(Tried {
                         candidate: *k,
@@ -374,14 +404,22 @@ pub async fn select(env: &BTreeMap<String, String>, opts: &SelectOptions) -> Res
             }
         }
     }
+    (tried, drivers)
+}
 
+/// The decision: the forced driver (possibly down), else the first available candidate of the host kind.
+fn decide(
+    forced: Option<(DriverKind, ForceSource)>,
+    host: HostKind,
+    drivers: &[Available],
+) -> (Option<Arc<dyn Driver>>, DriverKind, String, Option<EngineInfo>) {
     let real_names: Vec<&str> = host
         .candidates()
         .iter()
         .filter(|k| **k != DriverKind::Noop)
         .map(|k| k.as_str())
         .collect();
-    let (driver, kind, reason, engine) = match forced {
+    match forced {
         Some((k, src)) => match drivers.iter().find(|(c, _, _)| *c == k) {
             Some((_, d, info)) => (
                 Some(d.clone()),
@@ -409,17 +447,7 @@ pub async fn select(env: &BTreeMap<String, String>, opts: &SelectOptions) -> Res
                 info,
             )
         }
-    };
-    Ok(Selection {
-        driver,
-        kind,
-        reason,
-        host_kind: host,
-        forced: forced.map(|(_, s)| s),
-        candidates_tried: tried,
-        engine,
-        warnings,
-    })
+    }
 }
 
 #[cfg(test)]

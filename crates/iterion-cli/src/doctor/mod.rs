@@ -196,9 +196,8 @@ pub async fn gather(inputs: &Inputs) -> Result<Host, iterion_host::Error> {
 
 /// iterion's data directory (05 §1.1): where the relay and the probe program are installed.
 pub fn data_dir(env: &BTreeMap<String, String>) -> PathBuf {
-    let home = env.get("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
     let cwd = std::env::current_dir().unwrap_or_else(|_| std::env::temp_dir());
-    iterion_runtime::store::data_dir(env, home.as_deref(), &cwd, &std::env::temp_dir())
+    iterion_host::data_dir(env, &cwd)
 }
 
 /// The first local socket of the Docker candidate list (03 §4.1) that exists, else the first one.

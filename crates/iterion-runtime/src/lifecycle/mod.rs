@@ -43,36 +43,7 @@ pub use sandbox::HostFacts;
 pub use settings::Settings;
 pub use sink::{NoObserver, Observer};
 
-/// What driver selection (03 §2, done by the composition root) produced for a run.
-#[derive(Debug, Clone)]
-pub enum DriverChoice {
-    /// A container driver answered its availability probe.
-    Container(Arc<dyn Driver>),
-    /// No container runtime is usable: auto scopes degrade to the host, inline scopes fail with
-    /// `SANDBOX_DRIVER_UNAVAILABLE`.
-    Unavailable {
-        /// Why (the probe answers), for the log.
-        reason: String,
-    },
-    /// The operator forced the `noop` driver: every active scope runs on the host (unless the inline floor
-    /// is active).
-    ForcedNoop,
-    /// The operator forced a driver that is not usable: every active scope fails.
-    ForcedUnavailable {
-        /// The error text, naming the forcing source.
-        message: String,
-    },
-}
-
-impl DriverChoice {
-    fn name(&self) -> &'static str {
-        match self {
-            DriverChoice::Container(d) => d.kind().as_str(),
-            DriverChoice::ForcedNoop => "noop",
-            _ => "none",
-        }
-    }
-}
+pub use iterion_host::DriverChoice;
 
 /// The drivers of a run: the container driver selection and the host driver (a `NoopDriver`) used for every
 /// node placed on the host.

@@ -34,40 +34,7 @@ use crate::exec::{NodeSandbox, NodeSandboxes, SandboxUnavailable, Shell};
 use crate::failure::{FailureCode, FailurePhase};
 use crate::store::{ContainerRecord, LogLevel, NetworkRecord, NodePlacementRecord, SkippedScope};
 
-/// Facts about the host the lifecycle needs for host state (05 §4.6), gathered by the caller.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct HostFacts {
-    /// The host home.
-    pub home: Option<PathBuf>,
-    /// Host uid (Unix).
-    pub uid: Option<u32>,
-    /// Host gid (Unix).
-    pub gid: Option<u32>,
-    /// `linux`, `macos`, `windows`.
-    pub os: String,
-    /// iterion's data directory (05 §1.1).
-    pub data_dir: PathBuf,
-}
-
-impl HostFacts {
-    /// Facts with the given home, ids, OS and data dir.
-    pub fn new(
-        home: Option<PathBuf>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        os: &str,
-        data_dir: PathBuf,
-    ) -> Self {
-        HostFacts {
-            home,
-            uid,
-            gid,
-            os: os.to_owned(),
-            data_dir,
-        }
-    }
-}
+pub use iterion_host::HostFacts;
 
 /// Reason of `sandbox_skipped` when no container runtime is usable.
 pub(crate) const NO_RUNTIME: &str =
