@@ -9,6 +9,10 @@ use std::process::Command;
 
 /// Every library crate with its layer and the workspace crates it may depend on (normal and build deps).
 const ALLOWED: &[(&str, u8, &[&str])] = &[
+    // std-only: no dependencies at all (see STD_ONLY)
+    ("iterion-embed", 0, &[]),
+    ("iterion-relay", 0, &[]),
+    ("iterion-probe", 0, &[]),
     ("iterion-netpolicy", 0, &[]),
     ("iterion-envdeny", 0, &[]),
     ("iterion-envelope", 0, &[]),
@@ -24,6 +28,7 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
         "iterion-driver-docker",
         2,
         &[
+            "iterion-embed",
             "iterion-driver",
             "iterion-spec",
             "iterion-envdeny",
@@ -41,8 +46,13 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
         ],
     ),
     (
-        "iterion-runtime",
+        "iterion-host",
         3,
+        &["iterion-driver", "iterion-driver-docker", "iterion-driver-k8s"],
+    ),
+    (
+        "iterion-runtime",
+        4,
         &[
             "iterion-spec",
             "iterion-envdeny",
@@ -50,12 +60,16 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
             "iterion-netpolicy",
             "iterion-driver",
             "iterion-netproxy",
+            "iterion-host",
         ],
     ),
     (
         "iterion-cli",
-        4,
+        6,
         &[
+            "iterion-embed",
+            "iterion-probe",
+            "iterion-host",
             "iterion-spec",
             "iterion-envdeny",
             "iterion-envelope",
@@ -101,6 +115,10 @@ const CONFINED: &[(&str, &[&str])] = &[
 /// (dependency, crate, feature). iterion-netproxy's command line (`cli`) brings clap; its default build does not.
 const OPTIONAL_BEHIND: &[(&str, &str, &str)] = &[("clap", "iterion-netproxy", "cli")];
 
+/// Crates of the standard library only: no normal or build dependency at all (dev-dependencies are free).
+/// The relay and the probe are compiled by a bare `rustc` with no `--extern`; iterion-embed runs in build
+/// scripts.
+const STD_ONLY: &[&str] = &["iterion-embed", "iterion-relay", "iterion-probe"];
 /// Crates that must stay pure: no async runtime, no sockets.
 const PURE: &[&str] = &["iterion-spec", "iterion-envdeny", "iterion-netpolicy"];
 /// L0 crates that are pure in their default build: an impure dependency must be optional and enabled only by
@@ -164,6 +182,12 @@ fn check_metadata(meta: &Value) -> Result<Vec<String>> {
             let dep_name = dep["name"].as_str().unwrap_or_default();
             let kind = dep["kind"].as_str(); // null = normal, "dev", "build"
             if kind == Some("dev") {
+                continue;
+            }
+            if STD_ONLY.contains(&name) {
+                problems.push(format!(
+                    "{name} is standard library only but depends on {dep_name}"
+                ));
                 continue;
             }
             if dep_name.starts_with("iterion-") {
@@ -261,7 +285,7 @@ mod tests {
         ]));
         let p = check_metadata(&m).unwrap();
         assert_eq!(p.len(), 3, "{p:#?}");
-        assert!(p[0].contains("iterion-runtime (L3) depends on iterion-driver-docker (L2)"));
+        assert!(p[0].contains("iterion-runtime (L4) depends on iterion-driver-docker (L2)"));
         assert!(p[1].contains("bollard"));
         assert!(p[2].contains("pure L0 crate but depends on tokio"));
     }
@@ -317,6 +341,19 @@ mod tests {
         let runtime = meta(json!([{"id": "r", "name": "iterion-runtime",
             "dependencies": [{"name": "clap", "kind": null, "optional": true}]}]));
         assert_eq!(check_metadata(&runtime).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn std_only_crates_have_no_dependencies() {
+        let m = meta(json!([
+            {"id": "r", "name": "iterion-relay", "dependencies": [{"name": "libc", "kind": null}]},
+            {"id": "e", "name": "iterion-embed", "dependencies": [{"name": "iterion-spec", "kind": "build"}]},
+            {"id": "p", "name": "iterion-probe", "dependencies": [{"name": "sha2", "kind": "dev"}]}
+        ]));
+        let p = check_metadata(&m).unwrap();
+        assert_eq!(p.len(), 2, "{p:#?}");
+        assert!(p[0].contains("iterion-relay is standard library only but depends on libc"));
+        assert!(p[1].contains("iterion-embed is standard library only but depends on iterion-spec"));
     }
 
     #[test]

@@ -10,20 +10,16 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use iterion_driver::DriverKind;
-use iterion_runtime::api::Runtime;
+use iterion_runtime::api::{HostOptions, RunOptions, Runtime};
 use iterion_runtime::events::{Event, NodeFinished, PlacementKind, SandboxResolved, SandboxStarted};
 use iterion_runtime::exec::{ExecBounds, parse_var};
-use iterion_runtime::lifecycle::{
-    Cancel, DriverChoice, HostFacts, Launch, Observer, Outcome, Resume, SandboxFlags,
-};
+use iterion_runtime::lifecycle::{Cancel, HostFacts, Observer, Outcome, Resume, SandboxFlags};
 use iterion_runtime::status::RunStatus;
 use iterion_runtime::store::{self, Appended, RunId, StoreDirRequest};
 use iterion_spec::diag::Diagnostic;
 use iterion_spec::resolve::ModeChoice;
 use iterion_spec::resolved::HostState;
 
-use crate::drivers;
 use crate::terminal::clean;
 
 /// `auto` or `none`.
@@ -282,19 +278,6 @@ fn flags_of(a: &SandboxArgs, env: &BTreeMap<String, String>) -> Result<SandboxFl
     f.driver = a.sandbox_driver.clone();
     f.operator_env = entries;
     Ok(f)
-}
-
-/// Process-level facts (home, uid/gid, data dir).
-fn host_facts(env: &BTreeMap<String, String>, cwd: &Path) -> HostFacts {
-    let home = env.get("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
-    let data = store::data_dir(env, home.as_deref(), cwd, &std::env::temp_dir());
-    HostFacts::new(
-        home,
-        Some(nix::unistd::getuid().as_raw()),
-        Some(nix::unistd::getgid().as_raw()),
-        std::env::consts::OS,
-        data,
-    )
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -617,46 +600,6 @@ fn prepare_common(
     })
 }
 
-/// Selects the drivers (03 §2) and maps the selection to the runtime's [`DriverChoice`].
-async fn choose(
-    env: &BTreeMap<String, String>,
-    forced: Option<String>,
-    data_dir: &Path,
-) -> Result<DriverChoice, Early> {
-    let mut opts = drivers::SelectOptions::new(forced);
-    let relay_override = env
-        .get("ITERION_RELAY_BIN")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from);
-    match crate::relay::relay_path(data_dir, relay_override) {
-        Ok(p) => opts.relay_binary = Some(p),
-        Err(e) => eprintln!(
-            "{}",
-            format_log("WARN ", &format!("egress relay unavailable: {e}"))
-        ),
-    }
-    let sel = drivers::select(env, &opts)
-        .await
-        .map_err(|e| usage(e.to_string()))?;
-    for w in &sel.warnings {
-        eprintln!("{}", format_log("WARN ", w));
-    }
-    Ok(match (&sel.driver, sel.kind) {
-        (Some(_), DriverKind::Noop) if sel.forced.is_some() => DriverChoice::ForcedNoop,
-        (Some(_), DriverKind::Noop) => DriverChoice::Unavailable {
-            reason: format!("{} ({})", sel.reason, sel.unavailable_summary()),
-        },
-        (Some(d), _) => DriverChoice::Container(d.clone()),
-        (None, _) => DriverChoice::ForcedUnavailable {
-            message: sel
-                .require()
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_else(|| "the forced driver is unavailable".into()),
-        },
-    })
-}
-
 fn format_log(level: &str, msg: &str) -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -666,25 +609,30 @@ fn format_log(level: &str, msg: &str) -> String {
     format!("{:02}:{:02}:{:02} {level} {msg}", t / 3600, t % 3600 / 60, t % 60)
 }
 
-fn runtime(
+/// The runtime from the host layer (host facts, data dir, egress relay, driver selection, record key), with
+/// the command's store dir, observer, cancellation and bounds. The host layer's warnings are logged.
+async fn runtime(
     p: &Prepared,
-    choice: DriverChoice,
+    forced: Option<String>,
     printer: Arc<Printer>,
     cancel: Cancel,
     store_dir: &Path,
 ) -> Result<Runtime, Early> {
-    let base: Vec<(String, String)> = p.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    let facts = host_facts(&p.env, &p.cwd);
-    let key = store::RecordKey::load_or_create(&facts.data_dir).map_err(|e| fail1(e.to_string()))?;
-    Runtime::builder()
-        .host_driver(drivers::host_driver(base))
-        .driver_choice(choice)
+    let opts = HostOptions::new()
+        .cwd(&p.cwd)
+        .forced_driver(forced)
+        .argv0(crate::argv0());
+    let builder = Runtime::from_host(&p.env, &opts).await.map_err(|e| match e {
+        iterion_runtime::Error::Host(e) => usage(e.to_string()),
+        other => fail1(other.to_string()),
+    })?;
+    for w in builder.host_warnings() {
+        eprintln!("{}", format_log("WARN ", w));
+    }
+    builder
         .store_dir(store_dir)
-        .env(p.env.clone())
         .builtin_default_mode(ModeChoice::Auto)
         .default_image_version(Some(env!("CARGO_PKG_VERSION").to_owned()))
-        .host_facts(facts)
-        .record_key(key)
         .observer(printer)
         .cancel(cancel)
         .exec_bounds(p.bounds)
@@ -756,38 +704,39 @@ pub fn run(args: RunArgs, env: &BTreeMap<String, String>) -> ExitCode {
 fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, Early> {
     let p = prepare_common(env, args.log_level.as_deref(), args.timeout.as_deref())?;
     let work_dir = store::absolutize(args.work_dir.as_deref().unwrap_or(&p.cwd), &p.cwd);
-    let file = store::absolutize(&args.file, &p.cwd);
-    let label = args.file.to_string_lossy().into_owned();
-    // Regular files only, bounded (the same reader as `validate`).
-    let (bytes, checked) = iterion_spec::source::check_file(&file, &label)
-        .map_err(|e| usage(format!("cannot read {}: {e}", file.display())))?;
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    let mut diags = checked.diagnostics.clone();
-    let workflow = checked.workflows.into_iter().next();
-    if let Some(wf) = &workflow {
-        diags.extend(iterion_runtime::exec::check_executable(wf, &p.env));
+    // Regular files only, bounded (the same reader as `validate`); before any driver is selected.
+    let compiled = iterion_runtime::api::compile(&args.file, &p.cwd, &p.env).map_err(|e| match e {
+        iterion_runtime::Error::Io { path, source, .. } => {
+            usage(format!("cannot read {}: {source}", path.display()))
+        }
+        other => fail1(other.to_string()),
+    })?;
+    let file = compiled.path.clone();
+    for d in compiled.diagnostics.iter().filter(|d| !d.is_error()) {
+        eprintln!("{}", crate::render::render(d, Some(&compiled.text)));
     }
-    for d in diags.iter().filter(|d| !d.is_error()) {
-        eprintln!("{}", crate::render::render(d, Some(&text)));
-    }
-    let Some(workflow) = workflow.filter(|_| !diags.iter().any(|d| d.is_error())) else {
-        let errors: Vec<Diagnostic> = diags.into_iter().filter(|d| d.is_error()).collect();
+    if compiled.has_errors() {
+        let errors: Vec<Diagnostic> = compiled
+            .diagnostics
+            .into_iter()
+            .filter(|d| d.is_error())
+            .collect();
         return Err(Early {
             code: 1,
             message: format!("{} has errors", file.display()),
-            diagnostics: Some((errors, text)),
+            diagnostics: Some((errors, compiled.text)),
         });
-    };
+    }
     let mut vars = Vec::new();
     for v in &args.vars {
         vars.push(parse_var(v).map_err(|e| usage(e.to_string()))?);
     }
-    let run_id = match &args.run_id {
-        Some(id) => Some(RunId::parse(id).map_err(|e| usage(e.to_string()))?),
-        None => None,
-    };
+    // Checked here so that a bad id is a usage error before anything starts.
+    if let Some(id) = &args.run_id {
+        RunId::parse(id).map_err(|e| usage(e.to_string()))?;
+    }
     let flags = flags_of(&args.sandbox, &p.env)?;
-    let host = host_facts(&p.env, &p.cwd);
+    let host = HostFacts::of_process(&p.env, &p.cwd);
     let store_dir = store::store_dir(StoreDirRequest {
         store_dir: args.store_dir.as_deref(),
         project_dir: file.parent().unwrap_or(Path::new("/")),
@@ -802,8 +751,8 @@ fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, 
             return Ok(Err(code));
         }
         watch_signals(cancel.clone());
-        let choice = choose(&p.env, args.sandbox.sandbox_driver.clone(), &host.data_dir).await?;
-        let runtime = runtime(&p, choice, printer.clone(), cancel.clone(), &store_dir)?;
+        let forced = args.sandbox.sandbox_driver.clone();
+        let runtime = runtime(&p, forced, printer.clone(), cancel.clone(), &store_dir).await?;
         let reaped = runtime.reap_orphans().await;
         for r in reaped.iter().filter(|r| r.kept.is_none()) {
             eprintln!(
@@ -814,12 +763,11 @@ fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, 
                 )
             );
         }
-        let mut launch = Launch::new(workflow, &file, bytes, &store_dir, &work_dir);
-        launch.repo_root = Some(repo_root(&work_dir));
-        launch.vars = vars;
-        launch.preset = args.preset.clone();
-        launch.run_id = run_id;
-        launch.sandbox = flags;
+        let mut opts = RunOptions::new(&work_dir).sandbox(flags);
+        opts.vars = vars;
+        opts.preset = args.preset.clone();
+        opts.run_id = args.run_id.clone();
+        let launch = runtime.prepare(compiled, opts).map_err(runtime_early)?;
         {
             let mut v = printer.view.lock().unwrap_or_else(|e| e.into_inner());
             v.store = store_dir.to_string_lossy().into_owned();
@@ -847,15 +795,6 @@ fn runtime_early(e: iterion_runtime::Error) -> Early {
     }
 }
 
-/// The git top-level of `work_dir` (walking up to a `.git`), else the work dir itself (05 §4.1).
-pub(crate) fn repo_root(work_dir: &Path) -> PathBuf {
-    work_dir
-        .ancestors()
-        .find(|d| d.join(".git").exists())
-        .unwrap_or(work_dir)
-        .to_path_buf()
-}
-
 /// `iterion resume`.
 pub fn resume(args: ResumeArgs, env: &BTreeMap<String, String>) -> ExitCode {
     let json = args.json;
@@ -867,7 +806,7 @@ pub fn resume(args: ResumeArgs, env: &BTreeMap<String, String>) -> ExitCode {
 
 fn resume_inner(args: ResumeArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, Early> {
     let p = prepare_common(env, args.log_level.as_deref(), args.timeout.as_deref())?;
-    let host = host_facts(&p.env, &p.cwd);
+    let host = HostFacts::of_process(&p.env, &p.cwd);
     let project = args
         .file
         .as_ref()
@@ -915,8 +854,7 @@ fn resume_inner(args: ResumeArgs, env: &BTreeMap<String, String>) -> Result<Exit
             return Ok(Err(code));
         }
         watch_signals(cancel.clone());
-        let choice = choose(&p.env, forced, &host.data_dir).await?;
-        let runtime = runtime(&p, choice, printer.clone(), cancel.clone(), &store_dir)?;
+        let runtime = runtime(&p, forced, printer.clone(), cancel.clone(), &store_dir).await?;
         let _ = runtime.reap_orphans().await;
         let mut r = Resume::new(&args.run_id, &store_dir);
         r.file = args.file.as_ref().map(|f| store::absolutize(f, &p.cwd));

@@ -76,13 +76,7 @@ pub fn run(args: RunsArgs, env: &BTreeMap<String, String>) -> ExitCode {
 }
 
 fn resolve_store(flag: Option<&Path>, env: &BTreeMap<String, String>, cwd: &Path) -> PathBuf {
-    let home = env.get("HOME").map(PathBuf::from);
-    let temp = env
-        .get("TMPDIR")
-        .filter(|t| !t.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/tmp"));
-    let data = store::data_dir(env, home.as_deref(), cwd, &temp);
+    let data = iterion_host::data_dir(env, cwd);
     store::store_dir(StoreDirRequest {
         store_dir: flag,
         project_dir: cwd,

@@ -9,14 +9,25 @@ mod cmd_run;
 mod cmd_runs;
 mod cmd_validate;
 mod doctor;
-mod drivers;
 mod probe;
-mod relay;
 mod render;
 mod terminal;
 
+/// `argv[0]` of this process, read once by `main` (the host kind looks at it for desktop detection).
+static ARGV0: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+/// `argv[0]`, as read by `main`.
+pub(crate) fn argv0() -> Option<String> {
+    ARGV0.get().cloned().flatten()
+}
+
 fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();
+    let _ = ARGV0.set(
+        std::env::args_os()
+            .next()
+            .map(|a| a.to_string_lossy().into_owned()),
+    );
     // The only place the process environment is read; everything below receives this map (names or values
     // that are not valid UTF-8 are left out).
     let env: BTreeMap<String, String> = std::env::vars_os()

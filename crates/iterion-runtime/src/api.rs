@@ -19,13 +19,27 @@
 //! ```
 //!
 //! The library never reads `std::env` and never names a concrete container driver: the caller passes the
-//! environment as a map and the drivers as `Arc<dyn Driver>`.
+//! environment as a map and either the drivers as `Arc<dyn Driver>` or lets the host layer choose them:
+//!
+//! ```no_run
+//! # async fn demo(env: std::collections::BTreeMap<String, String>) -> iterion_runtime::Result<()> {
+//! use iterion_runtime::api::{RunOptions, Runtime};
+//! // Docker/Podman when an engine answers (egress through the embedded relay), else the host.
+//! let rt = Runtime::from_env(&env).await?.build()?;
+//! let outcome = rt.run("/src/app/flows/demo.bot", RunOptions::new("/src/app")).await?;
+//! println!("{} {}", outcome.run_id, outcome.status);
+//! # Ok(()) }
+//! ```
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use iterion_driver::Driver;
+use iterion_host::Host;
+pub use iterion_host::HostOptions;
 use iterion_spec::devcontainer::{FsReader, SourceReader};
+use iterion_spec::diag::Diagnostic;
+use iterion_spec::model::Workflow;
 use iterion_spec::resolve::ModeChoice;
 
 use crate::error::{Error, Result};
@@ -54,6 +68,7 @@ pub struct RuntimeBuilder {
     exec_bounds: ExecBounds,
     reader: Option<Arc<dyn SourceReader + Send + Sync>>,
     record_key: Option<RecordKey>,
+    host_warnings: Vec<String>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -66,6 +81,12 @@ impl std::fmt::Debug for RuntimeBuilder {
 }
 
 impl RuntimeBuilder {
+    /// Warnings of the host layer met by [`Runtime::from_host`] (an egress relay that could not be
+    /// installed, an ignored `ITERION_MODE`), for the caller to show.
+    pub fn host_warnings(&self) -> &[String] {
+        &self.host_warnings
+    }
+
     /// The container driver selected by the caller.
     pub fn driver(mut self, driver: Arc<dyn Driver>) -> Self {
         self.container = Some(DriverChoice::Container(driver));
@@ -178,8 +199,7 @@ impl RuntimeBuilder {
         let facts = match self.host_facts {
             Some(f) => f,
             None => {
-                let root = PathBuf::from("/");
-                let data = crate::store::data_dir(&self.env, home.as_deref(), &root, Path::new("/tmp"));
+                let data = iterion_host::data_dir(&self.env, Path::new("/"));
                 HostFacts::new(home, None, None, std::env::consts::OS, data)
             }
         };
@@ -245,6 +265,57 @@ impl RunOptions {
     }
 }
 
+/// Reads the workflow at `path` (absolute, or relative to `work_dir`; regular files only, bounded: a file over
+/// the source limit is not read and fails E007), compiles it and checks that it can run with `env`.
+/// Diagnostics name the file as `path` was given. `Err` ([`Error::Io`]) only when the file cannot be read;
+/// every diagnostic is in the result. Needs no runtime, so a caller can report compile errors before it
+/// selects drivers.
+pub fn compile(path: &Path, work_dir: &Path, env: &BTreeMap<String, String>) -> Result<Compiled> {
+    let abs = crate::store::absolutize(path, work_dir);
+    let label = path.to_string_lossy();
+    let (bytes, checked) = iterion_spec::source::check_file(&abs, &label).map_err(|e| Error::Io {
+        op: "read",
+        path: abs.clone(),
+        source: std::io::Error::other(e),
+    })?;
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let mut diagnostics = checked.diagnostics;
+    let workflow = checked.workflows.into_iter().next();
+    if let Some(wf) = &workflow {
+        diagnostics.extend(crate::exec::check_executable(wf, env));
+    }
+    Ok(Compiled {
+        path: abs,
+        source: bytes,
+        text,
+        diagnostics,
+        workflow,
+    })
+}
+
+/// A workflow file read, compiled and checked by [`compile`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Compiled {
+    /// The absolute path of the file.
+    pub path: PathBuf,
+    /// The bytes read.
+    pub source: Vec<u8>,
+    /// The source text (invalid UTF-8 replaced), for rendering diagnostics.
+    pub text: String,
+    /// Every diagnostic: the compiler's, then the executability checks'.
+    pub diagnostics: Vec<Diagnostic>,
+    /// The compiled workflow, when the file defines one.
+    pub workflow: Option<Workflow>,
+}
+
+impl Compiled {
+    /// Whether the workflow cannot run: a diagnostic is an error, or the file defines no workflow.
+    pub fn has_errors(&self) -> bool {
+        self.workflow.is_none() || self.diagnostics.iter().any(|d| d.is_error())
+    }
+}
+
 /// A configured runtime: runs and resumes workflows.
 #[derive(Debug, Clone)]
 pub struct Runtime {
@@ -258,6 +329,30 @@ impl Runtime {
         RuntimeBuilder::default()
     }
 
+    /// A builder pre-filled from the host ([`Runtime::from_host`] with default options: the current directory
+    /// from `PWD`, no forced driver).
+    pub async fn from_env(env: &BTreeMap<String, String>) -> Result<RuntimeBuilder> {
+        Runtime::from_host(env, &HostOptions::new()).await
+    }
+
+    /// A builder pre-filled by the host layer ([`iterion_host::Host::from_env`]): the selected container
+    /// driver (the docker driver with the embedded egress relay installed under the data dir, when an engine
+    /// answers), the host driver, the host facts, the data dir's record key and `env`. The host layer's
+    /// warnings are in [`RuntimeBuilder::host_warnings`]. `Err` for an invalid forced driver name
+    /// ([`Error::Host`]) or an unusable record key.
+    pub async fn from_host(env: &BTreeMap<String, String>, opts: &HostOptions) -> Result<RuntimeBuilder> {
+        let host = Host::from_env(env, opts).await?;
+        let key = RecordKey::load_or_create(&host.facts.data_dir)?;
+        let mut b = Runtime::builder()
+            .host_driver(host.host_driver)
+            .driver_choice(host.choice)
+            .env(env.clone())
+            .host_facts(host.facts)
+            .record_key(key);
+        b.host_warnings = host.warnings;
+        Ok(b)
+    }
+
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.cfg
@@ -269,37 +364,35 @@ impl Runtime {
     }
 
     /// Reads, compiles and checks the workflow at `path` (an absolute path, or relative to the work dir), then
-    /// runs it. Compile and executability errors are [`Error::Compile`]; nothing is created then.
+    /// runs it: [`Runtime::compile`], [`Runtime::prepare`], [`Runtime::launch`]. Compile and executability
+    /// errors are [`Error::Compile`]; nothing is created then.
     pub async fn run(&self, path: impl AsRef<Path>, opts: RunOptions) -> Result<Outcome> {
-        let path = crate::store::absolutize(path.as_ref(), &opts.work_dir);
-        // Regular files only, bounded (a file over the source limit is read no further and fails E007 below).
-        let bytes =
-            iterion_spec::source::read_regular(&path, iterion_spec::lexer::MAX_SOURCE_BYTES as u64 + 1)
-                .into_bytes()
-                .map_err(|e| Error::Io {
-                    op: "read",
-                    path: path.clone(),
-                    source: std::io::Error::other(e),
-                })?;
-        let text = String::from_utf8_lossy(&bytes).into_owned();
-        let checked = iterion_spec::check(&text, &path.to_string_lossy());
-        let mut diagnostics = checked.diagnostics.clone();
-        let workflow = checked.workflows.into_iter().next();
-        if let Some(wf) = &workflow {
-            diagnostics.extend(crate::exec::check_executable(wf, &self.cfg.env));
-        }
-        if diagnostics.iter().any(|d| d.is_error()) || workflow.is_none() {
-            return Err(Error::Compile {
-                file: path.to_string_lossy().into_owned(),
-                diagnostics,
-            });
-        }
-        let Some(workflow) = workflow else {
-            return Err(Error::Compile {
-                file: path.to_string_lossy().into_owned(),
-                diagnostics,
-            });
+        let compiled = self.compile(path, &opts.work_dir)?;
+        let launch = self.prepare(compiled, opts)?;
+        self.launch(launch).await
+    }
+
+    /// Reads, compiles and checks the workflow at `path` against this runtime's environment (see
+    /// [`compile`]).
+    pub fn compile(&self, path: impl AsRef<Path>, work_dir: &Path) -> Result<Compiled> {
+        compile(path.as_ref(), work_dir, &self.cfg.env)
+    }
+
+    /// Turns a compiled workflow into a [`Launch`]: the store dir (the builder's, else 05 §1.1 from the
+    /// workflow's location and the data dir), the repository root of the work dir, vars, preset, run id and
+    /// sandbox flags. A workflow with errors is [`Error::Compile`].
+    pub fn prepare(&self, compiled: Compiled, opts: RunOptions) -> Result<Launch> {
+        let file = compiled.path.to_string_lossy().into_owned();
+        let workflow = match compiled.workflow {
+            Some(wf) if !compiled.diagnostics.iter().any(|d| d.is_error()) => wf,
+            _ => {
+                return Err(Error::Compile {
+                    file,
+                    diagnostics: compiled.diagnostics,
+                });
+            }
         };
+        let path = compiled.path;
         let store_dir = match &self.store_dir {
             Some(s) => s.clone(),
             None => crate::store::store_dir(crate::store::StoreDirRequest {
@@ -309,7 +402,9 @@ impl Runtime {
                 data_dir: &self.cfg.host.data_dir,
             }),
         };
-        let mut launch = Launch::new(workflow, path, bytes, store_dir, opts.work_dir);
+        let repo_root = iterion_host::repo_root(&opts.work_dir);
+        let mut launch = Launch::new(workflow, path, compiled.source, store_dir, opts.work_dir);
+        launch.repo_root = Some(repo_root);
         launch.vars = opts.vars;
         launch.preset = opts.preset;
         launch.sandbox = opts.sandbox;
@@ -317,7 +412,7 @@ impl Runtime {
             Some(id) => Some(RunId::parse(&id)?),
             None => None,
         };
-        self.launch(launch).await
+        Ok(launch)
     }
 
     /// Runs a prepared launch (the caller compiled and checked the workflow).

@@ -174,6 +174,9 @@ pub enum Error {
         /// Every diagnostic.
         diagnostics: Vec<iterion_spec::diag::Diagnostic>,
     },
+    /// The host layer refused its input (an invalid forced driver name: a usage error).
+    #[error(transparent)]
+    Host(#[from] iterion_host::Error),
     /// The runtime builder is missing a required part.
     #[error("the runtime builder is missing {what}")]
     Incomplete {

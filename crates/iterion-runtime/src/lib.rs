@@ -1,6 +1,7 @@
 //! `iterion-runtime`: the run lifecycle, the run store and workflow execution over `Arc<dyn Driver>`.
 //!
-//! Layer L3: never names a container library; drivers are chosen by the composition root.
+//! Layer L4: never names a container library; drivers are chosen by the caller or, through
+//! [`api::Runtime::from_env`], by the host layer (`iterion-host`).
 //!
 //! Built so far: the run store ([`store`]), run statuses ([`status`]), failure codes ([`failure`]), the
 //! event catalogue ([`events`]), workflow execution ([`exec`]), the run lifecycle with resume, cleanup and the

@@ -105,13 +105,11 @@ fn st3_empty_local_dir_falls_back_to_data_dir_project() {
 }
 
 fn check_data_dir(iterion_home: &str, expect: &str) {
-    let env = BTreeMap::from([("ITERION_HOME".to_owned(), iterion_home.to_owned())]);
-    let got = store::data_dir(
-        &env,
-        Some(Path::new("/home/jo")),
-        Path::new("/x"),
-        Path::new("/tmp"),
-    );
+    let env = BTreeMap::from([
+        ("ITERION_HOME".to_owned(), iterion_home.to_owned()),
+        ("HOME".to_owned(), "/home/jo".to_owned()),
+    ]);
+    let got = store::data_dir(&env, Path::new("/x"));
     assert_eq!(got, PathBuf::from(expect), "{iterion_home}");
 }
 

@@ -299,10 +299,10 @@ fn yes(b: bool) -> &'static str {
 fn relay_summary(env: &BTreeMap<String, String>) -> String {
     match env.get("ITERION_RELAY_BIN").filter(|v| !v.is_empty()) {
         Some(p) => format!("iterion-relay {p} (ITERION_RELAY_BIN)"),
-        None if crate::relay::RELAY.is_empty() => "no relay embedded".to_string(),
+        None if iterion_driver_docker::relay::EMBEDDED.is_empty() => "no relay embedded".to_string(),
         None => format!(
             "iterion-relay {} embedded",
-            iterion_driver_docker::relay::short_hash(crate::relay::RELAY)
+            iterion_driver_docker::relay::short_hash(iterion_driver_docker::relay::EMBEDDED)
         ),
     }
 }
@@ -374,7 +374,7 @@ pub async fn build_report(inputs: &Inputs, host: &Host, loaded: Option<&Loaded>)
             ri.builtin_default_mode = ModeChoice::Auto;
             ri.binary_version = Some(env!("CARGO_PKG_VERSION").to_string());
             // the same root `iterion run` uses (05 §4.1), so both find the same devcontainer.json
-            ri.repo_root = Some(crate::cmd_run::repo_root(&inputs.work_dir));
+            ri.repo_root = Some(iterion_host::repo_root(&inputs.work_dir));
             resolve_sandbox(wf, &ri)
         }
         None => Err(ResolveError::InvalidDeclaration {
@@ -865,7 +865,7 @@ fn driver_available(ctx: &Ctx<'_>) -> Check {
         let m = if ctx.cloud {
             format!(
                 "cross-host check: the spec is validated, the runtime is not (kubernetes: {})",
-                crate::drivers::kubernetes_unavailable()
+                iterion_host::kubernetes_unavailable()
             )
         } else {
             format!(
@@ -1328,7 +1328,7 @@ fn build_context(ctx: &Ctx<'_>) -> Check {
     if ctx.forced_noop() {
         return skip(ID, "the noop driver does not build images");
     }
-    let root = crate::cmd_run::repo_root(&ctx.inputs.work_dir);
+    let root = iterion_host::repo_root(&ctx.inputs.work_dir);
     let root = std::fs::canonicalize(&root).unwrap_or(root);
     let mut parts = Vec::new();
     for (label, b) in builds {
@@ -1738,7 +1738,7 @@ fn egress_enforcement(ctx: &Ctx<'_>) -> Check {
             Err(e) => fail(ID, e.to_string(), "rebuild iterion or fix ITERION_RELAY_BIN"),
         },
         None => {
-            let facts = iterion_driver_docker::relay::elf_facts(crate::relay::RELAY);
+            let facts = iterion_driver_docker::relay::elf_facts(iterion_driver_docker::relay::EMBEDDED);
             let machine = iterion_driver_docker::relay::machine_of(&arch);
             match facts {
                 Some(f) if f.is_static && machine.is_none_or(|m| m == f.machine) => pass(

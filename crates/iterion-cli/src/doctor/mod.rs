@@ -51,8 +51,8 @@ use iterion_spec::resolved::HostState;
 
 pub use report::{Report, Status};
 
-use crate::drivers::{self, Selection};
 use engine::{EngineProbe, UnixEngine};
+use iterion_host::Selection;
 
 /// Default bound of each engine call and probe.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -167,20 +167,17 @@ pub struct Host {
 }
 
 /// Selects the driver and picks the engine endpoint to query, each ping bounded by the doctor timeout.
-pub async fn gather(inputs: &Inputs) -> Result<Host, drivers::SelectError> {
-    let mut opts = drivers::SelectOptions::new(inputs.driver.clone());
+pub async fn gather(inputs: &Inputs) -> Result<Host, iterion_host::Error> {
+    let mut opts = iterion_host::SelectOptions::new(inputs.driver.clone());
     opts.ping_timeout = inputs.timeout;
+    opts.argv0 = crate::argv0();
     if inputs.strict && inputs.probe {
         // The throwaway sandbox needs the egress relay, as a run does (03 §7.2); an error shows in
         // probe_sandbox_start.
-        let relay_override = inputs
-            .env
-            .get("ITERION_RELAY_BIN")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from);
-        opts.relay_binary = crate::relay::relay_path(&data_dir(&inputs.env), relay_override).ok();
+        let relay_override = iterion_host::relay_override(&inputs.env);
+        opts.relay_binary = iterion_host::relay_path(&data_dir(&inputs.env), relay_override).ok();
     }
-    let selection = drivers::select(&inputs.env, &opts).await?;
+    let selection = iterion_host::select(&inputs.env, &opts).await?;
     let socket = selection
         .engine
         .as_ref()
@@ -199,9 +196,8 @@ pub async fn gather(inputs: &Inputs) -> Result<Host, drivers::SelectError> {
 
 /// iterion's data directory (05 §1.1): where the relay and the probe program are installed.
 pub fn data_dir(env: &BTreeMap<String, String>) -> PathBuf {
-    let home = env.get("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
     let cwd = std::env::current_dir().unwrap_or_else(|_| std::env::temp_dir());
-    iterion_runtime::store::data_dir(env, home.as_deref(), &cwd, &std::env::temp_dir())
+    iterion_host::data_dir(env, &cwd)
 }
 
 /// The first local socket of the Docker candidate list (03 §4.1) that exists, else the first one.

@@ -17,7 +17,7 @@ use super::checks::{Loaded, build_report};
 use super::engine::{EngineAnswer, EngineFailure, EngineProbe, RegistryAnswer, UnixEngine};
 use super::report::{Report, Status};
 use super::{Host, Inputs, Target};
-use crate::drivers::{ForceSource, HostKind, Selection, Tried};
+use iterion_host::{ForceSource, HostKind, Selection, Tried};
 
 /// A driver with scripted capabilities; every resource call is refused (the battery never creates anything).
 #[derive(Debug)]
@@ -1132,7 +1132,7 @@ fn fake_engine_endpoint_answers_are_understood() {
 /// Replaces the per-build relay digest and the binary version.
 fn redact(s: String) -> String {
     s.replace(
-        &iterion_driver_docker::relay::short_hash(crate::relay::RELAY),
+        &iterion_driver_docker::relay::short_hash(iterion_driver_docker::relay::EMBEDDED),
         "<relay>",
     )
     .replace(env!("CARGO_PKG_VERSION"), "<version>")

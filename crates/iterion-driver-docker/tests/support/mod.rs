@@ -3,7 +3,7 @@
 
 use iterion_driver_docker::endpoint::{EndpointSettings, Family};
 use iterion_driver_docker::{DockerDriver, DockerSettings};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// A driver on the test engine, with the relay of the current build when it was built.
@@ -37,31 +37,13 @@ pub fn uid() -> u32 {
         .unwrap_or(0)
 }
 
-/// The static relay: compiled from the CLI's relay source with the toolchain running the tests.
+/// The static relay this crate embeds, installed once per test process under a temporary directory.
 pub fn relay_binary() -> Option<PathBuf> {
     static RELAY: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     RELAY
         .get_or_init(|| {
-            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../iterion-cli/relay/main.rs");
-            let out = std::env::temp_dir().join(format!("iterion-relay-test-{}", std::process::id()));
-            let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-            let status = std::process::Command::new(rustc)
-                .args([
-                    "--edition",
-                    "2024",
-                    "-C",
-                    "opt-level=1",
-                    "-C",
-                    "panic=abort",
-                    "-C",
-                    "target-feature=+crt-static",
-                ])
-                .arg("-o")
-                .arg(&out)
-                .arg(&src)
-                .status()
-                .ok()?;
-            status.success().then_some(out)
+            let dir = std::env::temp_dir().join(format!("iterion-relay-test-{}", std::process::id()));
+            iterion_driver_docker::relay::install_embedded(&dir).ok()
         })
         .clone()
 }

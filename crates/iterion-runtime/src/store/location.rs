@@ -1,6 +1,5 @@
 //! Where run stores live (section 1.1).
-use std::collections::BTreeMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 /// Name of the sentinel file that marks a `.iterion` directory as a managed store.
 pub const STORE_SENTINEL: &str = ".iterion-store";
@@ -8,40 +7,7 @@ pub const STORE_SENTINEL: &str = ".iterion-store";
 /// Name of the per-project store directory next to a workflow file.
 pub const LOCAL_STORE_DIR: &str = ".iterion";
 
-/// Makes `path` absolute against `cwd` and removes `.` components, redundant and trailing separators;
-/// `..` components are resolved lexically (never through the file system).
-pub fn absolutize(path: &Path, cwd: &Path) -> PathBuf {
-    let joined = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        cwd.join(path)
-    };
-    let mut out = PathBuf::new();
-    for c in joined.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                if !out.pop() {
-                    out.push(c);
-                }
-            }
-            other => out.push(other),
-        }
-    }
-    out
-}
-
-/// The global data dir: `$ITERION_HOME` when set and non-empty (made absolute against `cwd`), else
-/// `<home>/.iterion`, else `<temp_dir>/iterion-data`. `env` is the process environment read once by the caller.
-pub fn data_dir(env: &BTreeMap<String, String>, home: Option<&Path>, cwd: &Path, temp_dir: &Path) -> PathBuf {
-    if let Some(h) = env.get("ITERION_HOME").filter(|v| !v.is_empty()) {
-        return absolutize(Path::new(h), cwd);
-    }
-    match home.filter(|h| !h.as_os_str().is_empty()) {
-        Some(h) => absolutize(&h.join(".iterion"), cwd),
-        None => absolutize(&temp_dir.join("iterion-data"), cwd),
-    }
-}
+pub use iterion_host::{absolutize, data_dir};
 
 /// The project key of a directory: every `/`, `\` and `:` replaced by `-`, prefixed with one more `-` when
 /// it does not start with one (`/home/jo/app` → `-home-jo-app`, `C:\Users\jo\app` → `-C--Users-jo-app`).
@@ -72,7 +38,7 @@ pub struct StoreDirRequest<'a> {
     pub project_dir: &'a Path,
     /// The current directory, to make relative paths absolute.
     pub cwd: &'a Path,
-    /// The data dir ([`data_dir`]).
+    /// The data dir (`iterion_host::data_dir`).
     pub data_dir: &'a Path,
 }
 
@@ -112,25 +78,6 @@ mod tests {
         check_key("C:\\Users\\jo\\app", "-C--Users-jo-app");
         check_key("/w/app", "-w-app");
         check_key("-already", "-already");
-    }
-
-    fn check_data_dir(env: &[(&str, &str)], home: Option<&str>, expect: &str) {
-        let env: BTreeMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let got = data_dir(&env, home.map(Path::new), Path::new("/x"), Path::new("/tmp"));
-        assert_eq!(got, PathBuf::from(expect), "{env:?} {home:?}");
-    }
-
-    #[test]
-    fn data_dirs() {
-        // ST4
-        check_data_dir(&[("ITERION_HOME", "rel/dir")], Some("/home/jo"), "/x/rel/dir");
-        check_data_dir(&[("ITERION_HOME", "/d/")], Some("/home/jo"), "/d");
-        check_data_dir(&[("ITERION_HOME", "/d//")], None, "/d");
-        check_data_dir(&[("ITERION_HOME", "./a/../b")], None, "/x/b");
-        check_data_dir(&[("ITERION_HOME", "")], Some("/home/jo"), "/home/jo/.iterion");
-        check_data_dir(&[], Some("/home/jo"), "/home/jo/.iterion");
-        check_data_dir(&[], None, "/tmp/iterion-data");
-        check_data_dir(&[], Some(""), "/tmp/iterion-data");
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `iterion-relay`: the egress relay of the relay placement (03 §7.2).
+//! `iterion-relay`: the egress relay of the relay placement.
 //!
 //! Runs inside a `NetworkMode: none` sandbox as its long-lived process. It listens on TCP `127.0.0.1:3128`
 //! (and `[::1]:3128` when IPv6 loopback exists) and, for every accepted connection, opens a new connection to
@@ -6,9 +6,10 @@
 //! half-close propagation. No parsing, no authentication (the proxy authenticates), at most 1024 concurrent
 //! connections, errors on stderr at most once per second, SIGTERM/SIGINT exit 0.
 //!
-//! Standard library only, one file, compiled by the CLI's build script with `+crt-static` so it runs in any
-//! image, including images without a C library. The only `unsafe` is the signal installation through the C
-//! library that std already links (std has no signal API).
+//! Standard library only, one file, compiled by `iterion-driver-docker`'s build script (through
+//! `iterion-embed`) with `+crt-static` so it runs in any image, including images without a C library. The
+//! only `unsafe` is the signal installation through the C library that std already links (std has no signal
+//! API).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -44,6 +45,7 @@ static LOG: Log = Log {
     last: Mutex::new(None),
 };
 
+#[allow(unsafe_code)] // the one unsafe site, see the crate docs
 mod signals {
     unsafe extern "C" {
         fn signal(signum: i32, handler: usize) -> usize;

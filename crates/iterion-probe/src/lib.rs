@@ -1,21 +1,29 @@
-// The boundary probes of `iterion sandbox doctor --strict --probe` (06 §6), standard library only.
-//
-// This file is shared, through `include!`, by two programs:
-// - `probe/main.rs`, compiled by the CLI's build script with `+crt-static` into `iterion-probe`, the program
-//   the doctor bind-mounts read-only into the throwaway sandbox (at /run/iterion/bin/iterion-probe);
-// - `src/probe.rs`, the hidden `iterion __sandbox-probe` command of the CLI (06 §10).
-//
-// Why a separate static program: the spec's probe program is the iterion binary itself, but iterion is linked
-// dynamically against the host's C library and cannot start in images without one (the BusyBox test image,
-// distroless, Alpine). A static std-only program runs in any image of the engine's architecture, exactly like
-// the egress relay. Consequences of std only: SHA-256 and Base64 are written here (tested against the `sha2`
-// crate), DNS is probed with a hand-built UDP query to the resolvers of /etc/resolv.conf (a static glibc
-// `getaddrinfo` needs NSS modules the image may not have, which would make a resolver look absent), and the
-// JSON is written by hand.
-//
-// Protocol: `<probe> [--json] [options]`; the program prints exactly one JSON object (one line) for the probe
-// and exits 0; a usage error prints `{"probe":…,"error":…}` and exits 2. It never prints the value of an
-// environment variable: names, booleans and SHA-256 digests only.
+//! The boundary probes of `iterion sandbox doctor --strict --probe`, standard library only.
+//!
+//! This library is used by two programs:
+//! - the `iterion-probe` binary (`src/main.rs`), compiled by its embedder's build script (through
+//!   `iterion-embed`) with `+crt-static`: the program the doctor bind-mounts read-only into its throwaway
+//!   sandbox (at /run/iterion/bin/iterion-probe);
+//! - the hidden `iterion __sandbox-probe` command of the CLI.
+//!
+//! Why a separate static program: the spec's probe program is the iterion binary itself, but iterion is linked
+//! dynamically against the host's C library and cannot start in images without one (the BusyBox test image,
+//! distroless, Alpine). A static std-only program runs in any image of the engine's architecture, exactly like
+//! the egress relay. Consequences of std only: SHA-256 is the one hand-written copy of `iterion-embed` (taken
+//! by `#[path]`, tested here against the `sha2` crate), Base64 is written here, DNS is probed with a hand-built
+//! UDP query to the resolvers of /etc/resolv.conf (a static glibc `getaddrinfo` needs NSS modules the image may
+//! not have, which would make a resolver look absent), and the JSON is written by hand.
+//!
+//! Protocol: `<probe> [--json] [options]`; the program prints exactly one JSON object (one line) for the probe
+//! and exits 0; a usage error prints `{"probe":…,"error":…}` and exits 2. It never prints the value of an
+//! environment variable: names, booleans and SHA-256 digests only.
+//!
+//! ```
+//! let (code, line) = iterion_probe::run_probe(&["start".to_string(), "--json".to_string()], &[]);
+//! assert_eq!(code, 0);
+//! assert!(line.contains("\"ok\":true"));
+//! ```
+#![deny(missing_docs)]
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
@@ -56,86 +64,11 @@ pub const ENGINE_SOCKETS: &[&str] = &[
 const USAGE: &str = "usage: iterion-probe <start|direct-egress|host-services|dns|metadata|denied-host|proxy-env|secret-env|hardening> [--json] [options]";
 
 // ------------------------------------------------------------------------------------------------------------
-// SHA-256 (FIPS 180-4) and Base64 (RFC 4648).
+// Base64 (RFC 4648); SHA-256 comes from the shared file.
 
-const K256: [u32; 64] = [
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, 0xd807aa98,
-    0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
-    0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8,
-    0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
-    0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819,
-    0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a,
-    0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
-    0xc67178f2,
-];
-
-/// SHA-256 of `data`.
-pub fn sha256(data: &[u8]) -> [u8; 32] {
-    let mut h: [u32; 8] = [
-        0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
-    ];
-    let bit_len = (data.len() as u64).wrapping_mul(8);
-    let mut msg = data.to_vec();
-    msg.push(0x80);
-    while msg.len() % 64 != 56 {
-        msg.push(0);
-    }
-    msg.extend_from_slice(&bit_len.to_be_bytes());
-    for block in msg.chunks_exact(64) {
-        let mut w = [0u32; 64];
-        for (i, word) in block.chunks_exact(4).enumerate() {
-            w[i] = u32::from_be_bytes([word[0], word[1], word[2], word[3]]);
-        }
-        for i in 16..64 {
-            let s0 = w[i - 15].rotate_right(7) ^ w[i - 15].rotate_right(18) ^ (w[i - 15] >> 3);
-            let s1 = w[i - 2].rotate_right(17) ^ w[i - 2].rotate_right(19) ^ (w[i - 2] >> 10);
-            w[i] = w[i - 16]
-                .wrapping_add(s0)
-                .wrapping_add(w[i - 7])
-                .wrapping_add(s1);
-        }
-        let [mut a, mut b, mut c, mut d, mut e, mut f, mut g, mut hh] = h;
-        for i in 0..64 {
-            let s1 = e.rotate_right(6) ^ e.rotate_right(11) ^ e.rotate_right(25);
-            let ch = (e & f) ^ (!e & g);
-            let t1 = hh
-                .wrapping_add(s1)
-                .wrapping_add(ch)
-                .wrapping_add(K256[i])
-                .wrapping_add(w[i]);
-            let s0 = a.rotate_right(2) ^ a.rotate_right(13) ^ a.rotate_right(22);
-            let maj = (a & b) ^ (a & c) ^ (b & c);
-            let t2 = s0.wrapping_add(maj);
-            hh = g;
-            g = f;
-            f = e;
-            e = d.wrapping_add(t1);
-            d = c;
-            c = b;
-            b = a;
-            a = t1.wrapping_add(t2);
-        }
-        for (x, y) in h.iter_mut().zip([a, b, c, d, e, f, g, hh]) {
-            *x = x.wrapping_add(y);
-        }
-    }
-    let mut out = [0u8; 32];
-    for (i, x) in h.iter().enumerate() {
-        out[i * 4..i * 4 + 4].copy_from_slice(&x.to_be_bytes());
-    }
-    out
-}
-
-/// Lower-case hex of `bytes`.
-pub fn to_hex(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(HEX[usize::from(b >> 4)] as char);
-        s.push(HEX[usize::from(b & 15)] as char);
-    }
-    s
-}
+#[path = "../../iterion-embed/src/sha256.rs"]
+mod sha256;
+pub use sha256::{sha256, to_hex};
 
 /// Standard Base64 with padding.
 pub fn base64(data: &[u8]) -> String {
@@ -146,8 +79,16 @@ pub fn base64(data: &[u8]) -> String {
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         s.push(T[(n >> 18) as usize & 63] as char);
         s.push(T[(n >> 12) as usize & 63] as char);
-        s.push(if chunk.len() > 1 { T[(n >> 6) as usize & 63] as char } else { '=' });
-        s.push(if chunk.len() > 2 { T[n as usize & 63] as char } else { '=' });
+        s.push(if chunk.len() > 1 {
+            T[(n >> 6) as usize & 63] as char
+        } else {
+            '='
+        });
+        s.push(if chunk.len() > 2 {
+            T[n as usize & 63] as char
+        } else {
+            '='
+        });
     }
     s
 }
@@ -180,7 +121,10 @@ fn json_opt(s: Option<&str>) -> String {
 
 /// An object from `(key, already encoded value)` pairs, keys in the given order.
 fn obj(fields: &[(&str, String)]) -> String {
-    let body: Vec<String> = fields.iter().map(|(k, v)| format!("{}:{v}", json_str(k))).collect();
+    let body: Vec<String> = fields
+        .iter()
+        .map(|(k, v)| format!("{}:{v}", json_str(k)))
+        .collect();
     format!("{{{}}}", body.join(","))
 }
 
@@ -520,14 +464,22 @@ fn proxy_of(getenv: &Env<'_>) -> Option<(String, Option<String>)> {
 /// The `"decision_id":"…"` member of a JSON body, if any.
 fn decision_id_of(body: &str) -> Option<String> {
     let at = body.find("\"decision_id\"")?;
-    let rest = body[at + "\"decision_id\"".len()..].trim_start().strip_prefix(':')?;
+    let rest = body[at + "\"decision_id\"".len()..]
+        .trim_start()
+        .strip_prefix(':')?;
     let rest = rest.trim_start().strip_prefix('"')?;
     Some(rest[..rest.find('"')?].to_string())
 }
 
 /// CONNECT `target` through the proxy of the environment; the answer's status and decision id.
 fn through_proxy(getenv: &Env<'_>, target: &str, timeout: Duration) -> String {
-    let fail = |e: &str| obj(&[("status", "null".into()), ("decision_id", "null".into()), ("error", json_str(e))]);
+    let fail = |e: &str| {
+        obj(&[
+            ("status", "null".into()),
+            ("decision_id", "null".into()),
+            ("error", json_str(e)),
+        ])
+    };
     let Some((proxy, auth)) = proxy_of(getenv) else {
         return fail("no proxy variable in the environment");
     };
@@ -572,7 +524,9 @@ fn through_proxy(getenv: &Env<'_>, target: &str, timeout: Duration) -> String {
         .lines()
         .find_map(|l| {
             let (k, v) = l.split_once(':')?;
-            k.trim().eq_ignore_ascii_case("content-length").then(|| v.trim().parse().ok())?
+            k.trim()
+                .eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
         })
         .unwrap_or(0);
     let mut body = buf[head_end..].to_vec();
@@ -627,7 +581,13 @@ fn proxy_env(getenv: &Env<'_>) -> Vec<(&'static str, String)> {
     let no_proxy = |k: &str| {
         obj(&[
             ("set", getenv.get(k).is_some_and(|v| !v.is_empty()).to_string()),
-            ("has_star", getenv.get(k).is_some_and(|v| v.split(',').any(|p| p.trim() == "*")).to_string()),
+            (
+                "has_star",
+                getenv
+                    .get(k)
+                    .is_some_and(|v| v.split(',').any(|p| p.trim() == "*"))
+                    .to_string(),
+            ),
         ])
     };
     vec![
@@ -635,7 +595,10 @@ fn proxy_env(getenv: &Env<'_>) -> Vec<(&'static str, String)> {
         ("equal", equal.to_string()),
         ("NO_PROXY", no_proxy("NO_PROXY")),
         ("no_proxy", no_proxy("no_proxy")),
-        ("node_use_env_proxy", (getenv.get("NODE_USE_ENV_PROXY") == Some("1")).to_string()),
+        (
+            "node_use_env_proxy",
+            (getenv.get("NODE_USE_ENV_PROXY") == Some("1")).to_string(),
+        ),
     ]
 }
 
@@ -679,7 +642,11 @@ fn dir_writable(dir: &str) -> String {
     match std::fs::OpenOptions::new().write(true).create_new(true).open(&p) {
         Ok(_) => {
             let _ = std::fs::remove_file(&p);
-            obj(&[("path", json_str(dir)), ("writable", "true".into()), ("error", "null".into())])
+            obj(&[
+                ("path", json_str(dir)),
+                ("writable", "true".into()),
+                ("error", "null".into()),
+            ])
         }
         Err(e) => obj(&[
             ("path", json_str(dir)),
@@ -692,7 +659,11 @@ fn dir_writable(dir: &str) -> String {
 /// Opens an existing file for appending without writing anything: whether it is writable.
 fn file_writable(path: &str) -> String {
     match std::fs::OpenOptions::new().append(true).open(path) {
-        Ok(_) => obj(&[("path", json_str(path)), ("writable", "true".into()), ("error", "null".into())]),
+        Ok(_) => obj(&[
+            ("path", json_str(path)),
+            ("writable", "true".into()),
+            ("error", "null".into()),
+        ]),
         Err(e) => obj(&[
             ("path", json_str(path)),
             ("writable", "false".into()),
@@ -723,13 +694,17 @@ fn hardening(a: &Args, getenv: &Env<'_>) -> Vec<(&'static str, String)> {
     writes.push(("workspace", ws.map_or_else(|| "null".to_string(), dir_writable)));
     writes.push((
         "git_hooks",
-        ws.map_or_else(|| "null".to_string(), |w| dir_writable(&format!("{w}/.git/hooks"))),
+        ws.map_or_else(
+            || "null".to_string(),
+            |w| dir_writable(&format!("{w}/.git/hooks")),
+        ),
     ));
     writes.push((
         "claude_settings",
-        a.claude
-            .as_deref()
-            .map_or_else(|| "null".to_string(), |c| file_writable(&format!("{c}/settings.json"))),
+        a.claude.as_deref().map_or_else(
+            || "null".to_string(),
+            |c| file_writable(&format!("{c}/settings.json")),
+        ),
     ));
     let mut out = vec![
         ("no_new_privs", json_opt(status_field(&status, "NoNewPrivs"))),
@@ -742,3 +717,6 @@ fn hardening(a: &Args, getenv: &Env<'_>) -> Vec<(&'static str, String)> {
     out.extend(writes);
     out
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,19 +1,9 @@
 //! Driver selection (03 §2): the host kind, the preference order, forcing, and the only place that constructs
 //! concrete drivers (`DockerDriver`, `NoopDriver`).
 //!
-//! Use from a command (inside a tokio runtime):
-//!
-//! ```ignore
-//! let opts = drivers::SelectOptions::new(args.sandbox_driver.clone());
-//! let sel = drivers::select(env, &opts).await?;          // Err only for an invalid driver name (exit 2)
-//! let driver = sel.require()?;                           // Err(SANDBOX_DRIVER_UNAVAILABLE) when forced and down
-//! if sel.kind == DriverKind::Noop { /* 03 §2.3: degrade or refuse per scope */ }
-//! ```
-//!
 //! `select` pings every candidate of the host kind concurrently, each bounded by `ping_timeout`, and keeps the
 //! first available in preference order. `candidates_tried` records each candidate's outcome (the doctor
 //! prints it; run errors quote it).
-#![allow(dead_code)] // parts of the API are used by `iterion run`, wired by the integrator
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -23,6 +13,8 @@ use std::time::Duration;
 use iterion_driver::{Driver, DriverKind, EngineInfo, NoopDriver};
 use iterion_driver_docker::endpoint::{EndpointSettings, Family};
 use iterion_driver_docker::{DockerDriver, DockerSettings};
+
+use crate::error::{Error, Result};
 
 /// Default bound of each availability ping.
 pub const DEFAULT_PING_TIMEOUT: Duration = Duration::from_secs(5);
@@ -201,18 +193,6 @@ impl Selection {
     }
 }
 
-/// Invalid selection input (a usage error, exit 2).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SelectError(pub String);
-
-impl std::fmt::Display for SelectError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for SelectError {}
-
 /// Inputs of [`select`] besides the environment.
 #[derive(Debug, Clone)]
 pub struct SelectOptions {
@@ -220,9 +200,9 @@ pub struct SelectOptions {
     pub forced_flag: Option<String>,
     /// Bound of each ping (the doctor passes `ITERION_SANDBOX_DOCTOR_TIMEOUT`).
     pub ping_timeout: Duration,
-    /// The relay binary for the docker driver (`iterion run` installs the embedded one, see `relay.rs`).
+    /// The relay binary for the docker driver (see [`crate::relay_path`]).
     pub relay_binary: Option<PathBuf>,
-    /// `argv[0]` (desktop detection); `None` reads it from the process arguments.
+    /// `argv[0]` of the embedding program (desktop detection); `None` when unknown.
     pub argv0: Option<String>,
 }
 
@@ -243,7 +223,7 @@ impl SelectOptions {
 pub fn forced_driver(
     env: &BTreeMap<String, String>,
     flag: Option<&str>,
-) -> Result<Option<(DriverKind, ForceSource)>, SelectError> {
+) -> Result<Option<(DriverKind, ForceSource)>> {
     let (value, src) = match (flag, env.get("ITERION_SANDBOX_DRIVER")) {
         (Some(f), _) => (f.trim().to_string(), ForceSource::Flag),
         (None, Some(v)) => (v.trim().to_string(), ForceSource::Env),
@@ -254,11 +234,7 @@ pub fn forced_driver(
     }
     match DriverKind::parse(&value) {
         Some(k) => Ok(Some((k, src))),
-        None => Err(SelectError(format!(
-            "invalid {} '{}' (want docker, podman, kubernetes or noop)",
-            src.as_str(),
-            value.escape_debug()
-        ))),
+        None => Err(Error::InvalidDriver { from: src, value }),
     }
 }
 
@@ -314,29 +290,49 @@ pub fn kubernetes_unavailable() -> String {
 }
 
 /// Selects the driver (03 §2). `Err` only for an invalid driver name (a usage error).
-pub async fn select(env: &BTreeMap<String, String>, opts: &SelectOptions) -> Result<Selection, SelectError> {
+pub async fn select(env: &BTreeMap<String, String>, opts: &SelectOptions) -> Result<Selection> {
     let forced = forced_driver(env, opts.forced_flag.as_deref())?;
     let mut warnings = Vec::new();
-    let argv0 = opts.argv0.clone().or_else(|| {
-        std::env::args_os()
-            .next()
-            .map(|a| a.to_string_lossy().into_owned())
-    });
-    let host = host_kind(env, argv0.as_deref(), &mut warnings);
-
+    let host = host_kind(env, opts.argv0.as_deref(), &mut warnings);
     // Which candidates to probe: the host's list; with a forced driver only that one (and noop).
     let wanted: Vec<DriverKind> = match forced {
         Some((DriverKind::Noop, _)) => vec![DriverKind::Noop],
         Some((k, _)) => vec![k, DriverKind::Noop],
         None => host.candidates().to_vec(),
     };
-    let noop_base: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    let want = |k| wanted.contains(&k);
-    // Docker and Podman are pinged concurrently. When docker answers and podman was not forced, podman gets a
-    // short grace instead of the whole bound, so a silent Podman socket never delays a launch.
-    let (docker_ok, docker_ok_rx) = tokio::sync::watch::channel(false);
     let podman_forced = matches!(forced, Some((DriverKind::Podman, _)));
-    let (docker, podman) = tokio::join!(
+    let (docker, podman) = ping_engines(env, opts, &wanted, podman_forced).await;
+    let noop_base: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let (tried, drivers) = outcomes(&wanted, &docker, &podman, noop_base);
+    let (driver, kind, reason, engine) = decide(forced, host, &drivers);
+    Ok(Selection {
+        driver,
+        kind,
+        reason,
+        host_kind: host,
+        forced: forced.map(|(_, s)| s),
+        candidates_tried: tried,
+        engine,
+        warnings,
+    })
+}
+
+/// A pinged engine: its driver and what the ping answered.
+type Pinged = (Arc<DockerDriver>, std::result::Result<EngineInfo, String>);
+/// An available candidate: its kind, driver and engine identity (none for noop).
+type Available = (DriverKind, Arc<dyn Driver>, Option<EngineInfo>);
+
+/// Pings Docker and Podman (those `wanted`) concurrently. When docker answers and podman was not forced,
+/// podman gets a short grace instead of the whole bound, so a silent Podman socket never delays a launch.
+async fn ping_engines(
+    env: &BTreeMap<String, String>,
+    opts: &SelectOptions,
+    wanted: &[DriverKind],
+    podman_forced: bool,
+) -> (Option<Pinged>, Option<Pinged>) {
+    let want = |k| wanted.contains(&k);
+    let (docker_ok, docker_ok_rx) = tokio::sync::watch::channel(false);
+    tokio::join!(
         async {
             if !want(DriverKind::Docker) {
                 return None;
@@ -369,17 +365,22 @@ pub async fn select(env: &BTreeMap<String, String>, opts: &SelectOptions) -> Res
                 )),
             }
         }
-    );
+    )
+}
+
+/// Every wanted candidate's outcome, in preference order, and the available ones.
+fn outcomes(
+    wanted: &[DriverKind],
+    docker: &Option<Pinged>,
+    podman: &Option<Pinged>,
+    noop_base: Vec<(String, String)>,
+) -> (Vec<Tried>, Vec<Available>) {
     let mut tried = Vec::new();
-    let mut drivers: Vec<(DriverKind, Arc<dyn Driver>, Option<EngineInfo>)> = Vec::new();
-    for k in &wanted {
+    let mut drivers: Vec<Available> = Vec::new();
+    for k in wanted {
         match k {
             DriverKind::Docker | DriverKind::Podman => {
-                let probed = if *k == DriverKind::Docker {
-                    &docker
-                } else {
-                    &podman
-                };
+                let probed = if *k == DriverKind::Docker { docker } else { podman };
                 if let Some((d, outcome)) = probed {
                     tried.push(Tried {
                         candidate: *k,
@@ -403,14 +404,22 @@ pub async fn select(env: &BTreeMap<String, String>, opts: &SelectOptions) -> Res
             }
         }
     }
+    (tried, drivers)
+}
 
+/// The decision: the forced driver (possibly down), else the first available candidate of the host kind.
+fn decide(
+    forced: Option<(DriverKind, ForceSource)>,
+    host: HostKind,
+    drivers: &[Available],
+) -> (Option<Arc<dyn Driver>>, DriverKind, String, Option<EngineInfo>) {
     let real_names: Vec<&str> = host
         .candidates()
         .iter()
         .filter(|k| **k != DriverKind::Noop)
         .map(|k| k.as_str())
         .collect();
-    let (driver, kind, reason, engine) = match forced {
+    match forced {
         Some((k, src)) => match drivers.iter().find(|(c, _, _)| *c == k) {
             Some((_, d, info)) => (
                 Some(d.clone()),
@@ -438,17 +447,7 @@ pub async fn select(env: &BTreeMap<String, String>, opts: &SelectOptions) -> Res
                 info,
             )
         }
-    };
-    Ok(Selection {
-        driver,
-        kind,
-        reason,
-        host_kind: host,
-        forced: forced.map(|(_, s)| s),
-        candidates_tried: tried,
-        engine,
-        warnings,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,124 @@
+//! Installing embedded bytes as an executable file named by their content hash.
+
+use crate::error::{Error, Result};
+use crate::{sha256, to_hex};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Writes `bytes` once to `<dir>/<stem>-<first 12 hex of their SHA-256>` and returns the path.
+///
+/// The file is written under a temporary name in `dir`, synced, made mode 0755, renamed into place and read
+/// back; an existing file with the right hash is reused, one with another content is rewritten. Empty `bytes`
+/// (a program not built for this target) are [`Error::Empty`]; a read-back that differs is
+/// [`Error::Mismatch`].
+pub fn install(bytes: &[u8], dir: &Path, stem: &str) -> Result<PathBuf> {
+    if bytes.is_empty() {
+        return Err(Error::Empty { stem: stem.into() });
+    }
+    let io = |what: &'static str, p: &Path| {
+        let path = p.to_path_buf();
+        move |source| Error::Io { what, path, source }
+    };
+    let digest = to_hex(&sha256(bytes));
+    let short = &digest[..12];
+    std::fs::create_dir_all(dir).map_err(io("create directory", dir))?;
+    let dest = dir.join(format!("{stem}-{short}"));
+    if let Ok(existing) = std::fs::read(&dest)
+        && to_hex(&sha256(&existing)) == digest
+    {
+        return Ok(dest);
+    }
+    let tmp = dir.join(format!(".{stem}-{short}.{}", std::process::id()));
+    {
+        let mut f = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
+        f.write_all(bytes).map_err(io("write", &tmp))?;
+        f.sync_all().map_err(io("sync", &tmp))?;
+    }
+    make_executable(&tmp).map_err(io("chmod", &tmp))?;
+    std::fs::rename(&tmp, &dest).map_err(io("rename to", &dest))?;
+    let written = std::fs::read(&dest).map_err(io("read back", &dest))?;
+    if to_hex(&sha256(&written)) != digest {
+        return Err(Error::Mismatch { path: dest });
+    }
+    Ok(dest)
+}
+
+#[cfg(unix)]
+fn make_executable(p: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755))
+}
+
+#[cfg(not(unix))]
+fn make_executable(_: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::elf::tests::elf64;
+    use crate::short_hash;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    #[test]
+    fn install_is_idempotent_and_verified() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bin = dir.path().join("bin");
+        let bytes = elf64(62, false);
+        let p = install(&bytes, &bin, "iterion-relay").expect("install");
+        assert_eq!(p, bin.join(format!("iterion-relay-{}", short_hash(&bytes))));
+        assert_eq!(
+            std::fs::metadata(&p).expect("meta").permissions().mode() & 0o777,
+            0o755
+        );
+        let modified = std::fs::metadata(&p).and_then(|m| m.modified()).expect("mtime");
+        assert_eq!(install(&bytes, &bin, "iterion-relay").expect("again"), p);
+        assert_eq!(
+            std::fs::metadata(&p).and_then(|m| m.modified()).expect("mtime"),
+            modified,
+            "an intact file is reused"
+        );
+        std::fs::write(&p, b"tampered").expect("tamper");
+        let again = install(&bytes, &bin, "iterion-relay").expect("reinstall");
+        assert_eq!(std::fs::read(&again).expect("read"), bytes);
+        assert_eq!(
+            std::fs::read_dir(&bin).expect("list").count(),
+            1,
+            "no temporary left"
+        );
+        assert!(matches!(
+            install(b"", &bin, "iterion-probe"),
+            Err(Error::Empty { stem }) if stem == "iterion-probe"
+        ));
+    }
+
+    #[test]
+    fn an_unwritable_directory_names_the_path() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"x").expect("write");
+        let err = install(b"abc", &file.join("bin"), "x").expect_err("a file is in the way");
+        assert!(
+            matches!(&err, Error::Io { what: "create directory", path, .. } if path == &file.join("bin")),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn sha256_known_vectors() {
+        for (input, expect) in [
+            (
+                "",
+                "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+            ),
+            (
+                "abc",
+                "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+            ),
+        ] {
+            assert_eq!(to_hex(&sha256(input.as_bytes())), expect, "{input:?}");
+        }
+        assert_eq!(short_hash(b"abc"), "ba7816bf8f01");
+    }
+}
