@@ -1,6 +1,6 @@
-//! The conformance suite against Podman's Docker-compatible API, when a Podman service socket answers
-//! (`podman system service unix:///run/podman/podman.sock`). Skipped with a notice otherwise; required when
-//! `ITERION_REQUIRE_PODMAN=1`.
+//! The conformance suite against Podman's Docker-compatible API (`podman system service
+//! unix:///run/podman/podman.sock`, or the `unix://` socket of `CONTAINER_HOST`). Without a Podman service it is
+//! skipped with a notice, and fails when `CI` or `ITERION_REQUIRE_PODMAN=1` is set (`.ci/run` starts one).
 
 mod support;
 
@@ -8,53 +8,20 @@ use iterion_driver::Driver;
 use iterion_driver_docker::endpoint::{EndpointSettings, Family};
 use iterion_driver_docker::{DockerDriver, DockerSettings};
 use iterion_test_support::conformance::{self, ConformanceCtx, RemoveHook};
-use std::path::{Path, PathBuf};
+use iterion_test_support::podman;
+use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
-
-fn podman_socket() -> Option<PathBuf> {
-    let p = PathBuf::from("/run/podman/podman.sock");
-    let ok =
-        iterion_test_support::docker_http::request(&p, "GET", "/_ping", None, &[], Duration::from_secs(2))
-            .is_ok_and(|r| r.status == 200 && r.header("libpod-api-version").is_some());
-    ok.then_some(p)
-}
-
-fn podman_required(test: &str) -> Option<PathBuf> {
-    match podman_socket() {
-        Some(p) => Some(p),
-        None if std::env::var("ITERION_REQUIRE_PODMAN").is_ok_and(|v| v == "1") => {
-            panic!(
-                "{test}: ITERION_REQUIRE_PODMAN=1 but no Podman service answers on /run/podman/podman.sock"
-            )
-        }
-        None => {
-            eprintln!("SKIPPED {test}: no Podman service answers on /run/podman/podman.sock");
-            None
-        }
-    }
-}
 
 fn remove_on(socket: &Path, id: &str) {
-    let _ = iterion_test_support::docker_http::request(
-        socket,
-        "DELETE",
-        &format!("/containers/{id}?force=1&v=1"),
-        None,
-        &[],
-        Duration::from_secs(30),
-    );
+    podman::remove(socket, podman::Kind::Containers, id);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn conformance_suite_against_podman() {
-    let Some(socket) = podman_required("conformance_suite_against_podman") else {
+    let Some(socket) = podman::required("conformance_suite_against_podman") else {
         return;
     };
-    let archives = iterion_test_support::docker_image::test_archives(None).expect("archives");
-    for a in &archives {
-        iterion_test_support::docker_image::ensure_image(&socket, a).expect("import into podman");
-    }
+    podman::ensure_test_images(&socket).expect("test images in podman's store");
     let endpoints = EndpointSettings::new(None, Some(format!("unix://{}", socket.display())), None, None);
     let mut settings = DockerSettings::new(endpoints, Family::Podman, support::hostname(), support::uid());
     if let Some(r) = support::relay_binary() {
