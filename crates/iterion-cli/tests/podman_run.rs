@@ -303,10 +303,9 @@ fn the_reaper_removes_the_podman_sandbox_of_a_killed_run() {
 }
 
 /// A store inside the workspace (a project-local `.iterion`) is hidden from the sandbox behind an empty tmpfs.
-/// Podman copies a tmpfs mount point's contents into the tmpfs unless told `notmpcopyup`, so today the start
+/// Podman copies a tmpfs mount point's contents into the tmpfs unless told `notmpcopyup`: without it the start
 /// fails (the copied store overflows the small tmpfs) or, with a small store, the records are readable inside.
 #[test]
-#[ignore = "the docker driver does not yet pass notmpcopyup to Podman for the hidden-store tmpfs"]
 fn a_store_inside_the_workspace_is_hidden_from_a_podman_sandbox() {
     let Some(socket) = podman_ready("a_store_inside_the_workspace_is_hidden_from_a_podman_sandbox") else {
         return;

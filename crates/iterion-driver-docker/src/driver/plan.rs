@@ -378,10 +378,41 @@ pub(super) fn plan_user(
             }
         }
     }
+    if facts.podman {
+        podman_no_copy_up(&mut tmpfs);
+    }
     UserPlan {
         remap,
         home_host,
         env,
         tmpfs,
+    }
+}
+
+/// Podman copies what a tmpfs covers into it (`tmpcopyup`, its default): the tmpfs hiding a store inside the
+/// workspace would then hold the run records it is there to hide (or fail the start when they exceed its size).
+/// Docker knows no such option and rejects it, so it is added for Podman only.
+fn podman_no_copy_up(tmpfs: &mut HashMap<String, String>) {
+    for options in tmpfs.values_mut() {
+        options.push_str(",notmpcopyup");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn podman_tmpfs_never_copies_up_what_it_hides() {
+        let mut tmpfs = HashMap::from([
+            ("/w/.iterion".to_string(), mounts::HIDDEN_STORE_TMPFS.to_string()),
+            ("/run/iterion/exec".to_string(), "rw,mode=1777".to_string()),
+        ]);
+        podman_no_copy_up(&mut tmpfs);
+        assert!(tmpfs.values().all(|o| o.ends_with(",notmpcopyup")), "{tmpfs:?}");
+        assert_eq!(
+            tmpfs["/w/.iterion"],
+            format!("{},notmpcopyup", mounts::HIDDEN_STORE_TMPFS)
+        );
     }
 }
