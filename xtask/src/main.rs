@@ -1,10 +1,11 @@
 //! `cargo xtask`: the single entry point for project automation. Local equals CI.
 //!
 //! ```text
-//! cargo xtask ci              format check + clippy (deny warnings) + check-layers + all tests
+//! cargo xtask ci              format check + clippy (deny warnings) + check-layers + tidy + all tests
 //! cargo xtask fmt             format the workspace
 //! cargo xtask lint            clippy over every target, warnings denied
 //! cargo xtask check-layers    the crate layer DAG and dependency confinement, read from cargo metadata
+//! cargo xtask tidy            no function over 150 lines, no module import circle (allowlist: xtask/tidy-allow.txt)
 //! cargo xtask test            all tests
 //! ```
 
@@ -15,6 +16,7 @@ use std::process::Command;
 mod demo;
 mod images;
 mod layers;
+mod tidy;
 
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -30,10 +32,11 @@ fn main() -> std::process::ExitCode {
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  ci             format check, clippy (warnings denied), check-layers, then every test
+  ci             format check, clippy (warnings denied), check-layers, tidy, then every test
   fmt            format the workspace
   lint           clippy over every target with warnings denied
   check-layers   check the crate layer DAG and where heavy dependencies may appear
+  tidy           no function over 150 lines and no module import circle, outside xtask/tidy-allow.txt
   test           run every test of the workspace
   images         build the local test images (no registry needed), e.g. iterion-test/busybox:latest
   bench NAME     run a benchmark: spec | devcontainer | proxy | docker | doctor | envelope
@@ -52,6 +55,7 @@ fn run(args: &[String]) -> Result<()> {
         "fmt" => cargo(&["fmt", "--all"]),
         "lint" => lint(),
         "check-layers" => layers::check(&root()?),
+        "tidy" => tidy::run(&root()?),
         "test" => test(rest),
         "images" => images::run(&root()?, rest),
         "bench" => bench(rest),
@@ -112,6 +116,7 @@ fn ci() -> Result<()> {
     cargo(&["fmt", "--all", "--check"])?;
     lint()?;
     layers::check(&root()?)?;
+    tidy::run(&root()?)?;
     test(&[])
 }
 

@@ -9,7 +9,7 @@ use serde::ser::SerializeMap;
 
 use crate::address::AddressClass;
 use crate::host::Target;
-use crate::policy::Mode;
+use crate::mode::Mode;
 
 /// Why a request was refused (the `reason` of §13.2), for the two reasons this crate decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]

@@ -83,6 +83,7 @@
 pub mod address;
 pub mod decision;
 pub mod host;
+pub mod mode;
 pub mod policy;
 pub mod preset;
 pub mod rule;
