@@ -172,7 +172,7 @@ pub struct Facts {
 pub type Answer = Result<Value, String>;
 
 fn check(id: &'static str, status: Status, message: impl Into<String>, hint: Option<&str>) -> Check {
-    super::checks::make_check(id, status, message.into(), hint.map(str::to_string))
+    super::report::make_check(id, status, message, hint.map(str::to_string))
 }
 
 fn unfinished(id: &'static str, e: &str) -> Check {
@@ -986,7 +986,7 @@ struct Started {
 pub async fn run(inputs: &Inputs, plan: &Plan) -> Vec<Check> {
     let t0 = Instant::now();
     let id8 = random_hex8();
-    let dir = std::env::temp_dir().join(format!("iterion-doctor-{id8}"));
+    let dir = crate::temp_dir(&inputs.env).join(format!("iterion-doctor-{id8}"));
     let mut guard = Throwaway {
         run: None,
         lease: None,
@@ -1011,12 +1011,37 @@ pub async fn run(inputs: &Inputs, plan: &Plan) -> Vec<Check> {
             ));
         }
     };
-    let mut checks = Vec::new();
-    let run = started.run.clone();
-    let timeout = inputs.timeout;
-    let start_answer = exec_probe(run.as_ref(), &["start"], timeout).await;
-    let start_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let mut c = match &start_answer {
+    let start_answer = exec_probe(started.run.as_ref(), &["start"], inputs.timeout).await;
+    let mut c = start_check(&started, &start_answer);
+    c.duration_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+    if c.status != Status::Pass {
+        guard.close().await;
+        let mut checks = vec![c];
+        checks.extend(
+            skip_all("the throwaway sandbox did not start (probe_sandbox_start failed)")
+                .into_iter()
+                .skip(1),
+        );
+        return checks;
+    }
+    let hs_claude = host_claude_dir(&inputs.env);
+    let facts = facts_of(inputs, plan, &started, hs_claude.as_deref());
+    let mut checks = vec![c];
+    checks.extend(probe_battery(inputs, plan, &started, &facts, hs_claude.as_deref()).await);
+    drop(started);
+    guard.close().await;
+    for c in &mut checks {
+        if let Value::Object(m) = &mut c.details {
+            m.insert("egress".into(), Value::from(facts.egress.as_str()));
+        }
+    }
+    checks
+}
+
+/// `probe_sandbox_start` from the `start` probe's answer.
+fn start_check(started: &Started, answer: &Answer) -> Check {
+    const HINT: &str = "the image must be able to run a static executable of the engine's architecture";
+    match answer {
         Ok(v) if v["ok"] == true => check(
             "probe_sandbox_start",
             Status::Pass,
@@ -1034,31 +1059,21 @@ pub async fn run(inputs: &Inputs, plan: &Plan) -> Vec<Check> {
             "probe_sandbox_start",
             Status::Fail,
             format!("the probe program answered {v}"),
-            Some("the image must be able to run a static executable of the engine's architecture"),
+            Some(HINT),
         ),
         Err(e) => check(
             "probe_sandbox_start",
             Status::Fail,
             format!("the sandbox started but the probe program did not run: {e}"),
-            Some("the image must be able to run a static executable of the engine's architecture"),
+            Some(HINT),
         ),
-    };
-    c.duration_ms = start_ms;
-    let start_ok = c.status == Status::Pass;
-    checks.push(c);
-    if !start_ok {
-        guard.close().await;
-        checks.extend(
-            skip_all("the throwaway sandbox did not start (probe_sandbox_start failed)")
-                .into_iter()
-                .skip(1),
-        );
-        return checks;
     }
+}
 
+/// What the verdicts compare the answers against.
+fn facts_of(inputs: &Inputs, plan: &Plan, started: &Started, hs_claude: Option<&Path>) -> Facts {
     let (uid, gid) = numeric_user(started.report.user.as_deref());
-    let hs_claude = host_claude_dir(&inputs.env);
-    let facts = Facts {
+    Facts {
         egress: started.egress,
         hardening: ContainerSettings::from_env(&inputs.env).hardening,
         uid,
@@ -1067,19 +1082,23 @@ pub async fn run(inputs: &Inputs, plan: &Plan) -> Vec<Check> {
         operator_names: inputs.sandbox_env.iter().map(|(k, _)| k.clone()).collect(),
         host_env: inputs.env.clone(),
         claude_mounted: plan.spec.host_state == HostState::Auto
-            && hs_claude
-                .as_ref()
-                .is_some_and(|c| started.report.mounts.iter().any(|m| Path::new(&m.target) == c)),
-    };
+            && hs_claude.is_some_and(|c| started.report.mounts.iter().any(|m| Path::new(&m.target) == c)),
+    }
+}
+
+/// The eight probes after `start`, in order, each timed.
+async fn probe_battery(
+    inputs: &Inputs,
+    plan: &Plan,
+    started: &Started,
+    facts: &Facts,
+    hs_claude: Option<&Path>,
+) -> Vec<Check> {
+    let timeout = inputs.timeout;
     // Each connect is bounded well below the probe bound: the metadata probe makes five in a row.
     let per_connect = (timeout / 6).clamp(Duration::from_millis(150), Duration::from_secs(2));
     let ms = per_connect.as_millis().to_string();
-    let listener = tokio::net::TcpListener::bind(("0.0.0.0", 0)).await;
-    let port = listener
-        .as_ref()
-        .ok()
-        .and_then(|l| l.local_addr().ok())
-        .map(|a| a.port());
+    let mut checks = Vec::new();
     macro_rules! timed {
         ($e:expr) => {{
             let t = Instant::now();
@@ -1088,14 +1107,60 @@ pub async fn run(inputs: &Inputs, plan: &Plan) -> Vec<Check> {
             checks.push(c);
         }};
     }
-    let r = run.as_ref();
+    let r = started.run.as_ref();
     timed!(direct_egress(
-        &facts,
+        facts,
         &exec_probe(r, &["direct-egress", "--timeout-ms", &ms], timeout).await
     ));
-    timed!(match port {
+    timed!(host_services_probe(r, plan, facts, &ms, timeout).await);
+    timed!(dns(&exec_probe(
+        r,
+        &["dns", "--name", "example.com", "--timeout-ms", &ms],
+        timeout
+    )
+    .await));
+    timed!(metadata(
+        facts,
+        &exec_probe(r, &["metadata", "--timeout-ms", &ms], timeout).await
+    ));
+    timed!(denied_host_probe(r, plan, started, facts, &ms, timeout).await);
+    timed!(proxy_env(facts, &exec_probe(r, &["proxy-env"], timeout).await));
+    timed!({
+        let mut args = vec!["secret-env".to_string()];
+        for rule in secret_rules() {
+            args.push("--rule".into());
+            args.push(rule);
+        }
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        secret_env(facts, &exec_probe(r, &refs, timeout).await)
+    });
+    timed!({
+        let ws = started.report.workspace.clone();
+        let mut args = vec!["hardening".to_string(), "--workspace".into(), ws];
+        if facts.claude_mounted
+            && let Some(c) = hs_claude
+        {
+            args.push("--claude".into());
+            args.push(c.to_string_lossy().into_owned());
+        }
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        hardening(facts, &exec_probe(r, &refs, timeout).await)
+    });
+    checks
+}
+
+/// `probe_host_services`: a TCP listener on the host, probed from the sandbox at the bridge gateway and at
+/// every host address.
+async fn host_services_probe(r: &dyn Run, plan: &Plan, facts: &Facts, ms: &str, timeout: Duration) -> Check {
+    let listener = tokio::net::TcpListener::bind(("0.0.0.0", 0)).await;
+    let port = listener
+        .as_ref()
+        .ok()
+        .and_then(|l| l.local_addr().ok())
+        .map(|a| a.port());
+    match port {
         Some(port) => {
-            let mut args: Vec<String> = ["host-services", "--port", &port.to_string(), "--timeout-ms", &ms]
+            let mut args: Vec<String> = ["host-services", "--port", &port.to_string(), "--timeout-ms", ms]
                 .iter()
                 .map(|s| s.to_string())
                 .collect();
@@ -1104,7 +1169,7 @@ pub async fn run(inputs: &Inputs, plan: &Plan) -> Vec<Check> {
                 args.push(a);
             }
             let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-            host_services(&facts, &exec_probe(r, &refs, timeout).await)
+            host_services(facts, &exec_probe(r, &refs, timeout).await)
         }
         None => check(
             "probe_host_services",
@@ -1115,78 +1180,45 @@ pub async fn run(inputs: &Inputs, plan: &Plan) -> Vec<Check> {
             ),
             Some("allow the doctor to bind a TCP port on this host"),
         ),
-    });
-    drop(listener);
-    timed!(dns(&exec_probe(
-        r,
-        &["dns", "--name", "example.com", "--timeout-ms", &ms],
-        timeout
-    )
-    .await));
-    timed!(metadata(
-        &facts,
-        &exec_probe(r, &["metadata", "--timeout-ms", &ms], timeout).await
-    ));
+    }
+}
+
+/// `probe_denied_host`: a connect to a host the policy denies, and the proxy's denial event for it.
+async fn denied_host_probe(
+    r: &dyn Run,
+    plan: &Plan,
+    started: &Started,
+    facts: &Facts,
+    ms: &str,
+    timeout: Duration,
+) -> Check {
     let target = if facts.egress == Egress::Open {
         None
     } else {
         denied_target(&plan.spec)
     };
-    timed!({
-        let answer = match &target {
-            Some(t) => exec_probe(r, &["denied-host", "--target", t, "--timeout-ms", &ms], timeout).await,
-            None => Err("not run".into()),
-        };
-        let wanted = answer
-            .as_ref()
-            .ok()
-            .and_then(|v| v["result"]["decision_id"].as_str().map(str::to_string));
-        // Events are delivered asynchronously: wait briefly for the one the answer names.
-        let deadline = Instant::now() + Duration::from_secs(1);
-        let events = loop {
-            let ev = started
-                .denied_events
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
-            if wanted.as_ref().is_none_or(|w| ev.contains(w)) || Instant::now() >= deadline {
-                break ev;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        denied_host(&facts, target.as_deref(), &answer, &events)
-    });
-    timed!(proxy_env(&facts, &exec_probe(r, &["proxy-env"], timeout).await));
-    timed!({
-        let mut args = vec!["secret-env".to_string()];
-        for rule in secret_rules() {
-            args.push("--rule".into());
-            args.push(rule);
+    let answer = match &target {
+        Some(t) => exec_probe(r, &["denied-host", "--target", t, "--timeout-ms", ms], timeout).await,
+        None => Err("not run".into()),
+    };
+    let wanted = answer
+        .as_ref()
+        .ok()
+        .and_then(|v| v["result"]["decision_id"].as_str().map(str::to_string));
+    // Events are delivered asynchronously: wait briefly for the one the answer names.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let events = loop {
+        let ev = started
+            .denied_events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if wanted.as_ref().is_none_or(|w| ev.contains(w)) || Instant::now() >= deadline {
+            break ev;
         }
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        secret_env(&facts, &exec_probe(r, &refs, timeout).await)
-    });
-    timed!({
-        let ws = started.report.workspace.clone();
-        let mut args = vec!["hardening".to_string(), "--workspace".into(), ws];
-        if facts.claude_mounted
-            && let Some(c) = &hs_claude
-        {
-            args.push("--claude".into());
-            args.push(c.to_string_lossy().into_owned());
-        }
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        hardening(&facts, &exec_probe(r, &refs, timeout).await)
-    });
-    drop(run);
-    drop(started);
-    guard.close().await;
-    for c in &mut checks {
-        if let Value::Object(m) = &mut c.details {
-            m.insert("egress".into(), Value::from(facts.egress.as_str()));
-        }
-    }
-    checks
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    denied_host(facts, target.as_deref(), &answer, &events)
 }
 
 fn failed_start(e: &str) -> Vec<Check> {
@@ -1249,10 +1281,60 @@ async fn exec_probe(run: &dyn Run, args: &[&str], timeout: Duration) -> Answer {
 
 async fn start(inputs: &Inputs, plan: &Plan, id8: &str, guard: &mut Throwaway) -> Result<Started, String> {
     let driver = &plan.driver;
-    let spec = &plan.spec;
     let run_id = format!("doctor-{id8}");
-    let ws = guard.dir.join("workspace");
-    let run_dir = guard.dir.join("run");
+    let (ws, run_dir) = throwaway_workspace(&guard.dir)?;
+    let probe_bin = crate::probe::install(&plan.data_dir)?;
+
+    // The run mounts its work dir at the spec's workspace folder, which defaults to the work dir's own path;
+    // the throwaway workspace takes that place (an explicit folder is kept).
+    let mut spec = plan.spec.clone();
+    let wd = std::fs::canonicalize(&inputs.work_dir).unwrap_or_else(|_| inputs.work_dir.clone());
+    if spec.workspace_folder.is_empty() || Path::new(&spec.workspace_folder) == wd {
+        spec.workspace_folder = ws.to_string_lossy().into_owned();
+        spec.refresh_key();
+    }
+    let mut preq = PrepareRequest::new(spec.clone());
+    preq.pull_policy = PullPolicy::Never;
+    let prepared = driver.prepare(preq).await.map_err(|e| e.to_string())?;
+
+    let denied_events: Arc<Mutex<Vec<String>>> = Arc::default();
+    let egress = if spec.network.mode != NetworkMode::Open {
+        Some(
+            start_egress(
+                inputs,
+                plan,
+                &spec,
+                &run_id,
+                run_dir,
+                guard,
+                denied_events.clone(),
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+    let req = start_request(inputs, plan, &spec, run_id, ws, probe_bin, egress)?;
+    let lease = guard.lease.clone();
+    let started = driver
+        .start(prepared, lease.as_deref(), req)
+        .await
+        .map_err(|e| e.to_string())?;
+    let run: Arc<dyn Run> = Arc::from(started.run);
+    guard.run = Some(run.clone());
+    Ok(Started {
+        run,
+        egress: Egress::of(guard.lease.as_ref().map(|l| l.placement)),
+        report: started.report,
+        denied_events,
+    })
+}
+
+/// Creates the throwaway workspace (a minimal git repository) and run directory under `dir`.
+fn throwaway_workspace(dir: &Path) -> Result<(PathBuf, PathBuf), String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let ws = dir.join("workspace");
+    let run_dir = dir.join("run");
     for d in [
         &ws,
         &run_dir,
@@ -1261,79 +1343,93 @@ async fn start(inputs: &Inputs, plan: &Plan, id8: &str, guard: &mut Throwaway) -
     ] {
         std::fs::create_dir_all(d).map_err(|e| format!("create {}: {e}", d.display()))?;
     }
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::write(ws.join(".git").join("HEAD"), "ref: refs/heads/main\n")
-            .map_err(|e| format!("write the workspace's .git/HEAD: {e}"))?;
-        for d in [&guard.dir, &ws] {
-            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755))
-                .map_err(|e| format!("chmod {}: {e}", d.display()))?;
-        }
+    std::fs::write(ws.join(".git").join("HEAD"), "ref: refs/heads/main\n")
+        .map_err(|e| format!("write the workspace's .git/HEAD: {e}"))?;
+    for d in [dir, &ws] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("chmod {}: {e}", d.display()))?;
     }
-    let probe_bin = crate::probe::install(&plan.data_dir)?;
+    Ok((ws, run_dir))
+}
 
-    // The run mounts its work dir at the spec's workspace folder, which defaults to the work dir's own path;
-    // the throwaway workspace takes that place (an explicit folder is kept).
-    let mut spec = spec.clone();
-    let wd = std::fs::canonicalize(&inputs.work_dir).unwrap_or_else(|_| inputs.work_dir.clone());
-    if spec.workspace_folder.is_empty() || Path::new(&spec.workspace_folder) == wd {
-        spec.workspace_folder = ws.to_string_lossy().into_owned();
-        spec.refresh_key();
-    }
-    let spec = &spec;
-    let mut preq = PrepareRequest::new(spec.clone());
-    preq.pull_policy = PullPolicy::Never;
-    let prepared = driver.prepare(preq).await.map_err(|e| e.to_string())?;
+/// The sandbox's egress, as a run has it: the proxy URL its environment carries and the endpoint the driver
+/// wires.
+struct EgressWiring {
+    proxy_url: String,
+    endpoint: iterion_driver::ProxyEndpoint,
+}
 
-    let denied_events: Arc<Mutex<Vec<String>>> = Arc::default();
-    let mut proxy_url = None;
-    let mut endpoint = None;
-    if spec.network.mode != NetworkMode::Open {
-        let require = super::checks::truthy(&inputs.env, "ITERION_SANDBOX_REQUIRE_ENFORCED_EGRESS");
-        let lease = driver
-            .network(NetworkRequest::new(run_id.clone(), run_dir.clone(), require))
-            .await
-            .map_err(|e| e.to_string())?;
-        let lease = Arc::new(lease);
-        guard.lease = Some(lease.clone());
-        let presets: Vec<&str> = spec.network.preset.iter().map(|p| p.as_str()).collect();
-        let rules: Vec<&str> = spec.network.rules.iter().map(String::as_str).collect();
-        let policy = Policy::compile(mode_of(spec.network.mode), &presets, &rules).map_err(|errs| {
-            let t: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
-            format!("the network policy does not compile: {}", t.join("; "))
-        })?;
-        let token = iterion_netproxy::new_token();
-        let sink = denied_events.clone();
-        let config = ProxyConfig::builder()
-            .listen(match &lease.proxy_listen {
-                ProxyListen::Unix(p) => Listen::Unix(p.clone()),
-                ProxyListen::Tcp(a) => Listen::Tcp(*a),
-            })
-            .credential(Credential::new("run", token.clone(), None, Arc::new(policy)))
-            .on_event(move |ev| {
-                if let ProxyEvent::Denied(d) = ev {
-                    sink.lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(d.decision_id.to_string());
-                }
-            })
-            .build()
-            .map_err(|e| format!("cannot configure the egress proxy: {e}"))?;
-        let proxy = Proxy::start(config)
-            .await
-            .map_err(|e| format!("cannot start the egress proxy: {e}"))?;
-        let port = match lease.placement {
-            Placement::Advisory => proxy
-                .local_addr()
-                .map_or(lease.container_proxy_port, |a| a.port()),
-            _ => lease.container_proxy_port,
-        };
-        guard.proxy = Some(proxy);
-        let host = lease.container_proxy_host.clone();
-        proxy_url = Some(format!("http://run:{token}@{host}:{port}"));
-        endpoint = Some(iterion_driver::ProxyEndpoint { host, port });
-    }
+/// Takes the network lease and starts the doctor's egress proxy with the spec's policy (one credential),
+/// recording every denial's decision id in `denied_events`. The lease and the proxy are kept in `guard`.
+async fn start_egress(
+    inputs: &Inputs,
+    plan: &Plan,
+    spec: &ResolvedSandbox,
+    run_id: &str,
+    run_dir: PathBuf,
+    guard: &mut Throwaway,
+    denied_events: Arc<Mutex<Vec<String>>>,
+) -> Result<EgressWiring, String> {
+    let require =
+        iterion_runtime::lifecycle::settings::truthy(&inputs.env, "ITERION_SANDBOX_REQUIRE_ENFORCED_EGRESS");
+    let lease = plan
+        .driver
+        .network(NetworkRequest::new(run_id.to_string(), run_dir, require))
+        .await
+        .map_err(|e| e.to_string())?;
+    let lease = Arc::new(lease);
+    guard.lease = Some(lease.clone());
+    let presets: Vec<&str> = spec.network.preset.iter().map(|p| p.as_str()).collect();
+    let rules: Vec<&str> = spec.network.rules.iter().map(String::as_str).collect();
+    let policy = Policy::compile(mode_of(spec.network.mode), &presets, &rules).map_err(|errs| {
+        let t: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+        format!("the network policy does not compile: {}", t.join("; "))
+    })?;
+    let token = iterion_netproxy::new_token();
+    let config = ProxyConfig::builder()
+        .listen(match &lease.proxy_listen {
+            ProxyListen::Unix(p) => Listen::Unix(p.clone()),
+            ProxyListen::Tcp(a) => Listen::Tcp(*a),
+        })
+        .credential(Credential::new("run", token.clone(), None, Arc::new(policy)))
+        .on_event(move |ev| {
+            if let ProxyEvent::Denied(d) = ev {
+                denied_events
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(d.decision_id.to_string());
+            }
+        })
+        .build()
+        .map_err(|e| format!("cannot configure the egress proxy: {e}"))?;
+    let proxy = Proxy::start(config)
+        .await
+        .map_err(|e| format!("cannot start the egress proxy: {e}"))?;
+    let port = match lease.placement {
+        Placement::Advisory => proxy
+            .local_addr()
+            .map_or(lease.container_proxy_port, |a| a.port()),
+        _ => lease.container_proxy_port,
+    };
+    guard.proxy = Some(proxy);
+    let host = lease.container_proxy_host.clone();
+    Ok(EgressWiring {
+        proxy_url: format!("http://run:{token}@{host}:{port}"),
+        endpoint: iterion_driver::ProxyEndpoint { host, port },
+    })
+}
 
+/// The start request of the throwaway sandbox: the merged environment layers, the probe program mounted
+/// read-only, host state, the proxy endpoint, limits and hardening from the environment.
+fn start_request(
+    inputs: &Inputs,
+    plan: &Plan,
+    spec: &ResolvedSandbox,
+    run_id: String,
+    ws: PathBuf,
+    probe_bin: PathBuf,
+    egress: Option<EgressWiring>,
+) -> Result<StartRequest, String> {
     let mut repo = iterion_envdeny::RepoEnv::new();
     repo.container_env = spec.env_layers.repo.clone();
     let mut layers = iterion_envdeny::EnvLayers::new();
@@ -1341,8 +1437,8 @@ async fn start(inputs: &Inputs, plan: &Plan, id8: &str, guard: &mut Throwaway) -
     layers.workflow = spec.env_layers.workflow.clone();
     layers.operator = inputs.sandbox_env.iter().cloned().collect();
     let mut reserved = iterion_envdeny::Reserved::none();
-    if let Some(u) = &proxy_url {
-        reserved = reserved.with_proxy(u.clone());
+    if let Some(e) = &egress {
+        reserved = reserved.with_proxy(e.proxy_url.clone());
     }
     let merged = iterion_envdeny::merge(&layers, &reserved).map_err(|e| e.to_string())?;
 
@@ -1382,25 +1478,13 @@ async fn start(inputs: &Inputs, plan: &Plan, id8: &str, guard: &mut Throwaway) -
     hs.host_os = std::env::consts::OS.into();
     hs.enabled = spec.host_state == HostState::Auto;
     req.host_state = hs;
-    req.proxy = endpoint;
+    req.proxy = egress.map(|e| e.endpoint);
     let container = ContainerSettings::from_env(&inputs.env);
     req.limits = container.limits;
     req.hardening = container.hardening;
     req.component = Some(iterion_driver::labels::Component::DoctorProbe);
     req.start_timeout = START_TIMEOUT;
-    let lease = guard.lease.clone();
-    let started = driver
-        .start(prepared, lease.as_deref(), req)
-        .await
-        .map_err(|e| e.to_string())?;
-    let run: Arc<dyn Run> = Arc::from(started.run);
-    guard.run = Some(run.clone());
-    Ok(Started {
-        run,
-        egress: Egress::of(guard.lease.as_ref().map(|l| l.placement)),
-        report: started.report,
-        denied_events,
-    })
+    Ok(req)
 }
 
 #[cfg(test)]
@@ -1895,21 +1979,19 @@ mod tests {
         let mut env: BTreeMap<String, String> = std::env::vars().collect();
         env.insert("ITERION_HOME".into(), data.path().display().to_string());
         let wf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/doctor/ok-good.bot");
-        let mut inputs = super::super::Inputs::new(env, std::env::temp_dir());
+        let mut inputs = crate::Inputs::new(env, std::env::temp_dir());
         inputs.strict = true;
         inputs.probe = true;
         inputs.workflow = Some(wf.clone());
-        let loaded = super::super::checks::load(&wf).expect("load the workflow");
-        let mut host = super::super::gather(&inputs).await.expect("select the driver");
+        let loaded = crate::checks::load(&wf).expect("load the workflow");
+        let mut host = crate::gather(&inputs).await.expect("select the driver");
         let inner = host.selection.driver.clone().expect("a real driver");
         assert_eq!(inner.kind(), iterion_driver::DriverKind::Docker);
         host.selection.driver = Some(Arc::new(Wrapped {
             without_lease: true,
             ..Wrapped::new(inner)
         }));
-        let report = super::super::run(&inputs, &host, Some(&loaded))
-            .await
-            .expect("a report");
+        let report = crate::run(&inputs, &host, Some(&loaded)).await.expect("a report");
         let checks = report.checks.clone().expect("strict checks");
         let get = |id: &str| checks.iter().find(|c| c.id == id).expect(id).clone();
         let start = get("probe_sandbox_start");
@@ -1940,19 +2022,19 @@ mod tests {
         let mut env: BTreeMap<String, String> = std::env::vars().collect();
         env.insert("ITERION_HOME".into(), data.path().display().to_string());
         let wf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/doctor/ok-good.bot");
-        let mut inputs = super::super::Inputs::new(env, std::env::temp_dir());
+        let mut inputs = crate::Inputs::new(env, std::env::temp_dir());
         inputs.strict = true;
         inputs.probe = true;
         inputs.workflow = Some(wf.clone());
-        let loaded = super::super::checks::load(&wf).expect("load the workflow");
-        let mut host = super::super::gather(&inputs).await.expect("select the driver");
+        let loaded = crate::checks::load(&wf).expect("load the workflow");
+        let mut host = crate::gather(&inputs).await.expect("select the driver");
         let inner = host.selection.driver.clone().expect("a real driver");
         let (tx, rx) = tokio::sync::oneshot::channel();
         host.selection.driver = Some(Arc::new(Wrapped {
             announce: Mutex::new(Some(tx)),
             ..Wrapped::new(inner)
         }));
-        let battery = super::super::run(&inputs, &host, Some(&loaded));
+        let battery = crate::run(&inputs, &host, Some(&loaded));
         let name = tokio::select! {
             _ = battery => panic!("the battery finished before it was interrupted"),
             name = rx => name.expect("a container was started"),
