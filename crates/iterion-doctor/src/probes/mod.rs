@@ -29,16 +29,18 @@ use std::time::{Duration, Instant};
 
 use iterion_driver::hardening::ContainerSettings;
 use iterion_driver::{
-    AuxMount, AuxMountKind, Driver, ExecRequest, HardeningProfile, HostStatePlan, NetworkLease,
-    NetworkRequest, OutputLimits, OwnerInfo, Placement, PrepareRequest, ProxyListen, PullPolicy, Run,
-    StartReport, StartRequest, exec_collect, fmt_duration,
+    AuxMount, AuxMountKind, Driver, ExecRequest, HardeningProfile, NetworkLease, NetworkRequest,
+    OutputLimits, OwnerInfo, Placement, PrepareRequest, PullPolicy, Run, StartReport, StartRequest,
+    exec_collect, fmt_duration,
 };
 use iterion_envdeny::{Category, DenyClass};
 use iterion_netpolicy::{Mode, Policy};
-use iterion_netproxy::{Credential, Listen, Proxy, ProxyConfig, ProxyEvent, RunningProxy};
+use iterion_netproxy::{Credential, Proxy, ProxyConfig, ProxyEvent, RunningProxy};
 use iterion_spec::resolved::{HostState, NetworkMode, ResolvedSandbox};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+
+use iterion_runtime::lifecycle::assembly;
 
 use super::Inputs;
 use super::report::{Check, Status};
@@ -707,10 +709,7 @@ async fn start_egress(
     })?;
     let token = iterion_netproxy::new_token();
     let config = ProxyConfig::builder()
-        .listen(match &lease.proxy_listen {
-            ProxyListen::Unix(p) => Listen::Unix(p.clone()),
-            ProxyListen::Tcp(a) => Listen::Tcp(*a),
-        })
+        .listen(assembly::proxy_listen(&lease.proxy_listen))
         .credential(Credential::new("run", token.clone(), None, Arc::new(policy)))
         .on_event(move |ev| {
             if let ProxyEvent::Denied(d) = ev {
@@ -750,17 +749,9 @@ fn start_request(
     probe_bin: PathBuf,
     egress: Option<EgressWiring>,
 ) -> Result<StartRequest, String> {
-    let mut repo = iterion_envdeny::RepoEnv::new();
-    repo.container_env = spec.env_layers.repo.clone();
-    let mut layers = iterion_envdeny::EnvLayers::new();
-    layers.repo = repo;
-    layers.workflow = spec.env_layers.workflow.clone();
-    layers.operator = inputs.sandbox_env.iter().cloned().collect();
-    let mut reserved = iterion_envdeny::Reserved::none();
-    if let Some(e) = &egress {
-        reserved = reserved.with_proxy(e.proxy_url.clone());
-    }
-    let merged = iterion_envdeny::merge(&layers, &reserved).map_err(|e| e.to_string())?;
+    let operator: BTreeMap<String, String> = inputs.sandbox_env.iter().cloned().collect();
+    let proxy_url = egress.as_ref().map(|e| e.proxy_url.as_str());
+    let merged = assembly::container_env(spec, &operator, proxy_url, false).map_err(|e| e.to_string())?;
 
     let pid = std::process::id();
     let owner = OwnerInfo {
@@ -788,16 +779,16 @@ fn start_request(
         .get("HOME")
         .filter(|h| !h.is_empty())
         .map(PathBuf::from);
-    let mut hs = HostStatePlan::disabled();
-    hs.source = spec.host_state_source.clone();
-    hs.data_dir = plan.data_dir.clone();
-    hs.claude_dir = home.clone().unwrap_or_default().join(".claude");
-    hs.home = home;
-    hs.host_uid = Some(nix::unistd::getuid().as_raw());
-    hs.host_gid = Some(nix::unistd::getgid().as_raw());
-    hs.host_os = std::env::consts::OS.into();
-    hs.enabled = spec.host_state == HostState::Auto;
-    req.host_state = hs;
+    req.host_state = assembly::host_state_plan(
+        spec,
+        assembly::HostStateFacts {
+            data_dir: &plan.data_dir,
+            home: home.as_deref(),
+            uid: Some(nix::unistd::getuid().as_raw()),
+            gid: Some(nix::unistd::getgid().as_raw()),
+            os: std::env::consts::OS,
+        },
+    );
     req.proxy = egress.map(|e| e.endpoint);
     let container = ContainerSettings::from_env(&inputs.env);
     req.limits = container.limits;

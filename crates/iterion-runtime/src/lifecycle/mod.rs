@@ -31,6 +31,7 @@ use crate::store::{
     Checkpoint, LaunchInputs, LogLevel, NewRun, OperatorEnvEntry, Owner, RunId, SandboxRequested, Store,
 };
 
+pub mod assembly;
 mod netblock;
 pub mod reaper;
 mod sandbox;

@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use iterion_driver::{
     AuxMount, AuxMountKind, BuildNetwork, BuildRequest, Driver, DriverEvent, Error as DError, EventSink,
-    ExecRequest, HostStatePlan, NetworkLease, NetworkRequest, OutputLimits, OwnerInfo, PrepareRequest,
-    Prepared, ProxyListen, Run, SetupPhase, StartReport, StartRequest,
+    ExecRequest, NetworkLease, NetworkRequest, OutputLimits, OwnerInfo, PrepareRequest, Prepared,
+    ProxyListen, Run, SetupPhase, StartReport, StartRequest,
 };
-use iterion_envdeny::{EnvLayers as DenyLayers, RepoEnv, Reserved, SandboxEnvEntry};
+use iterion_envdeny::SandboxEnvEntry;
 use iterion_netpolicy::{Mode, Policy};
-use iterion_netproxy::{Credential, Listen, Proxy, ProxyConfig, ProxyEvent, RunningProxy};
+use iterion_netproxy::{Credential, Proxy, ProxyConfig, ProxyEvent, RunningProxy};
 use iterion_spec::resolve::ResolveError;
 use iterion_spec::resolved::{
     HostState, NetworkMode, NetworkPolicySpec, Origin, Placement as SpecPlacement, ResolvedMode,
@@ -520,25 +520,14 @@ impl Starter {
         spec: &ResolvedSandbox,
         proxy_url: Option<&str>,
     ) -> Result<iterion_envdeny::MergedEnv, Failure> {
-        let mut repo = RepoEnv::new();
-        repo.container_env = spec.env_layers.repo.clone();
-        let mut layers = DenyLayers::new();
-        layers.repo = repo;
-        layers.workflow = spec.env_layers.workflow.clone();
-        layers.operator = self.operator.clone();
-        let mut reserved = Reserved::none();
-        if let Some(u) = proxy_url {
-            reserved = reserved.with_proxy(u);
-        }
-        if self.artifact_dir.is_some() {
-            reserved = reserved.with_artifact_files();
-        }
-        iterion_envdeny::merge(&layers, &reserved).map_err(|e| {
-            let mut f =
-                Failure::new(FailureCode::SandboxSpecInvalid, e.to_string()).phase(FailurePhase::Start);
-            f = f.with(|e| e.detail("env"));
-            f
-        })
+        super::assembly::container_env(spec, &self.operator, proxy_url, self.artifact_dir.is_some()).map_err(
+            |e| {
+                let mut f =
+                    Failure::new(FailureCode::SandboxSpecInvalid, e.to_string()).phase(FailurePhase::Start);
+                f = f.with(|e| e.detail("env"));
+                f
+            },
+        )
     }
 
     /// 4.5: classify, emit `sandbox_env_denied`, record names (before anything is created).
@@ -679,16 +668,16 @@ impl Starter {
             });
         }
         let h = &self.cfg.host;
-        let mut hs = HostStatePlan::disabled();
-        hs.source = spec.host_state_source.clone();
-        hs.data_dir = h.data_dir.clone();
-        hs.home = h.home.clone();
-        hs.claude_dir = h.home.clone().unwrap_or_default().join(".claude");
-        hs.host_uid = h.uid;
-        hs.host_gid = h.gid;
-        hs.host_os = h.os.clone();
-        hs.enabled = spec.host_state == HostState::Auto;
-        req.host_state = hs;
+        req.host_state = super::assembly::host_state_plan(
+            spec,
+            super::assembly::HostStateFacts {
+                data_dir: &h.data_dir,
+                home: h.home.as_deref(),
+                uid: h.uid,
+                gid: h.gid,
+                os: &h.os,
+            },
+        );
         req.proxy = self.net.as_ref().map(|n| n.endpoint.clone());
         req.hardening = s.container.hardening;
         req.limits = s.container.limits.clone();
@@ -1544,10 +1533,7 @@ impl Setup<'_> {
         // once the proxy runs. Steps get credentials of their own while they run (`Starter::mint`).
         const BOOTSTRAP: &str = "bootstrap";
         let mut builder = ProxyConfig::builder()
-            .listen(match &lease.proxy_listen {
-                ProxyListen::Unix(p) => Listen::Unix(p.clone()),
-                ProxyListen::Tcp(a) => Listen::Tcp(*a),
-            })
+            .listen(super::assembly::proxy_listen(&lease.proxy_listen))
             .credential(Credential::new(
                 BOOTSTRAP,
                 iterion_netproxy::new_token(),
