@@ -146,7 +146,7 @@ const BENCHES: &[(&str, &str, &str)] = &[
     ("devcontainer", "iterion-spec", "devcontainer"),
     ("proxy", "iterion-netproxy", "proxy"),
     ("docker", "iterion-driver-docker", "docker"),
-    ("doctor", "iterion-cli", "doctor"),
+    ("doctor", "iterion-doctor", "doctor"),
     ("envelope", "iterion-envelope", "codec"),
 ];
 

@@ -1,4 +1,5 @@
-//! `iterion sandbox doctor` (06 §1): report mode, `--strict [WORKFLOW]`, `--probe`, `--json`.
+//! `iterion sandbox doctor` (06 §1): report mode, `--strict [WORKFLOW]`, `--probe`, `--json`. The battery is
+//! the `iterion-doctor` library; this module turns flags into its [`Inputs`] and prints its report.
 //!
 //! Exit codes (06 §8): 0 report mode or no failed check; 1 a failed check; 2 usage (bad flag or value,
 //! `WORKFLOW` / `--target` / `--probe` without `--strict`, unreadable file, lexical or parse errors, invalid
@@ -12,7 +13,7 @@ use std::process::ExitCode;
 use iterion_spec::resolve::ModeChoice;
 use iterion_spec::resolved::HostState;
 
-use crate::doctor::{self, Inputs, Target};
+use iterion_doctor::{self as doctor, Inputs, Report, Status, Target};
 
 /// `iterion sandbox …`.
 #[derive(Debug, clap::Args)]
@@ -109,6 +110,8 @@ pub fn inputs(args: &DoctorArgs, env: &BTreeMap<String, String>) -> Result<Input
         eprintln!("warning: {}", crate::terminal::clean(&w));
     }
     let mut i = Inputs::new(env.clone(), work_dir);
+    i.argv0 = crate::argv0();
+    i.cwd = current_dir();
     i.strict = args.strict;
     i.workflow = args.workflow.clone();
     i.target = args
@@ -187,4 +190,28 @@ fn run_doctor(args: DoctorArgs, env: &BTreeMap<String, String>) -> ExitCode {
         print!("{}", report.to_human(color));
     }
     ExitCode::from(report.exit_code)
+}
+
+/// The current directory the doctor resolves relative data dir settings against (the temporary directory
+/// when it cannot be read).
+pub fn current_dir() -> PathBuf {
+    std::env::current_dir().unwrap_or_else(|_| std::env::temp_dir())
+}
+
+/// Prints a failed pre-flight (06 §9): every failed check and hint on stderr, then the error line; with
+/// `json`, stdout carries `{"error": "sandbox preflight failed", "preflight": <report>}`.
+pub fn print_preflight_failure(report: &Report, json: bool) {
+    for c in report.checks.iter().flatten() {
+        if c.status == Status::Fail {
+            eprintln!("sandbox preflight: FAIL {}: {}", c.id, c.message);
+            if let Some(h) = &c.hint {
+                eprintln!("  hint: {h}");
+            }
+        }
+    }
+    eprintln!("error: sandbox preflight failed ({} check(s))", report.failed());
+    if json {
+        let doc = serde_json::json!({"error": "sandbox preflight failed", "preflight": report});
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+    }
 }

@@ -236,10 +236,12 @@ async fn preflight(
     flags: &SandboxFlags,
     json: bool,
 ) -> Result<Option<ExitCode>, Early> {
-    let Some(probe) = crate::doctor::preflight_mode(env).map_err(usage)? else {
+    let Some(probe) = iterion_doctor::preflight_mode(env).map_err(usage)? else {
         return Ok(None);
     };
-    let mut inputs = crate::doctor::Inputs::new(env.clone(), work_dir.to_path_buf());
+    let mut inputs = iterion_doctor::Inputs::new(env.clone(), work_dir.to_path_buf());
+    inputs.argv0 = crate::argv0();
+    inputs.cwd = crate::cmd_doctor::current_dir();
     inputs.workflow = Some(file.to_path_buf());
     inputs.probe = probe;
     inputs.sandbox = flags.mode;
@@ -251,11 +253,11 @@ async fn preflight(
         .iter()
         .map(|e| (e.name().to_owned(), e.value().to_owned()))
         .collect();
-    match crate::doctor::preflight(inputs).await {
+    match iterion_doctor::preflight(inputs).await {
         Ok(_) => Ok(None),
-        Err(crate::doctor::PreflightError::Usage(m)) => Err(usage(m)),
-        Err(crate::doctor::PreflightError::Failed(report)) => {
-            crate::doctor::print_preflight_failure(&report, json);
+        Err(iterion_doctor::PreflightError::Usage(m)) => Err(usage(m)),
+        Err(iterion_doctor::PreflightError::Failed(report)) => {
+            crate::cmd_doctor::print_preflight_failure(&report, json);
             Ok(Some(ExitCode::from(2)))
         }
     }
@@ -590,7 +592,7 @@ fn prepare_common(
             ))
         })?);
     }
-    crate::doctor::preflight_mode(&env).map_err(usage)?;
+    iterion_doctor::preflight_mode(&env).map_err(usage)?;
     Ok(Prepared {
         env,
         cwd,

@@ -8,7 +8,6 @@ mod cmd_netproxy;
 mod cmd_run;
 mod cmd_runs;
 mod cmd_validate;
-mod doctor;
 mod probe;
 mod render;
 mod terminal;

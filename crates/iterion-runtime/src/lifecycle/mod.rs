@@ -29,6 +29,7 @@ use crate::store::{
     Checkpoint, LaunchInputs, LogLevel, NewRun, OperatorEnvEntry, RunId, SandboxRequested, Store, Transition,
 };
 
+pub mod assembly;
 mod cancel;
 mod config;
 mod host;

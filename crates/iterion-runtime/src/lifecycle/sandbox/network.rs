@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use iterion_driver::{Driver, NetworkRequest, ProxyListen};
 use iterion_netpolicy::Policy;
-use iterion_netproxy::{Credential, Listen, Proxy, ProxyConfig, ProxyEvent};
+use iterion_netproxy::{Credential, Proxy, ProxyConfig, ProxyEvent};
 use iterion_spec::resolved::NetworkPolicySpec;
 
 use super::failures::{driver_failure, timeout_failure};
@@ -48,10 +48,7 @@ impl Setup<'_> {
         // once the proxy runs. Steps get credentials of their own while they run (`Starter::mint`).
         const BOOTSTRAP: &str = "bootstrap";
         let mut builder = ProxyConfig::builder()
-            .listen(match &lease.proxy_listen {
-                ProxyListen::Unix(p) => Listen::Unix(p.clone()),
-                ProxyListen::Tcp(a) => Listen::Tcp(*a),
-            })
+            .listen(crate::lifecycle::assembly::proxy_listen(&lease.proxy_listen))
             .credential(Credential::new(
                 BOOTSTRAP,
                 iterion_netproxy::new_token(),

@@ -6,10 +6,9 @@ use std::time::{Duration, Instant};
 
 use iterion_driver::{
     AuxMount, AuxMountKind, BuildNetwork, BuildRequest, Driver, DriverEvent, Error as DError, EventSink,
-    ExecRequest, HostStatePlan, NetworkLease, OutputLimits, OwnerInfo, PrepareRequest, Prepared, Run,
-    StartReport, StartRequest,
+    ExecRequest, NetworkLease, OutputLimits, OwnerInfo, PrepareRequest, Prepared, Run, StartReport,
+    StartRequest,
 };
-use iterion_envdeny::{EnvLayers as DenyLayers, RepoEnv, Reserved};
 use iterion_netpolicy::Policy;
 use iterion_netproxy::Credential;
 use iterion_spec::resolved::{HostState, NetworkMode, ResolvedSandbox};
@@ -147,20 +146,13 @@ impl Starter {
         spec: &ResolvedSandbox,
         proxy_url: Option<&str>,
     ) -> Result<iterion_envdeny::MergedEnv, Failure> {
-        let mut repo = RepoEnv::new();
-        repo.container_env = spec.env_layers.repo.clone();
-        let mut layers = DenyLayers::new();
-        layers.repo = repo;
-        layers.workflow = spec.env_layers.workflow.clone();
-        layers.operator = self.operator.clone();
-        let mut reserved = Reserved::none();
-        if let Some(u) = proxy_url {
-            reserved = reserved.with_proxy(u);
-        }
-        if self.artifact_dir.is_some() {
-            reserved = reserved.with_artifact_files();
-        }
-        iterion_envdeny::merge(&layers, &reserved).map_err(|e| {
+        crate::lifecycle::assembly::container_env(
+            spec,
+            &self.operator,
+            proxy_url,
+            self.artifact_dir.is_some(),
+        )
+        .map_err(|e| {
             let mut f =
                 Failure::new(FailureCode::SandboxSpecInvalid, e.to_string()).phase(FailurePhase::Start);
             f = f.with(|e| e.detail("env"));
@@ -306,16 +298,16 @@ impl Starter {
             });
         }
         let h = &self.cfg.host;
-        let mut hs = HostStatePlan::disabled();
-        hs.source = spec.host_state_source.clone();
-        hs.data_dir = h.data_dir.clone();
-        hs.home = h.home.clone();
-        hs.claude_dir = h.home.clone().unwrap_or_default().join(".claude");
-        hs.host_uid = h.uid;
-        hs.host_gid = h.gid;
-        hs.host_os = h.os.clone();
-        hs.enabled = spec.host_state == HostState::Auto;
-        req.host_state = hs;
+        req.host_state = crate::lifecycle::assembly::host_state_plan(
+            spec,
+            crate::lifecycle::assembly::HostStateFacts {
+                data_dir: &h.data_dir,
+                home: h.home.as_deref(),
+                uid: h.uid,
+                gid: h.gid,
+                os: &h.os,
+            },
+        );
         req.proxy = self.net.as_ref().map(|n| n.endpoint.clone());
         req.hardening = s.container.hardening;
         req.limits = s.container.limits.clone();

@@ -1,10 +1,12 @@
-//! `iterion sandbox doctor` (06): report mode, the strict battery, rendering, and the run pre-flight.
+//! The sandbox doctor (06): report mode, the strict battery, the report and its rendering, and the run
+//! pre-flight. Printing is the caller's: the CLI's `iterion sandbox doctor` prints [`Report::to_human`] or
+//! [`Report::to_json`].
 //!
 //! The battery is pure over a [`Host`] (the selected driver and an [`engine::EngineProbe`]) and [`Inputs`], so
 //! tests drive every check with a fake driver and a fake engine. [`gather`] builds the real [`Host`].
 //!
 //! With `--strict --probe`, [`probes`] adds the boundary probes of 06 §6: a throwaway sandbox started through
-//! the selected driver, the doctor's own egress proxy, and the static probe program (`crate::probe`) run
+//! the selected driver, the doctor's own egress proxy, and the static probe program ([`probe`]) run
 //! once per probe check inside it.
 //!
 //! Pre-flight (06 §9) for `iterion run` / `iterion resume`:
@@ -22,7 +24,7 @@
 //!         match doctor::preflight(inputs).await {
 //!             Ok(_report) => {}                            // warnings were printed to stderr
 //!             Err(doctor::PreflightError::Failed(report)) => {
-//!                 doctor::print_preflight_failure(&report, json);  // stderr lines, or the JSON wrapper
+//!                 print_preflight_failure(&report, json);  // the caller's: stderr lines, or the JSON wrapper
 //!                 return ExitCode::from(2);
 //!             }
 //!             Err(doctor::PreflightError::Usage(m)) => { eprintln!("error: {m}"); return ExitCode::from(2); }
@@ -31,10 +33,9 @@
 //! }
 //! ```
 
-#![allow(dead_code)] // the pre-flight API is called by `iterion run`, wired by the integrator
-
 pub mod checks;
 pub mod engine;
+pub mod probe;
 pub mod probes;
 pub mod report;
 
@@ -116,10 +117,16 @@ pub struct Inputs {
     pub work_dir: PathBuf,
     /// `ITERION_SANDBOX_DOCTOR_TIMEOUT`.
     pub timeout: Duration,
+    /// `argv[0]` of the process, read once by the caller (driver selection looks for a sibling relay).
+    pub argv0: Option<String>,
+    /// The process's current directory, read once by the caller (relative data dir settings resolve
+    /// against it).
+    pub cwd: PathBuf,
 }
 
 impl Inputs {
-    /// Inputs with defaults: report mode, target auto, no flags, 5 s bound.
+    /// Inputs with defaults: report mode, target auto, no flags, 5 s bound, no `argv[0]`, the work dir as
+    /// current directory.
     pub fn new(env: BTreeMap<String, String>, work_dir: PathBuf) -> Self {
         Inputs {
             env,
@@ -132,8 +139,10 @@ impl Inputs {
             host_state: None,
             driver: None,
             sandbox_env: Vec::new(),
+            cwd: work_dir.clone(),
             work_dir,
             timeout: DEFAULT_TIMEOUT,
+            argv0: None,
         }
     }
 }
@@ -170,12 +179,12 @@ pub struct Host {
 pub async fn gather(inputs: &Inputs) -> Result<Host, iterion_host::Error> {
     let mut opts = iterion_host::SelectOptions::new(inputs.driver.clone());
     opts.ping_timeout = inputs.timeout;
-    opts.argv0 = crate::argv0();
+    opts.argv0 = inputs.argv0.clone();
     if inputs.strict && inputs.probe {
         // The throwaway sandbox needs the egress relay, as a run does (03 §7.2); an error shows in
         // probe_sandbox_start.
         let relay_override = iterion_host::relay_override(&inputs.env);
-        opts.relay_binary = iterion_host::relay_path(&data_dir(&inputs.env), relay_override).ok();
+        opts.relay_binary = iterion_host::relay_path(&data_dir(inputs), relay_override).ok();
     }
     let selection = iterion_host::select(&inputs.env, &opts).await?;
     let socket = selection
@@ -195,9 +204,17 @@ pub async fn gather(inputs: &Inputs) -> Result<Host, iterion_host::Error> {
 }
 
 /// iterion's data directory (05 §1.1): where the relay and the probe program are installed.
-pub fn data_dir(env: &BTreeMap<String, String>) -> PathBuf {
-    let cwd = std::env::current_dir().unwrap_or_else(|_| std::env::temp_dir());
-    iterion_host::data_dir(env, &cwd)
+pub fn data_dir(inputs: &Inputs) -> PathBuf {
+    iterion_host::data_dir(&inputs.env, &inputs.cwd)
+}
+
+/// The temporary directory as the standard library finds it on Unix (`TMPDIR`, else `/tmp`), taken from the
+/// environment snapshot.
+pub fn temp_dir(env: &BTreeMap<String, String>) -> PathBuf {
+    env.get("TMPDIR")
+        .filter(|t| !t.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
 }
 
 /// The first local socket of the Docker candidate list (03 §4.1) that exists, else the first one.
@@ -290,24 +307,6 @@ pub async fn preflight_on(
 pub enum PreflightError {
     /// A usage error (an invalid `--sandbox-driver` / `ITERION_SANDBOX_DRIVER`): print `error: <message>`.
     Usage(String),
-    /// At least one check failed: print it with [`print_preflight_failure`].
+    /// At least one check failed: the caller prints every failed check and hint.
     Failed(Box<Report>),
-}
-
-/// Prints a failed pre-flight (06 §9): every failed check and hint on stderr, then the error line; with
-/// `json`, stdout carries `{"error": "sandbox preflight failed", "preflight": <report>}`.
-pub fn print_preflight_failure(report: &Report, json: bool) {
-    for c in report.checks.iter().flatten() {
-        if c.status == Status::Fail {
-            eprintln!("sandbox preflight: FAIL {}: {}", c.id, c.message);
-            if let Some(h) = &c.hint {
-                eprintln!("  hint: {h}");
-            }
-        }
-    }
-    eprintln!("error: sandbox preflight failed ({} check(s))", report.failed());
-    if json {
-        let doc = serde_json::json!({"error": "sandbox preflight failed", "preflight": report});
-        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
-    }
 }

@@ -933,7 +933,7 @@ fn probes_are_skipped_with_the_reason() {
     ] {
         let probes = probe_checks(scene, target, src);
         let ids: Vec<&str> = probes.iter().map(|p| p.0).collect();
-        assert_eq!(ids, crate::doctor::probes::PROBE_IDS, "{reason}");
+        assert_eq!(ids, crate::probes::PROBE_IDS, "{reason}");
         for (id, status, m) in &probes {
             assert_eq!(*status, Status::Skip, "{id}: {m}");
             assert!(m.contains(reason), "{id}: '{m}' lacks '{reason}'");

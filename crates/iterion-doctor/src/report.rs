@@ -219,3 +219,54 @@ impl Report {
         out
     }
 }
+
+/// A check with the given fields: the title comes from the id, and a hint is kept only on a warning or a
+/// failure.
+pub fn make_check(
+    id: &'static str,
+    status: Status,
+    message: impl Into<String>,
+    hint: Option<String>,
+) -> Check {
+    let title = match id {
+        "workflow_compiles" => "workflow compiles",
+        "sandbox_active" => "sandbox resolution",
+        "driver_available" => "driver available",
+        "spec_valid" => "spec valid",
+        "engine_reachable" => "container engine answers",
+        "spec_safety" => "spec safety",
+        "env_deny" => "repository environment",
+        "image_resolvable" => "image resolvable",
+        "build_context" => "build context",
+        "k8s_spec_compatible" => "Kubernetes compatibility",
+        "k8s_context" => "cluster reachable",
+        "k8s_rbac" => "permissions",
+        "k8s_pod_ip" => "runner address",
+        "network_policy_syntax" => "network policy",
+        "egress_enforcement" => "egress enforcement",
+        "driver_capabilities" => "driver capabilities",
+        "probe_sandbox_start" => "probe: sandbox starts",
+        "probe_direct_egress" => "probe: direct egress blocked",
+        "probe_host_services" => "probe: host services unreachable",
+        "probe_dns" => "probe: DNS",
+        "probe_metadata" => "probe: metadata unreachable",
+        "probe_denied_host" => "probe: denied host refused",
+        "probe_proxy_env" => "probe: proxy environment",
+        "probe_secret_env" => "probe: no leaked secrets",
+        "probe_hardening" => "probe: hardening",
+        _ => "check",
+    };
+    let hint = match status {
+        Status::Warn | Status::Fail => hint,
+        Status::Pass | Status::Skip => None,
+    };
+    Check {
+        id,
+        title,
+        status,
+        message: message.into(),
+        hint,
+        duration_ms: 0,
+        details: Value::Object(Default::default()),
+    }
+}

@@ -1,0 +1,75 @@
+//! The request-building steps a run's sandbox shares with any other sandbox started the same way (the
+//! doctor's throwaway sandbox of `--probe`): the container environment from the spec's layers, the host-state
+//! plan, and the proxy listener a network lease asks for.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use iterion_driver::{HostStatePlan, ProxyListen};
+use iterion_envdeny::{EnvLayers, MergedEnv, RepoEnv, Reserved};
+use iterion_netproxy::Listen;
+use iterion_spec::resolved::{HostState, ResolvedSandbox};
+
+/// The container environment of a spec (05 §4.5): its repository and workflow layers and the operator's
+/// entries, merged under the reserved values (the proxy URL when egress goes through a proxy, the artifact
+/// file variables when the run mounts its artifact directory).
+pub fn container_env(
+    spec: &ResolvedSandbox,
+    operator: &BTreeMap<String, String>,
+    proxy_url: Option<&str>,
+    artifact_files: bool,
+) -> iterion_envdeny::Result<MergedEnv> {
+    let mut repo = RepoEnv::new();
+    repo.container_env = spec.env_layers.repo.clone();
+    let mut layers = EnvLayers::new();
+    layers.repo = repo;
+    layers.workflow = spec.env_layers.workflow.clone();
+    layers.operator = operator.clone();
+    let mut reserved = Reserved::none();
+    if let Some(u) = proxy_url {
+        reserved = reserved.with_proxy(u);
+    }
+    if artifact_files {
+        reserved = reserved.with_artifact_files();
+    }
+    iterion_envdeny::merge(&layers, &reserved)
+}
+
+/// The host facts a host-state plan is built from.
+#[derive(Debug, Clone, Copy)]
+pub struct HostStateFacts<'a> {
+    /// iterion's data directory.
+    pub data_dir: &'a Path,
+    /// The host home.
+    pub home: Option<&'a Path>,
+    /// Host uid (Unix).
+    pub uid: Option<u32>,
+    /// Host gid (Unix).
+    pub gid: Option<u32>,
+    /// `linux`, `macos`, `windows`.
+    pub os: &'a str,
+}
+
+/// The host-state plan of a spec (05 §5): enabled when the spec's host state is `auto`, the Claude directory
+/// under the host home.
+pub fn host_state_plan(spec: &ResolvedSandbox, host: HostStateFacts<'_>) -> HostStatePlan {
+    let home: Option<PathBuf> = host.home.map(Path::to_path_buf);
+    let mut hs = HostStatePlan::disabled();
+    hs.source = spec.host_state_source.clone();
+    hs.data_dir = host.data_dir.to_path_buf();
+    hs.claude_dir = home.clone().unwrap_or_default().join(".claude");
+    hs.home = home;
+    hs.host_uid = host.uid;
+    hs.host_gid = host.gid;
+    hs.host_os = host.os.to_owned();
+    hs.enabled = spec.host_state == HostState::Auto;
+    hs
+}
+
+/// Where the egress proxy listens for a lease's listener.
+pub fn proxy_listen(l: &ProxyListen) -> Listen {
+    match l {
+        ProxyListen::Unix(p) => Listen::Unix(p.clone()),
+        ProxyListen::Tcp(a) => Listen::Tcp(*a),
+    }
+}
