@@ -20,6 +20,7 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
         &["iterion-spec", "iterion-envdeny", "iterion-netpolicy"],
     ),
     ("iterion-netproxy", 1, &["iterion-netpolicy", "iterion-spec"]),
+    ("iterion-claw", 1, &["iterion-envelope"]),
     (
         "iterion-driver-docker",
         2,

@@ -1,0 +1,23 @@
+//! `iterion-claw`: the model loop of the `claw` backend, the code that `iterion __claw-runner` runs inside
+//! the sandbox.
+//!
+//! Built here:
+//! - [`provider`]: the provider choice rule (hint, model prefix, `claude*` → Anthropic, else OpenAI), a table
+//!   of OpenAI-compatible providers ([`provider::COMPATIBLE`]), request building and response parsing for the
+//!   Anthropic Messages API and OpenAI Chat Completions, streaming (SSE) with the same result as a plain call,
+//!   bounded retries with backoff on 429 and 5xx honouring `retry-after`, and the mapping of failures to the
+//!   `error_code`s of a claw result ([`Error::code`]).
+//!
+//! HTTP goes through `reqwest` (rustls, no default features, `stream`): a well-kept client whose proxy support
+//! takes credentials from the proxy URL, confined to this crate and absent from its public signatures. The
+//! caller gives the proxy URL (the run's egress proxy) and an env map for keys and base URLs; the crate never
+//! reads the process environment.
+//!
+//! Not built yet: the runner binary (`iterion __claw-runner`), the runtime wiring that launches it, and the
+//! `codex` backend.
+#![deny(missing_docs)]
+
+mod error;
+pub mod provider;
+
+pub use error::{Error, Result};
