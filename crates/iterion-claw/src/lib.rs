@@ -19,5 +19,6 @@
 
 mod error;
 pub mod provider;
+pub mod tools;
 
 pub use error::{Error, Result};
