@@ -17,8 +17,11 @@
 //! `codex` backend.
 #![deny(missing_docs)]
 
+pub mod agent;
 mod error;
+pub mod output;
 pub mod provider;
 pub mod tools;
 
+pub use agent::{Agent, Sink, ToolDelegate};
 pub use error::{Error, Result};

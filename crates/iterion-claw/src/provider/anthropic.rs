@@ -35,7 +35,7 @@ pub(crate) fn body(model: &str, req: &Request) -> Value {
     body
 }
 
-fn message(m: &Message) -> Value {
+pub(crate) fn message(m: &Message) -> Value {
     match m {
         Message::User(text) => json!({"role": "user", "content": text}),
         Message::Assistant { text, tool_calls } => {

@@ -266,6 +266,12 @@ pub struct Turn {
     pub usage: Usage,
 }
 
+/// The conversation as a session snapshot: a JSON array of `{role, content: [blocks…]}` messages.
+pub fn snapshot(system: &str, messages: &[Message]) -> Value {
+    let msgs: Vec<Value> = messages.iter().map(anthropic::message).collect();
+    serde_json::json!({"system": system, "messages": msgs})
+}
+
 /// Parses a tool call's argument text; empty text is `{}`.
 pub(crate) fn parse_arguments(provider: &str, text: &str) -> Result<Value> {
     if text.trim().is_empty() {

@@ -33,7 +33,7 @@ pub(super) fn write_file(path: &Path, input: &Value) -> Result<String> {
             .map_err(|e| tool_err("write_file", format!("{}: {e}", parent.display())))?;
     }
     std::fs::write(path, &content).map_err(|e| tool_err("write_file", format!("{}: {e}", path.display())))?;
-    Ok(format!("wrote {} bytes to {}", content.len(), path.display()))
+    Ok(format!("wrote {} bytes to {}", content.len(), shown(input)))
 }
 
 pub(super) fn file_edit(path: &Path, input: &Value) -> Result<String> {
@@ -72,4 +72,9 @@ pub(super) fn file_edit(path: &Path, input: &Value) -> Result<String> {
         if all { n } else { 1 },
         path.display()
     ))
+}
+
+/// The path as the model gave it, for result texts.
+fn shown(input: &Value) -> &str {
+    input["path"].as_str().unwrap_or_default()
 }
