@@ -21,6 +21,7 @@ pub mod agent;
 mod error;
 pub mod output;
 pub mod provider;
+pub mod runner;
 pub mod tools;
 
 pub use agent::{Agent, Sink, ToolDelegate};
