@@ -90,14 +90,14 @@ impl<'a> Agent<'a> {
         self
     }
 
-    /// The tools offered for `task`: none without `has_tools`; else the enabled builtins, then the delegated
-    /// `tool_defs` that are allowed and not builtins.
+    /// The tools offered for `task`: none without `has_tools`; else the enabled builtins, then (unless
+    /// `readonly`) the delegated `tool_defs` that are allowed and not builtins.
     pub fn tools(&self, task: &Task) -> Vec<ToolSpec> {
         if !task.has_tools {
             return Vec::new();
         }
         let mut specs = self.builtins.specs();
-        if self.delegate.is_some() {
+        if self.delegate.is_some() && !task.readonly {
             for d in &task.tool_defs {
                 let allowed = task.allowed_tools.is_empty() || task.allowed_tools.contains(&d.name);
                 if allowed && !crate::tools::BUILTINS.contains(&d.name.as_str()) {
@@ -148,19 +148,20 @@ impl<'a> Agent<'a> {
         };
         let mut text = String::new();
         while state.step < max_steps {
-            let turn = self.call(task, state, tools.clone()).await?;
+            let turn = self.call(task, state, &tools).await?;
             text = turn.text.clone();
             if turn.tool_calls.is_empty() {
                 break;
             }
-            let results = futures::future::join_all(turn.tool_calls.iter().map(|c| self.execute(c))).await;
+            let results =
+                futures::future::join_all(turn.tool_calls.iter().map(|c| self.execute(c, &tools))).await;
             state.messages.push(Message::ToolResults(results));
         }
         Ok(text)
     }
 
     /// One model call: `llm_request`, the call (with `llm_retry`s), `llm_step_finished`, the session capture.
-    async fn call(&self, task: &Task, state: &mut State, tools: Vec<ToolSpec>) -> Result<Turn, Error> {
+    async fn call(&self, task: &Task, state: &mut State, tools: &[ToolSpec]) -> Result<Turn, Error> {
         state.step += 1;
         let step = state.step;
         let p = self.provider;
@@ -171,7 +172,7 @@ impl<'a> Agent<'a> {
         let req = Request {
             system: task.system_prompt.clone(),
             messages: state.messages.clone(),
-            tools,
+            tools: tools.to_vec(),
             max_tokens: task.max_tokens,
             stream: self.stream,
         };
@@ -204,8 +205,8 @@ impl<'a> Agent<'a> {
         Ok(turn)
     }
 
-    /// Runs one requested tool call, reporting `tool_started` and `tool_called` or `tool_error`.
-    async fn execute(&self, c: &ToolCallReq) -> ToolResultMsg {
+    /// Runs one requested tool call (a builtin, or an offered delegated tool), reporting `tool_started` and `tool_called` or `tool_error`.
+    async fn execute(&self, c: &ToolCallReq, offered: &[ToolSpec]) -> ToolResultMsg {
         let input_size = c.input.to_string().len();
         self.sink.event(
             "tool_started",
@@ -219,9 +220,7 @@ impl<'a> Agent<'a> {
                 .map_err(|e| e.to_string())
         } else {
             match self.delegate {
-                Some(d) if !crate::tools::BUILTINS.contains(&c.name.as_str()) => {
-                    d.call(&c.name, &c.input).await
-                }
+                Some(d) if offered.iter().any(|t| t.name == c.name) => d.call(&c.name, &c.input).await,
                 _ => Err(format!("{}: tool is not available", c.name)),
             }
         };
@@ -273,7 +272,7 @@ impl<'a> Agent<'a> {
         state
             .messages
             .push(Message::User(format!("{REFORMAT_PROMPT}\n{schema}")));
-        let turn = self.call(task, state, Vec::new()).await?;
+        let turn = self.call(task, state, &[]).await?;
         let again = parse_object(&turn.text);
         if usable(&again, schema) {
             r.output = again;

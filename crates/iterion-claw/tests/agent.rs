@@ -373,3 +373,30 @@ async fn delegated_tools_run_concurrently_and_errors_go_back() {
     let errors = r.sink.kinds().iter().filter(|k| *k == "tool_error").count();
     assert_eq!(errors, 2);
 }
+
+#[tokio::test]
+async fn readonly_offers_no_delegated_tools_and_refuses_them() {
+    let d = tempfile::tempdir().unwrap();
+    let mut t = task("claude-x", &["notify", "read_file", "write_file"]);
+    t.readonly = true;
+    t.tool_defs = vec![ToolDef {
+        name: "notify".into(),
+        description: "tell".into(),
+        input_schema: None,
+    }];
+    let script = vec![Reply::tool("notify", json!({})), Reply::text("ok")];
+    let delegate = Together(tokio::sync::Barrier::new(1), Mutex::default());
+    let r = run(&t, script, d.path(), false, Some(&delegate)).await;
+    let names: Vec<&str> = r.requests[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["read_file"]);
+    assert!(delegate.1.lock().unwrap().is_empty());
+    assert_eq!(
+        r.requests[1].body["messages"][2]["content"][0]["content"],
+        json!("notify: tool is not available")
+    );
+}

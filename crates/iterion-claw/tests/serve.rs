@@ -99,3 +99,38 @@ async fn missing_key_is_a_failed_result() {
     assert_eq!(result["data"]["error_code"], json!("EXECUTION_FAILED"));
     assert_ne!(runner.await.unwrap(), 0);
 }
+
+#[tokio::test]
+async fn cancel_ends_the_loop_with_a_cancelled_result() {
+    let fake = FakeProvider::start(vec![Reply::tool("notify", json!({}))])
+        .await
+        .unwrap();
+    let env = BTreeMap::from([
+        ("OPENAI_API_KEY".to_string(), "k".to_string()),
+        ("OPENAI_BASE_URL".to_string(), fake.openai_url()),
+    ]);
+    let (launcher_out, runner_in) = tokio::io::duplex(1 << 16);
+    let (runner_out, launcher_in) = tokio::io::duplex(1 << 16);
+    let runner = tokio::spawn(serve(runner_in, runner_out, ServeOptions::new(env, "t")));
+    let mut w = launcher_out;
+    let mut lines = BufReader::new(launcher_in).lines();
+    w.write_all(format!("{HELLO}\n").as_bytes()).await.unwrap();
+    lines.next_line().await.unwrap().unwrap();
+    let task = json!({"type": "task", "data": {"node_id": "n", "model": "gpt-5", "has_tools": true,
+        "allowed_tools": ["notify"], "tool_defs": [{"name": "notify"}]}});
+    w.write_all(format!("{task}\n").as_bytes()).await.unwrap();
+    let result = loop {
+        let env: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+        match env["type"].as_str().unwrap() {
+            // the tool call is never answered: the launcher cancels instead
+            "tool_call" => w
+                .write_all(b"{\"type\":\"cancel\",\"data\":{\"reason\":\"user\"}}\n")
+                .await
+                .unwrap(),
+            "result" => break env["data"].clone(),
+            _ => {}
+        }
+    };
+    assert_eq!(result["error_code"], json!("CANCELLED"), "{result}");
+    assert_eq!(runner.await.unwrap(), 1);
+}
