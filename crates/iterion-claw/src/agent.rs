@@ -175,6 +175,7 @@ impl<'a> Agent<'a> {
             tools: tools.to_vec(),
             max_tokens: task.max_tokens,
             stream: self.stream,
+            reasoning_effort: task.reasoning_effort.clone(),
         };
         let sink = self.sink;
         let mut on_retry = |r: &Retry| {

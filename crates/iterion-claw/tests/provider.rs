@@ -30,6 +30,7 @@ fn request(stream: bool) -> Request {
         }],
         max_tokens: 100,
         stream,
+        reasoning_effort: "high".into(),
     }
 }
 
@@ -78,6 +79,7 @@ async fn request_shapes_and_redacted_auth() {
     assert_eq!(r.body["system"], json!("be brief"));
     assert_eq!(r.body["tools"][0]["input_schema"], json!({"type": "object"}));
     assert_eq!(r.body["max_tokens"], json!(100));
+    assert!(r.body.get("reasoning_effort").is_none());
 
     let (_, fake) = one("openai/gpt-5", Reply::text("ok"), false).await;
     let r = &fake.requests()[0];
@@ -89,6 +91,8 @@ async fn request_shapes_and_redacted_auth() {
         json!({"role": "system", "content": "be brief"})
     );
     assert_eq!(r.body["tools"][0]["function"]["name"], json!("bash"));
+    assert_eq!(r.body["reasoning_effort"], json!("high"));
+    assert_eq!(r.body["max_completion_tokens"], json!(100));
 }
 
 #[tokio::test]

@@ -225,6 +225,9 @@ pub struct Request {
     pub max_tokens: u64,
     /// Whether to stream the answer (SSE).
     pub stream: bool,
+    /// The task's `reasoning_effort`, sent as is to Chat Completions when set (the Messages API has no such
+    /// field; it is not sent there).
+    pub reasoning_effort: String,
 }
 
 /// Output limit when the task sets none (the Messages API requires one).

@@ -28,6 +28,9 @@ pub(crate) fn body(model: &str, req: &Request) -> Value {
             .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}}))
             .collect();
     }
+    if !req.reasoning_effort.is_empty() {
+        body["reasoning_effort"] = json!(req.reasoning_effort);
+    }
     if req.stream {
         body["stream"] = json!(true);
         body["stream_options"] = json!({"include_usage": true});
