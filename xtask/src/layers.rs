@@ -24,6 +24,7 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
         &["iterion-spec", "iterion-envdeny", "iterion-netpolicy"],
     ),
     ("iterion-netproxy", 1, &["iterion-netpolicy", "iterion-spec"]),
+    ("iterion-claw", 1, &["iterion-envelope"]),
     (
         "iterion-driver-docker",
         2,
@@ -126,6 +127,7 @@ const CONFINED: &[(&str, &[&str])] = &[
     ("tokio-rustls", &["iterion-netproxy"]),
     ("rcgen", &["iterion-netproxy"]),
     ("clap", &["iterion-cli", "iterion-netproxy"]),
+    ("reqwest", &["iterion-claw"]),
 ];
 
 /// Foreign crates a library may name only as an optional dependency carried by one non-default feature:

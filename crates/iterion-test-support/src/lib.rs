@@ -8,6 +8,7 @@ pub mod conformance;
 pub mod dns;
 pub mod docker_http;
 pub mod docker_image;
+pub mod fake_provider;
 pub mod podman;
 
 use std::path::PathBuf;

@@ -1,0 +1,170 @@
+//! The runner side of one claw node: bootstrap over the envelope channel, run the task's loop, send the
+//! `result`. Events and session captures go to the launcher as `event` / `session_capture`; non-builtin tools
+//! go to it as `tool_call`. A `cancel` (or the launcher closing stdin) stops the loop with a `CANCELLED` result.
+
+use crate::agent::{Agent, Sink, ToolDelegate};
+use crate::provider::{self, Client, RetryPolicy};
+use crate::tools::Builtins;
+use futures::future::BoxFuture;
+use iterion_envelope::runner::{Channel, RunnerOptions, bootstrap};
+use iterion_envelope::{Error as EnvelopeError, Task, TaskResult, ToolOutcome, error_code};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::mpsc;
+
+/// What the runner needs besides its task: the env map (keys, base URLs) and the egress proxy URL.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct ServeOptions {
+    /// Provider keys and base URLs (`ANTHROPIC_API_KEY`, `OPENAI_BASE_URL`, …).
+    pub env: BTreeMap<String, String>,
+    /// The egress proxy URL, credentials included, when the run has one.
+    pub proxy: Option<String>,
+    /// The runner's `software` string in `hello`.
+    pub software: String,
+    /// Whether model answers are streamed.
+    pub stream: bool,
+    /// Retry policy of model calls.
+    pub retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for ServeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeOptions")
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("software", &self.software)
+            .field("stream", &self.stream)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServeOptions {
+    /// Options with `env`, no proxy, streaming on and the default retry policy.
+    pub fn new(env: BTreeMap<String, String>, software: impl Into<String>) -> Self {
+        ServeOptions {
+            env,
+            proxy: None,
+            software: software.into(),
+            stream: true,
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// Sends model and `web_fetch` traffic through `proxy`.
+    pub fn with_proxy(mut self, proxy: impl Into<String>) -> Self {
+        self.proxy = Some(proxy.into());
+        self
+    }
+}
+
+/// What the sink forwards to the launcher, in order.
+enum Outbound {
+    Event(String, Map<String, Value>),
+    Capture(Value),
+}
+
+struct ChannelSink(mpsc::UnboundedSender<Outbound>);
+
+impl Sink for ChannelSink {
+    fn event(&self, kind: &str, payload: Map<String, Value>) {
+        let _ = self.0.send(Outbound::Event(kind.to_string(), payload));
+    }
+    fn session_capture(&self, snapshot: Value) {
+        let _ = self.0.send(Outbound::Capture(snapshot));
+    }
+}
+
+struct ChannelTools<W>(Arc<Channel<W>>);
+
+impl<W: AsyncWrite + Unpin + Send + Sync + 'static> ToolDelegate for ChannelTools<W> {
+    fn call<'a>(&'a self, name: &'a str, input: &'a Value) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            match self.0.run_tool(name, Some(input.clone())).await {
+                ToolOutcome::Output(text) => Ok(text),
+                ToolOutcome::Error(text) => Err(text),
+                ToolOutcome::AskUser(_) => Err(format!(
+                    "{name}: asking the user is not supported in this version"
+                )),
+            }
+        })
+    }
+}
+
+/// Runs one node over `reader`/`writer` (the runner's stdin and stdout) and returns the process exit status.
+pub async fn serve<R, W>(reader: R, writer: W, options: ServeOptions) -> i32
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + Sync + 'static,
+{
+    let boot = match bootstrap(reader, writer, RunnerOptions::new(options.software.clone())).await {
+        Ok(b) => b,
+        Err(EnvelopeError::Bootstrap { exit_code, .. }) => return exit_code,
+        Err(e) => {
+            eprintln!("iterion claw runner: bootstrap failed: {e}");
+            return 2;
+        }
+    };
+    let channel = Arc::new(boot.channel);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let forward = {
+        let channel = Arc::clone(&channel);
+        tokio::spawn(async move {
+            while let Some(out) = rx.recv().await {
+                match out {
+                    Outbound::Event(kind, payload) => channel.emit_event(&kind, Some(payload)).await,
+                    Outbound::Capture(snapshot) => channel.capture_session(&snapshot).await,
+                }
+            }
+        })
+    };
+    let result = tokio::select! {
+        r = execute(&boot.task, &options, ChannelSink(tx), ChannelTools(Arc::clone(&channel))) => r,
+        () = channel.cancelled() => {
+            let reason = channel.cancel_reason().unwrap_or_default();
+            TaskResult::failure(format!("cancelled: {reason}"), error_code::CANCELLED)
+        }
+    };
+    // every event and capture reaches the launcher before the result
+    let _ = forward.await;
+    match channel.finish(&result).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("iterion claw runner: cannot send the result: {e}");
+            2
+        }
+    }
+}
+
+/// The task's loop with the sink and delegate; setup failures become failed results.
+async fn execute<D: ToolDelegate>(
+    task: &Task,
+    options: &ServeOptions,
+    sink: ChannelSink,
+    tools: D,
+) -> TaskResult {
+    let setup = || -> crate::Result<(provider::Provider, Client, Builtins)> {
+        let p = provider::resolve(&task.provider_hint, &task.model, &options.env)?;
+        let client = Client::new(options.proxy.as_deref(), options.retry)?;
+        let allowed: &[String] = if task.has_tools { &task.allowed_tools } else { &[] };
+        let builtins = Builtins::new(
+            &PathBuf::from(&task.work_dir),
+            allowed,
+            task.readonly,
+            options.proxy.as_deref(),
+        )?;
+        Ok((p, client, builtins))
+    };
+    match setup() {
+        Ok((p, client, builtins)) => {
+            Agent::new(&client, &p, &builtins, &sink)
+                .with_delegate(&tools)
+                .streaming(options.stream)
+                .run(task)
+                .await
+        }
+        Err(e) => TaskResult::failure(e.to_string(), e.code()),
+    }
+}

@@ -1,0 +1,70 @@
+//! `bash` and `web_fetch`.
+
+use super::tool_err;
+use crate::error::Result;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+/// Timeout of `bash` when the call gives none.
+pub const DEFAULT_BASH_TIMEOUT: Duration = Duration::from_secs(120);
+/// Upper bound of a `bash` timeout.
+pub const MAX_BASH_TIMEOUT: Duration = Duration::from_secs(600);
+
+pub(super) async fn bash(work_dir: &Path, input: &Value) -> Result<String> {
+    let command = super::str_arg("bash", input, "command")?;
+    let timeout = input["timeout_ms"]
+        .as_u64()
+        .map_or(DEFAULT_BASH_TIMEOUT, Duration::from_millis)
+        .min(MAX_BASH_TIMEOUT);
+    let child = tokio::process::Command::new("bash")
+        .arg("-c")
+        .arg(&command)
+        .current_dir(work_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| tool_err("bash", format!("cannot start bash: {e}")))?;
+    let out = match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        Ok(r) => r.map_err(|e| tool_err("bash", e.to_string()))?,
+        Err(_) => {
+            return Err(tool_err(
+                "bash",
+                format!("command timed out after {} ms", timeout.as_millis()),
+            ));
+        }
+    };
+    let text = |b: &[u8]| super::cap_at(String::from_utf8_lossy(b).into_owned(), super::OUTPUT_CAP / 2);
+    Ok(json!({
+        "stdout": text(&out.stdout),
+        "stderr": text(&out.stderr),
+        "exit_code": out.status.code().unwrap_or(-1),
+    })
+    .to_string())
+}
+
+pub(super) async fn web_fetch(http: &reqwest::Client, url: &str) -> Result<String> {
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(tool_err("web_fetch", "url must be http:// or https://"));
+    }
+    let resp = http
+        .get(url)
+        .send()
+        .await
+        .map_err(|e| tool_err("web_fetch", e.to_string()))?;
+    let status = resp.status().as_u16();
+    let body = resp
+        .text()
+        .await
+        .map_err(|e| tool_err("web_fetch", e.to_string()))?;
+    if !(200..300).contains(&status) {
+        return Err(tool_err(
+            "web_fetch",
+            format!("HTTP {status}: {}", crate::error::preview(&body)),
+        ));
+    }
+    Ok(body)
+}
