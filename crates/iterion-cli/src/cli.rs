@@ -25,7 +25,7 @@ pub enum Command {
     Netproxy(crate::cmd_netproxy::NetproxyArgs),
     /// Sandbox tools: `iterion sandbox doctor`.
     Sandbox(crate::cmd_doctor::SandboxArgs),
-    /// The boundary probe program of `sandbox doctor --probe` (06 §6), run inside sandboxes.
+    /// The boundary probe program of `sandbox doctor --probe`, run inside sandboxes.
     #[command(name = "__sandbox-probe", hide = true)]
     SandboxProbe(crate::probe::ProbeArgs),
 }

@@ -34,7 +34,7 @@ pub enum ModeArg {
 /// Sandbox flags shared by `run` and `resume`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SandboxArgs {
-    /// Sandbox mode (01 §8.2).
+    /// Sandbox mode: `auto` isolates the run when a container runtime answers, `none` runs on the host.
     #[arg(long, value_enum, value_name = "MODE")]
     pub sandbox: Option<ModeArg>,
     /// Fallback image for `auto` without a devcontainer.json.

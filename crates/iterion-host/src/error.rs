@@ -1,6 +1,6 @@
 //! The crate's error type.
 
-use crate::selection::ForceSource;
+use crate::force::ForceSource;
 
 /// What the host layer can fail with.
 #[derive(Debug, thiserror::Error)]

@@ -25,6 +25,7 @@
 mod choice;
 mod error;
 mod facts;
+mod force;
 mod host;
 mod relay;
 mod repo;

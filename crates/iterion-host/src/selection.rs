@@ -15,6 +15,7 @@ use iterion_driver_docker::endpoint::{EndpointSettings, Family};
 use iterion_driver_docker::{DockerDriver, DockerSettings};
 
 use crate::error::{Error, Result};
+pub use crate::force::ForceSource;
 
 /// Default bound of each availability ping.
 pub const DEFAULT_PING_TIMEOUT: Duration = Duration::from_secs(5);
@@ -85,25 +86,6 @@ pub fn host_kind(
         return HostKind::Desktop;
     }
     HostKind::Local
-}
-
-/// Where a forced driver came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ForceSource {
-    /// `--sandbox-driver`.
-    Flag,
-    /// `ITERION_SANDBOX_DRIVER`.
-    Env,
-}
-
-impl ForceSource {
-    /// How the source is named in messages.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ForceSource::Flag => "--sandbox-driver",
-            ForceSource::Env => "ITERION_SANDBOX_DRIVER",
-        }
-    }
 }
 
 /// The outcome of probing one candidate.

@@ -92,7 +92,7 @@ pub struct ServeArgs {
     /// Grace for in-flight work at shutdown (default 5s).
     #[arg(long, value_name = "DUR")]
     pub shutdown_grace: Option<String>,
-    /// TLS inspection with secret substitution (spec 04 §14); needs at least one --secret.
+    /// TLS inspection with secret substitution; needs at least one --secret.
     #[arg(long)]
     pub tls_inspect: bool,
     /// Secret binding NAME=HOST[,HOST...]: the value is read from the environment variable NAME, the sandbox

@@ -26,7 +26,8 @@ use crate::exec::{ExecContext, ExecOutcome, VarInputs};
 use crate::failure::FailureCode;
 use crate::status::RunStatus;
 use crate::store::{
-    Checkpoint, LaunchInputs, LogLevel, NewRun, OperatorEnvEntry, RunId, SandboxRequested, Store, Transition,
+    Checkpoint, LaunchInputs, LogLevel, NewRun, OperatorEnvEntry, RunDocument, RunId, SandboxRequested,
+    Store, Transition,
 };
 
 pub mod assembly;
@@ -260,55 +261,127 @@ pub async fn resume(cfg: &Config, req: Resume) -> Result<Outcome> {
         run.adopt_unsigned();
     }
     let doc = run.document().clone();
-    let invalid = |reason: String| Error::ResumeInvalid {
-        run_id: req.run_id.clone(),
-        reason,
-    };
     if !doc.status.is_resumable() {
-        return Err(invalid(format!(
-            "run {} has status {} (only failed_resumable and cancelled runs can be resumed)",
-            req.run_id, doc.status
-        )));
+        return Err(resume_invalid(
+            &req,
+            format!(
+                "run {} has status {} (only failed_resumable and cancelled runs can be resumed)",
+                req.run_id, doc.status
+            ),
+        ));
     }
     let Some(checkpoint) = doc.checkpoint.clone() else {
-        return Err(invalid("the run has no checkpoint".into()));
+        return Err(resume_invalid(&req, "the run has no checkpoint".into()));
     };
+    let (workflow, hash) = resumable_workflow(&req, &doc)?;
+    // Recorded inputs, with the flags given to resume replacing them.
+    let (requested, operator_env) = resume_requested(cfg, &doc, &req.sandbox)?;
+    let work_dir = PathBuf::from(&doc.work_dir);
+    let repo_root = doc.repo_root.as_ref().map(PathBuf::from);
+    let plan = resolve_cancellable(cfg, &workflow, &requested, &work_dir, repo_root.as_deref()).await?;
+    check_devcontainer_unchanged(&req, &doc, &plan)?;
+    let previous = doc.status;
+    let previous_code = doc.failure_code;
+    let mut run = run;
+    let owner = cfg.owner.clone();
+    let version = cfg.iterion_version.clone();
+    run.transition(Transition::Resume)?;
+    run.update(|d| {
+        d.owner = owner;
+        d.iterion_version = version;
+        d.sandbox.requested = requested;
+        if hash != d.workflow_hash {
+            d.workflow_hash = hash;
+        }
+    })?;
+    let em = sink::Emitter::new(run, cfg.observer.clone());
+    for w in &cfg.settings.warnings {
+        em.log(LogLevel::Warn, w);
+    }
+    em.emit(RunResumed {
+        resumed_from: previous,
+        restart_node: checkpoint.node_id.clone(),
+        failure_code: previous_code.filter(|c| *c != FailureCode::Cancelled),
+    });
+    let ctx = DriveInput {
+        workflow,
+        vars: checkpoint.vars.clone(),
+        plan,
+        resume: Some(checkpoint),
+        work_dir,
+        repo_root,
+        operator_env,
+        store_dir: req.store_dir.clone(),
+    };
+    Ok(drive(cfg, em, ctx, Some(previous)).await)
+}
+
+/// `RESUME_INVALID` for the run being resumed.
+fn resume_invalid(req: &Resume, reason: String) -> Error {
+    Error::ResumeInvalid {
+        run_id: req.run_id.clone(),
+        reason,
+    }
+}
+
+/// The recorded workflow, read again (bounded, regular file), unchanged unless `--force`, still compiling and
+/// still declaring the recorded workflow; with the hash of the bytes read.
+fn resumable_workflow(req: &Resume, doc: &RunDocument) -> Result<(Workflow, String)> {
     let file = req.file.clone().unwrap_or_else(|| PathBuf::from(&doc.file_path));
     // Regular files only, bounded (a file over the source limit is read no further and fails E007 below).
     let bytes =
         match iterion_spec::source::read_regular(&file, iterion_spec::lexer::MAX_SOURCE_BYTES as u64 + 1) {
             iterion_spec::source::FileRead::Found(b) => b,
-            other => return Err(invalid(format!("cannot read {}: {other}", file.display()))),
+            other => {
+                return Err(resume_invalid(
+                    req,
+                    format!("cannot read {}: {other}", file.display()),
+                ));
+            }
         };
     let hash = crate::store::sha256_hex(&bytes);
     if hash != doc.workflow_hash && !req.force {
-        return Err(invalid(format!(
-            "the workflow file {} changed since the run started (use --force to resume anyway)",
-            file.display()
-        )));
+        return Err(resume_invalid(
+            req,
+            format!(
+                "the workflow file {} changed since the run started (use --force to resume anyway)",
+                file.display()
+            ),
+        ));
     }
     let text = String::from_utf8_lossy(&bytes).into_owned();
     let checked = iterion_spec::check(&text, &file.to_string_lossy());
     if checked.has_errors() {
-        return Err(invalid(format!(
-            "the workflow file {} no longer compiles",
-            file.display()
-        )));
+        return Err(resume_invalid(
+            req,
+            format!("the workflow file {} no longer compiles", file.display()),
+        ));
     }
     let Some(workflow) = checked
         .workflows
         .into_iter()
         .find(|w| w.name.value == doc.workflow_name)
     else {
-        return Err(invalid(format!(
-            "workflow '{}' is no longer declared in {}",
-            doc.workflow_name,
-            file.display()
-        )));
+        return Err(resume_invalid(
+            req,
+            format!(
+                "workflow '{}' is no longer declared in {}",
+                doc.workflow_name,
+                file.display()
+            ),
+        ));
     };
-    // Recorded inputs, with the flags given to resume replacing them.
+    Ok((workflow, hash))
+}
+
+/// The recorded sandbox inputs with the flags given to resume replacing them, and the operator environment
+/// they stand for (a recorded `--sandbox-env NAME` copies the current value again).
+fn resume_requested(
+    cfg: &Config,
+    doc: &RunDocument,
+    f: &SandboxFlags,
+) -> Result<(SandboxRequested, Vec<SandboxEnvEntry>)> {
     let mut requested = doc.sandbox.requested.clone();
-    let f = &req.sandbox;
     if let Some(m) = f.mode {
         requested.cli_mode = Some(m.as_str().to_owned());
     }
@@ -354,58 +427,34 @@ pub async fn resume(cfg: &Config, req: Resume) -> Result<Outcome> {
         cfg.builtin_default_mode,
     )
     .operator_env;
-    let work_dir = PathBuf::from(&doc.work_dir);
-    let repo_root = doc.repo_root.as_ref().map(PathBuf::from);
-    let plan = resolve_cancellable(cfg, &workflow, &requested, &work_dir, repo_root.as_deref()).await?;
+    Ok((requested, operator_env))
+}
+
+/// A devcontainer that changed since the launch refuses the resume unless `--force`.
+fn check_devcontainer_unchanged(
+    req: &Resume,
+    doc: &RunDocument,
+    plan: &std::result::Result<SandboxPlan, ResolveError>,
+) -> Result<()> {
     if let (Some(old), Ok(SandboxPlan { run: Some(new), .. })) = (
         doc.sandbox
             .resolved
             .as_ref()
             .and_then(|r| r.devcontainer.as_ref()),
-        &plan,
+        plan,
     ) && let Some(new_dc) = &new.devcontainer
         && new_dc.sha256 != old.sha256
         && !req.force
     {
-        return Err(invalid(format!(
-            "{} changed since the run started (use --force to resume anyway)",
-            new_dc.path
-        )));
+        return Err(resume_invalid(
+            req,
+            format!(
+                "{} changed since the run started (use --force to resume anyway)",
+                new_dc.path
+            ),
+        ));
     }
-    let previous = doc.status;
-    let previous_code = doc.failure_code;
-    let mut run = run;
-    let owner = cfg.owner.clone();
-    let version = cfg.iterion_version.clone();
-    run.transition(Transition::Resume)?;
-    run.update(|d| {
-        d.owner = owner;
-        d.iterion_version = version;
-        d.sandbox.requested = requested;
-        if hash != d.workflow_hash {
-            d.workflow_hash = hash;
-        }
-    })?;
-    let em = sink::Emitter::new(run, cfg.observer.clone());
-    for w in &cfg.settings.warnings {
-        em.log(LogLevel::Warn, w);
-    }
-    em.emit(RunResumed {
-        resumed_from: previous,
-        restart_node: checkpoint.node_id.clone(),
-        failure_code: previous_code.filter(|c| *c != FailureCode::Cancelled),
-    });
-    let ctx = DriveInput {
-        workflow,
-        vars: checkpoint.vars.clone(),
-        plan,
-        resume: Some(checkpoint),
-        work_dir,
-        repo_root,
-        operator_env,
-        store_dir: req.store_dir.clone(),
-    };
-    Ok(drive(cfg, em, ctx, Some(previous)).await)
+    Ok(())
 }
 
 struct DriveInput {
