@@ -158,6 +158,8 @@ fn d3_to_d6_strict_on_the_engine() {
     if !iterion_test_support::engine_required("d3_to_d6_strict_on_the_engine") {
         return;
     }
+    // ok-good.bot names the local test image: `image_resolvable` passes only when it is present.
+    iterion_test_support::docker_image::ensure_test_image().expect("the local test image");
     let run = |f: &str| {
         let p = fixture(f);
         let o = doctor(&["--strict", p.to_str().expect("utf-8"), "--json"], &[]);
