@@ -13,7 +13,7 @@ use std::time::Duration;
 use iterion_runtime::api::{HostOptions, RunOptions, Runtime};
 use iterion_runtime::events::{Event, NodeFinished, PlacementKind, SandboxResolved, SandboxStarted};
 use iterion_runtime::exec::{ExecBounds, parse_var};
-use iterion_runtime::lifecycle::{Cancel, HostFacts, Observer, Outcome, Resume, SandboxFlags};
+use iterion_runtime::lifecycle::{Cancel, HostFacts, Observer, Outcome, Resume, SandboxFlags, WorktreeEnd};
 use iterion_runtime::status::RunStatus;
 use iterion_runtime::store::{self, Appended, RunId, StoreDirRequest};
 use iterion_spec::diag::Diagnostic;
@@ -80,9 +80,13 @@ pub struct RunArgs {
     pub log_level: Option<String>,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
-    /// Print the run's events as JSON lines.
+    /// Print the run's events as JSON lines (with --dry-run: one JSON document).
     #[arg(long)]
     pub json: bool,
+    /// Decide everything up to the first side effect and print it, without creating a run record, a
+    /// worktree, an image or a container: exit 0 when the run could start, 1 when it would be refused.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// Arguments of `iterion resume`.
@@ -545,6 +549,12 @@ fn print_outcome(p: &Printer, o: &Outcome) {
             lines.push(format!("Events: {}", events.display()));
         }
     }
+    match &o.worktree {
+        Some(WorktreeEnd::Branch(b)) => lines.push(format!("Branch: {b} (the run's changes, committed)")),
+        Some(WorktreeEnd::Unchanged) => lines.push("Branch: none (the run changed nothing)".to_owned()),
+        Some(WorktreeEnd::Kept(p)) => lines.push(format!("Worktree: {} (kept)", p.display())),
+        _ => {}
+    }
     for l in lines {
         let _ = writeln!(out, "  {}", clean(&l));
     }
@@ -748,6 +758,26 @@ fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, 
     let rt = tokio_rt()?;
     let printer = printer(args.json, &p, args.timeout.clone());
     let cancel = Cancel::new();
+    let mut opts = RunOptions::new(&work_dir).sandbox(flags.clone());
+    opts.vars = vars.clone();
+    opts.preset = args.preset.clone();
+    opts.run_id = args.run_id.clone();
+    if args.dry_run {
+        let forced = args.sandbox.sandbox_driver.clone();
+        let decided = rt.block_on(async {
+            let runtime = runtime(&p, forced, printer.clone(), cancel.clone(), &store_dir).await?;
+            let launch = runtime.prepare(compiled, opts).map_err(runtime_early)?;
+            runtime.dry_run(&launch).map_err(runtime_early)
+        });
+        shut_down(rt);
+        let decided = decided?;
+        crate::dry_run::print(&decided, args.json);
+        return Ok(if decided.could_start() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
+    }
     let outcome = rt.block_on(async {
         if let Some(code) = preflight(&p.env, &work_dir, &file, &flags, args.json).await? {
             return Ok(Err(code));
@@ -765,10 +795,6 @@ fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, 
                 )
             );
         }
-        let mut opts = RunOptions::new(&work_dir).sandbox(flags);
-        opts.vars = vars;
-        opts.preset = args.preset.clone();
-        opts.run_id = args.run_id.clone();
         let launch = runtime.prepare(compiled, opts).map_err(runtime_early)?;
         {
             let mut v = printer.view.lock().unwrap_or_else(|e| e.into_inner());

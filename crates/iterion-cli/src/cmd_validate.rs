@@ -53,7 +53,8 @@ pub(crate) fn project_mcp_json(file: &Path, env: &BTreeMap<String, String>) -> O
 }
 
 /// Checks a workflow file the way `iterion validate` does: the language and the project's MCP servers, then
-/// (unless `syntax_only`, and only for a file without errors) the executability check of `iterion run`.
+/// (unless `syntax_only`) the executability check of `iterion run` on every workflow that compiled, as `run`
+/// applies it, so both report the same refusals.
 pub(crate) fn check_file(
     bytes: &[u8],
     path: &Path,
@@ -63,7 +64,7 @@ pub(crate) fn check_file(
 ) -> iterion_spec::Checked {
     let mcp = project_mcp_json(path, env);
     let mut checked = iterion_spec::check_project(bytes, label, mcp.as_deref());
-    if !syntax_only && !checked.has_errors() {
+    if !syntax_only {
         add_refusals(&mut checked, env);
     }
     checked

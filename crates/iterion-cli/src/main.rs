@@ -8,6 +8,7 @@ mod cmd_netproxy;
 mod cmd_run;
 mod cmd_runs;
 mod cmd_validate;
+mod dry_run;
 mod probe;
 mod render;
 mod terminal;

@@ -415,6 +415,15 @@ impl Runtime {
         Ok(launch)
     }
 
+    /// Everything [`Runtime::launch`] would decide before its first side effect (resolution, worktree, driver
+    /// or host fallback, egress policy, denied environment names), without creating anything: no run record,
+    /// worktree, network, image or container. [`DryRun::could_start`] is the verdict.
+    ///
+    /// [`DryRun::could_start`]: crate::lifecycle::dry_run::DryRun::could_start
+    pub fn dry_run(&self, launch: &Launch) -> Result<crate::lifecycle::dry_run::DryRun> {
+        crate::lifecycle::dry_run::dry_run(&self.cfg, launch)
+    }
+
     /// Runs a prepared launch (the caller compiled and checked the workflow).
     pub async fn launch(&self, launch: Launch) -> Result<Outcome> {
         crate::lifecycle::launch(&self.cfg, launch).await

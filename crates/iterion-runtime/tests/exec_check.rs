@@ -153,19 +153,15 @@ fn x003_memory_and_inherited_capabilities() {
 }
 
 #[test]
-fn worktree_auto_is_refused_not_ignored() {
-    // blamed on the `worktree:` value (6:13), not on the workflow name as it used to be: `validate` shows
-    // this diagnostic, and the caret must point at what to change
-    check(
-        "tool t:\n  command: `true`\n\nworkflow w:\n  entry: t\n  worktree: auto\n  t -> done\n",
-        &[],
-        &[
-            "test.bot:6:13: error[X004]: 'worktree: auto' is not supported in this version; remove it to run in the checkout itself",
-        ],
-    );
-    check(
-        "tool t:\n  command: `true`\n\nworkflow w:\n  entry: t\n  worktree: none\n  t -> done\n",
-        &[],
-        &[],
-    );
+fn worktree_auto_is_executable() {
+    // `worktree: auto` runs in a git worktree of the repository (it used to be refused with X004 at 6:13)
+    for value in ["auto", "none"] {
+        check(
+            &format!(
+                "tool t:\n  command: `true`\n\nworkflow w:\n  entry: t\n  worktree: {value}\n  t -> done\n"
+            ),
+            &[],
+            &[],
+        );
+    }
 }

@@ -14,6 +14,7 @@ mod git_paths;
 mod harness;
 mod host_state;
 mod quoting;
+mod worktree;
 
 use harness::{Hostile, engine_ready, node_output, show};
 use serde_json::json;

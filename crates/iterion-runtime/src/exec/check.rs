@@ -111,17 +111,6 @@ pub fn check_executable(workflow: &Workflow, env: &BTreeMap<String, String>) -> 
             format!("'interaction: {}' is not supported in this version", i.value),
         ));
     }
-    if workflow.worktree == iterion_spec::model::Worktree::Auto {
-        // 05 §10.11 (a git worktree per run) is not wired into the lifecycle yet: refuse rather than run in
-        // place while the workflow asked for isolation from the checkout.
-        out.push(at(
-            "X004",
-            file,
-            workflow.worktree_span.unwrap_or(wspan),
-            "'worktree: auto' is not supported in this version; remove it to run in the checkout itself"
-                .into(),
-        ));
-    }
     if let Some(m) = &workflow.mcp {
         // the block keeps no position of its own: blame its first server name when it has one
         let span = m.servers.iter().flatten().next().map_or(wspan, |s| s.span);

@@ -50,4 +50,6 @@ pub use context::{
 };
 pub use graph::execute;
 pub use vars::{VarInputs, parse_var, resolve_vars};
-pub use worktree::{FinishedWorktree, Worktree, create_worktree, finish_worktree};
+pub use worktree::{
+    FinishedWorktree, Worktree, create_worktree, finish_worktree, reopen_worktree, source_repo,
+};

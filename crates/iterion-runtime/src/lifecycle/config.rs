@@ -193,4 +193,19 @@ pub struct Outcome {
     pub hint: Option<String>,
     /// The status before a resume.
     pub resumed_from: Option<RunStatus>,
+    /// What became of the run's git worktree (`worktree: auto`).
+    pub worktree: Option<WorktreeEnd>,
+}
+
+/// What became of a `worktree: auto` run's worktree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WorktreeEnd {
+    /// The run finished and changed something: committed on this branch, the worktree removed.
+    Branch(String),
+    /// The run finished and changed nothing: no branch, the worktree removed.
+    Unchanged,
+    /// The worktree is kept here (a run that did not finish, to resume or inspect, or one whose commit
+    /// failed).
+    Kept(PathBuf),
 }

@@ -33,6 +33,7 @@ use crate::store::{
 pub mod assembly;
 mod cancel;
 mod config;
+pub mod dry_run;
 mod host;
 mod netblock;
 pub mod reaper;
@@ -42,9 +43,10 @@ mod sink;
 mod step_failure;
 #[cfg(test)]
 mod store_failure_tests;
+mod worktree;
 
 pub use cancel::Cancel;
-pub use config::{Config, Drivers, Launch, Outcome, Resume, SandboxFlags};
+pub use config::{Config, Drivers, Launch, Outcome, Resume, SandboxFlags, WorktreeEnd};
 pub use host::{DriverChoice, HostFacts};
 pub use settings::Settings;
 pub use sink::{NoObserver, Observer};
@@ -188,15 +190,13 @@ pub(crate) async fn launch_with(
     events: impl FnOnce(Arc<dyn sink::Append>) -> Arc<dyn sink::Append>,
 ) -> Result<Outcome> {
     let requested = requested_of(&launch.sandbox, &cfg.env, cfg.builtin_default_mode);
-    let plan = resolve_cancellable(
-        cfg,
-        &launch.workflow,
-        &requested,
-        &launch.work_dir,
-        launch.repo_root.as_deref(),
-    )
-    .await?;
-    let pdir = project_dir(&plan, &launch.work_dir);
+    let id = launch.run_id.clone().unwrap_or_else(RunId::new_v7);
+    let planned_worktree =
+        worktree::Planned::of(cfg, &launch.workflow, &launch.work_dir, &launch.store_dir, &id);
+    let (work_dir, repo_root) = planned_worktree.dirs(&launch.work_dir, launch.repo_root.as_deref());
+    let plan =
+        resolve_cancellable(cfg, &launch.workflow, &requested, &work_dir, repo_root.as_deref()).await?;
+    let pdir = project_dir(&plan, &work_dir);
     let vars = crate::exec::resolve_vars(
         &launch.workflow,
         VarInputs {
@@ -207,7 +207,6 @@ pub(crate) async fn launch_with(
         },
     )?;
     let store = Store::create(&launch.store_dir)?.with_record_key(cfg.record_key.clone());
-    let id = launch.run_id.clone().unwrap_or_else(RunId::new_v7);
     let file_path = launch.workflow_path.to_string_lossy().into_owned();
     let run = store.create_run(
         &id,
@@ -220,7 +219,7 @@ pub(crate) async fn launch_with(
                 preset: launch.preset.clone(),
                 vars: launch.vars.iter().cloned().collect(),
             },
-            work_dir: launch.work_dir.to_string_lossy().into_owned(),
+            work_dir: work_dir.to_string_lossy().into_owned(),
             env: cfg.env.clone(),
             iterion_version: cfg.iterion_version.clone(),
             owner: cfg.owner.clone(),
@@ -228,23 +227,29 @@ pub(crate) async fn launch_with(
         },
     )?;
     let em = sink::Emitter::with_events(run, cfg.observer.clone(), events);
-    let repo_root = launch.repo_root.clone();
+    let recorded_root = repo_root.clone();
     em.update(|d| {
-        d.repo_root = repo_root.map(|p| p.to_string_lossy().into_owned());
+        d.repo_root = recorded_root.map(|p| p.to_string_lossy().into_owned());
         d.sandbox.requested = requested;
     });
     for w in &cfg.settings.warnings {
         em.log(LogLevel::Warn, w);
     }
+    let (worktree, refused) = match planned_worktree.create(cfg, &em) {
+        Ok(wt) => (wt, None),
+        Err(f) => (None, Some(f)),
+    };
     let ctx = DriveInput {
         workflow: launch.workflow,
         plan,
         vars,
         resume: None,
-        work_dir: launch.work_dir,
-        repo_root: launch.repo_root,
+        work_dir,
+        repo_root,
         operator_env: launch.sandbox.operator_env,
         store_dir: launch.store_dir,
+        worktree,
+        refused,
     };
     Ok(drive(cfg, em, ctx, None).await)
 }
@@ -278,6 +283,14 @@ pub async fn resume(cfg: &Config, req: Resume) -> Result<Outcome> {
     let (requested, operator_env) = resume_requested(cfg, &doc, &req.sandbox)?;
     let work_dir = PathBuf::from(&doc.work_dir);
     let repo_root = doc.repo_root.as_ref().map(PathBuf::from);
+    let worktree = if doc.worktree {
+        let wt = worktree::reopen(cfg, repo_root.as_deref(), &work_dir, doc.base_commit.as_deref()).map_err(
+            |reason| resume_invalid(&req, format!("the run's worktree cannot be reused: {reason}")),
+        )?;
+        Some(wt)
+    } else {
+        None
+    };
     let plan = resolve_cancellable(cfg, &workflow, &requested, &work_dir, repo_root.as_deref()).await?;
     check_devcontainer_unchanged(&req, &doc, &plan)?;
     let previous = doc.status;
@@ -312,6 +325,8 @@ pub async fn resume(cfg: &Config, req: Resume) -> Result<Outcome> {
         repo_root,
         operator_env,
         store_dir: req.store_dir.clone(),
+        worktree,
+        refused: None,
     };
     Ok(drive(cfg, em, ctx, Some(previous)).await)
 }
@@ -466,6 +481,10 @@ struct DriveInput {
     repo_root: Option<PathBuf>,
     operator_env: Vec<SandboxEnvEntry>,
     store_dir: PathBuf,
+    /// The run's git worktree (`worktree: auto`), committed when the run finishes.
+    worktree: Option<crate::exec::Worktree>,
+    /// A failure met before the sandbox is set up (the worktree could not be created).
+    refused: Option<Failure>,
 }
 
 async fn drive(
@@ -513,7 +532,10 @@ async fn drive(
         // A stub checkpoint from the start, so a crash before the first node leaves a resumable record.
         let _ = em.run().save_checkpoint(stub.clone());
     }
-    let end = tokio::select! {
+    let end = if let Some(f) = input.refused.clone() {
+        End::Failed(f, Some(stub.clone()))
+    } else {
+        tokio::select! {
         biased;
         _ = cancel_token.cancelled() => End::Cancelled(cancel_reason(cfg), Some(stub.clone())),
         // Replaced by the store failure below.
@@ -530,11 +552,18 @@ async fn drive(
                 execute(cfg, &em, &input, sandboxes, &run_id, stub.clone()).await
             }
         },
+        }
     };
     let end = store_failure_end(&em, end);
     let outcome = finish(&em, end, started, stub);
     let report = resources.cleanup(&em, cfg.cancel.force_token()).await;
     em.emit(report);
+    // The worktree is committed once the sandbox that wrote it is gone.
+    if let (Some(wt), Some(root)) = (&input.worktree, &input.repo_root)
+        && em.run().document().status == RunStatus::Finished
+    {
+        worktree::finish(cfg, &em, wt, root, &input.workflow.name.value);
+    }
     let doc = em.run().document().clone();
     let mut out = Outcome {
         run_id,
@@ -546,6 +575,7 @@ async fn drive(
         error: outcome.0,
         hint: outcome.1,
         resumed_from,
+        worktree: worktree_end(&doc),
     };
     // Whatever `run.json` could still record, an incomplete record never reports a clean end.
     if let Some(f) = em.store_failure() {
@@ -558,6 +588,21 @@ async fn drive(
         }
     }
     out
+}
+
+/// The worktree's fate from the record: committed (with or without a branch), or kept where it is.
+fn worktree_end(doc: &RunDocument) -> Option<WorktreeEnd> {
+    if !doc.worktree {
+        return None;
+    }
+    if doc.final_commit.is_some() {
+        return Some(match &doc.final_branch {
+            Some(b) => WorktreeEnd::Branch(b.clone()),
+            None => WorktreeEnd::Unchanged,
+        });
+    }
+    let path = PathBuf::from(&doc.work_dir);
+    path.is_dir().then_some(WorktreeEnd::Kept(path))
 }
 
 const STORE_HINT: &str = "free space in the run store (or repair its file system) and start the run again";

@@ -77,7 +77,7 @@ pub(super) fn driver_failure(cfg: &Config, e: &DError, phase: FailurePhase) -> F
     f
 }
 
-pub(super) fn resolve_failure(e: &ResolveError) -> Failure {
+pub(crate) fn resolve_failure(e: &ResolveError) -> Failure {
     match e {
         ResolveError::Unsandboxable { .. } => {
             Failure::new(FailureCode::SandboxDriverUnavailable, e.to_string()).phase(FailurePhase::Resolve)
@@ -89,7 +89,7 @@ pub(super) fn resolve_failure(e: &ResolveError) -> Failure {
 // ---------------------------------------------------------------------------------------------------------
 // Setup
 
-pub(super) fn compile_policy(p: &NetworkPolicySpec) -> Result<Policy, Failure> {
+pub(crate) fn compile_policy(p: &NetworkPolicySpec) -> Result<Policy, Failure> {
     let presets: Vec<&str> = p.preset.iter().map(|x| x.as_str()).collect();
     let rules: Vec<&str> = p.rules.iter().map(String::as_str).collect();
     Policy::compile(mode_of(p.mode), &presets, &rules).map_err(|errs| {

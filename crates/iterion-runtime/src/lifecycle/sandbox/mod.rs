@@ -10,6 +10,7 @@ mod nodes;
 mod setup;
 mod starter;
 
+pub(crate) use failures::{compile_policy, resolve_failure};
 pub(crate) use guard::Guard;
 pub(crate) use nodes::Sandboxes;
-pub(crate) use setup::Setup;
+pub(crate) use setup::{Setup, effective_policies, host_fallback};

@@ -336,41 +336,15 @@ impl Setup<'_> {
         own: &[(String, String, ResolvedSandbox)],
     ) -> Result<(), Failure> {
         let (cfg, em) = (self.cfg, &self.em);
-        let inline_floor = cfg
-            .env
-            .get("ITERION_SANDBOX_FLOOR")
-            .is_some_and(|v| v.trim().eq_ignore_ascii_case("inline"));
-        let (driver_label, reason, fail): (&str, &str, Option<String>) = match choice {
-            DriverChoice::ForcedNoop if inline_floor => (
-                "noop",
-                OPERATOR_NOOP,
-                Some("the inline floor forbids running on the host".into()),
-            ),
-            DriverChoice::ForcedNoop => ("noop", OPERATOR_NOOP, None),
-            DriverChoice::ForcedUnavailable { message } => ("none", NO_RUNTIME, Some(message.clone())),
-            _ => ("none", NO_RUNTIME, None),
-        };
         if let DriverChoice::Unavailable { reason } = choice {
             em.log(LogLevel::Info, &format!("sandbox: no container driver: {reason}"));
         }
-        let forced_noop = matches!(choice, DriverChoice::ForcedNoop);
         let scopes: Vec<(Option<String>, ResolvedSandbox)> = run_spec
             .into_iter()
             .map(|r| (None, r.clone()))
             .chain(own.iter().map(|(id, _, s)| (Some(id.clone()), s.clone())))
             .collect();
-        for (_, s) in &scopes {
-            if let Some(msg) = &fail {
-                return Err(Failure::new(FailureCode::SandboxDriverUnavailable, msg.clone())
-                    .phase(FailurePhase::Driver));
-            }
-            if !forced_noop && !s.degrade_allowed {
-                return Err(
-                    Failure::new(FailureCode::SandboxDriverUnavailable, INLINE_NEEDS_CONTAINER)
-                        .phase(FailurePhase::Driver),
-                );
-            }
-        }
+        let (driver_label, reason) = host_fallback(&cfg.env, choice, scopes.iter().map(|(_, s)| s))?;
         for (node, s) in &scopes {
             self.emit_skipped(driver_label, s, reason, node.as_deref());
         }
@@ -532,7 +506,36 @@ fn host_only(placements: BTreeMap<String, PlacementKind>, host: NodeSandbox) -> 
 }
 
 /// Effective policies (4.7 items 1–2): the run's, each node's, and the nodes that override the run's.
-fn effective_policies(
+/// 4.4 without a container driver, decided without side effects: the driver label and reason of the host
+/// fallback every active scope gets, or the failure when one of `scopes` must not run on the host (an inline
+/// scope, a forced driver that is unusable, the inline floor under a forced `noop`).
+pub(crate) fn host_fallback<'s>(
+    env: &BTreeMap<String, String>,
+    choice: &DriverChoice,
+    mut scopes: impl Iterator<Item = &'s ResolvedSandbox>,
+) -> Result<(&'static str, &'static str), Failure> {
+    let inline_floor = env
+        .get("ITERION_SANDBOX_FLOOR")
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("inline"));
+    let (driver_label, reason, fail): (&str, &str, Option<String>) = match choice {
+        DriverChoice::ForcedNoop if inline_floor => (
+            "noop",
+            OPERATOR_NOOP,
+            Some("the inline floor forbids running on the host".into()),
+        ),
+        DriverChoice::ForcedNoop => ("noop", OPERATOR_NOOP, None),
+        DriverChoice::ForcedUnavailable { message } => ("none", NO_RUNTIME, Some(message.clone())),
+        _ => ("none", NO_RUNTIME, None),
+    };
+    let forced_noop = matches!(choice, DriverChoice::ForcedNoop);
+    if scopes.any(|s| fail.is_some() || (!forced_noop && !s.degrade_allowed)) {
+        let message = fail.unwrap_or_else(|| INLINE_NEEDS_CONTAINER.to_owned());
+        return Err(Failure::new(FailureCode::SandboxDriverUnavailable, message).phase(FailurePhase::Driver));
+    }
+    Ok((driver_label, reason))
+}
+
+pub(crate) fn effective_policies(
     plan: &SandboxPlan,
 ) -> (
     NetworkPolicySpec,

@@ -1,0 +1,143 @@
+//! `worktree: auto` in the lifecycle (05 §4.1, §9 item 8, §10.11): where the run's worktree goes, creating it
+//! once the run record exists, reopening it on resume, and committing it when the run finishes.
+use std::path::{Path, PathBuf};
+
+use iterion_spec::model::{Workflow, Worktree as WorktreeMode};
+
+use crate::exec::{Worktree, create_worktree, finish_worktree, reopen_worktree, source_repo};
+use crate::failure::FailureCode;
+use crate::lifecycle::config::Config;
+use crate::lifecycle::sink::Emitter;
+use crate::lifecycle::step_failure::Failure;
+use crate::store::{LogLevel, RunId};
+
+const NOT_A_REPOSITORY_HINT: &str = "'worktree: auto' runs in a new git worktree of the repository that holds the \
+work dir: run from inside a git repository with at least one commit (or --work-dir one), or remove \
+'worktree: auto' to run in the directory itself";
+
+/// What a launch does about the worktree, decided before the sandbox is resolved (the resolution binds the
+/// worktree's path as the workspace).
+#[derive(Debug)]
+pub(super) enum Planned {
+    /// The workflow runs in place.
+    InPlace,
+    /// The worktree goes to `path`, a worktree of `repo_root`.
+    At { repo_root: PathBuf, path: PathBuf },
+    /// The work dir is not in a git repository: the run fails `WORKTREE_FAILED` once its record exists.
+    Refused(String),
+}
+
+impl Planned {
+    /// `<store>/worktrees/<run id>` for a `worktree: auto` workflow whose work dir is inside a repository.
+    pub(super) fn of(cfg: &Config, wf: &Workflow, work_dir: &Path, store_dir: &Path, id: &RunId) -> Planned {
+        if wf.worktree != WorktreeMode::Auto {
+            return Planned::InPlace;
+        }
+        match source_repo(work_dir, &cfg.env) {
+            Ok(repo_root) => Planned::At {
+                repo_root,
+                path: store_dir.join("worktrees").join(id.to_string()),
+            },
+            Err(e) => Planned::Refused(format!(
+                "{} is not inside a git repository ({e})",
+                work_dir.display()
+            )),
+        }
+    }
+
+    /// The work dir and repository root the run uses (the worktree's, when there is one).
+    pub(super) fn dirs(&self, work_dir: &Path, repo_root: Option<&Path>) -> (PathBuf, Option<PathBuf>) {
+        match self {
+            Planned::At { repo_root, path } => (path.clone(), Some(repo_root.clone())),
+            _ => (work_dir.to_path_buf(), repo_root.map(Path::to_path_buf)),
+        }
+    }
+
+    /// Creates the worktree (the run record exists): the worktree, or the `WORKTREE_FAILED` failure.
+    pub(super) fn create(self, cfg: &Config, em: &Emitter) -> Result<Option<Worktree>, Failure> {
+        match self {
+            Planned::InPlace => Ok(None),
+            Planned::Refused(reason) => {
+                em.update(|d| d.worktree = true);
+                Err(refusal(reason))
+            }
+            Planned::At { repo_root, path } => {
+                em.update(|d| d.worktree = true);
+                let wt = create_worktree(&repo_root, &path, &cfg.env).map_err(|e| refusal(e.to_string()))?;
+                let base = wt.base_commit.clone();
+                em.update(|d| d.base_commit = Some(base));
+                em.log(
+                    LogLevel::Info,
+                    &format!(
+                        "worktree: {} at {} (detached HEAD {})",
+                        wt.path.display(),
+                        repo_root.display(),
+                        short(&wt.base_commit)
+                    ),
+                );
+                Ok(Some(wt))
+            }
+        }
+    }
+}
+
+/// `WORKTREE_FAILED` with `reason` and the way out.
+pub(super) fn refusal(reason: String) -> Failure {
+    Failure::new(FailureCode::WorktreeFailed, reason).hint(Some(NOT_A_REPOSITORY_HINT.to_owned()))
+}
+
+/// The recorded worktree of a run being resumed (`Err` with the reason when it is gone or no longer a
+/// worktree of the repository).
+pub(super) fn reopen(
+    cfg: &Config,
+    repo_root: Option<&Path>,
+    work_dir: &Path,
+    base: Option<&str>,
+) -> Result<Worktree, String> {
+    let (Some(root), Some(base)) = (repo_root, base) else {
+        return Err("the run record names no repository or base commit for its worktree".into());
+    };
+    reopen_worktree(root, work_dir, base, &cfg.env).map_err(|e| e.to_string())
+}
+
+/// After a `finished` run's sandbox is gone: commit what the run changed, branch it, remove the worktree, and
+/// record `final_commit` / `final_branch`. A git failure keeps the worktree (nothing is lost) and is logged as
+/// an error. Returns the branch, when one was created.
+pub(super) fn finish(
+    cfg: &Config,
+    em: &Emitter,
+    wt: &Worktree,
+    repo_root: &Path,
+    workflow: &str,
+) -> Option<String> {
+    let name = em.run().document().name.clone();
+    match finish_worktree(repo_root, wt, workflow, &name, &cfg.env) {
+        Ok(done) => {
+            let message = match &done.final_branch {
+                Some(b) => format!(
+                    "worktree: the run's changes are on branch {b} ({}); worktree removed",
+                    short(&done.final_commit)
+                ),
+                None => "worktree: the run changed nothing; worktree removed".to_owned(),
+            };
+            em.log(LogLevel::Info, &message);
+            let branch = done.final_branch.clone();
+            em.update(|d| {
+                d.final_commit = Some(done.final_commit);
+                d.final_branch = done.final_branch;
+            });
+            branch
+        }
+        Err(e) => {
+            em.log(
+                LogLevel::Error,
+                &format!("{e}; the worktree is kept at {}", wt.path.display()),
+            );
+            None
+        }
+    }
+}
+
+fn short(commit: &str) -> &str {
+    commit.get(..12).unwrap_or(commit)
+}
