@@ -158,3 +158,66 @@ fn outside_a_repository_the_run_fails_worktree_failed() {
     );
     assert!(!outside.join("ran.txt").exists(), "a node ran");
 }
+
+#[test]
+fn a_failed_run_keeps_its_worktree_and_resume_reuses_it() {
+    if !engine_ready("escapes::worktree::resume") {
+        return;
+    }
+    let h = committed();
+    // Fails until a file `go` exists in its work dir, which only the operator creates (between the runs).
+    let script = "echo partial > partial.txt; test -f go || exit 3; echo '{\"done\": true}'";
+    let out = h.run_workflow("quick.bot", &workflow(script));
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let (id, doc) = single_run(&h, &out);
+    assert_eq!(doc["status"], "failed_resumable", "{doc:#}");
+    let work_dir = std::path::PathBuf::from(doc["work_dir"].as_str().unwrap());
+    assert!(
+        work_dir.join("partial.txt").is_file(),
+        "the worktree was not kept"
+    );
+    assert!(doc.get("final_commit").is_none(), "{doc:#}");
+    std::fs::write(work_dir.join("go"), "").unwrap();
+    let out = h.iterion(&["resume", "--run-id", &id, "--json"]);
+    assert!(out.status.success(), "{}", show(&out));
+    let doc = h.doc(&id);
+    assert_eq!(doc["status"], "finished", "{doc:#}");
+    let branch = doc["final_branch"].as_str().expect("a branch");
+    assert_eq!(
+        git(&h.repo(), &["show", &format!("{branch}:partial.txt")]),
+        "partial"
+    );
+    assert!(
+        !work_dir.exists(),
+        "the worktree was not removed after the resumed run finished"
+    );
+}
+
+#[test]
+fn a_resume_whose_worktree_is_gone_is_refused() {
+    if !engine_ready("escapes::worktree::resume_gone") {
+        return;
+    }
+    let h = committed();
+    let out = h.run_workflow("quick.bot", &workflow("exit 3"));
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let (id, doc) = single_run(&h, &out);
+    assert_eq!(doc["status"], "failed_resumable", "{doc:#}");
+    git(
+        &h.repo(),
+        &["worktree", "remove", "--force", doc["work_dir"].as_str().unwrap()],
+    );
+    let out = h.iterion(&["resume", "--run-id", &id]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("the run's worktree cannot be reused"),
+        "{}",
+        show(&out)
+    );
+    assert_eq!(
+        h.doc(&id)["status"],
+        "failed_resumable",
+        "the refused resume changed the record"
+    );
+}
