@@ -92,9 +92,16 @@ pub struct RunArgs {
 /// Arguments of `iterion resume`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ResumeArgs {
-    /// The run to resume.
-    #[arg(long, value_name = "ID", required = true)]
-    pub run_id: String,
+    /// The run to resume: its id, its name, or a unique prefix of its id.
+    #[arg(
+        value_name = "RUN",
+        required_unless_present = "run_id",
+        conflicts_with = "run_id"
+    )]
+    pub run: Option<String>,
+    /// The run to resume (the same as the positional RUN).
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
     /// Run store directory.
     #[arg(long, value_name = "DIR")]
     pub store_dir: Option<PathBuf>,
@@ -560,11 +567,12 @@ fn print_outcome(p: &Printer, o: &Outcome) {
     }
 }
 
+/// 0 finished; [`signal_exit`] for a run cancelled by a signal; 1 otherwise.
 fn exit_of(o: &Outcome) -> ExitCode {
-    if o.status == RunStatus::Finished {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
+    match o.status {
+        RunStatus::Finished => ExitCode::SUCCESS,
+        RunStatus::Cancelled => ExitCode::from(o.error.as_deref().and_then(signal_exit).unwrap_or(1)),
+        _ => ExitCode::from(1),
     }
 }
 
@@ -716,6 +724,14 @@ pub fn run(args: RunArgs, env: &BTreeMap<String, String>) -> ExitCode {
 fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, Early> {
     let p = prepare_common(env, args.log_level.as_deref(), args.timeout.as_deref())?;
     let work_dir = store::absolutize(args.work_dir.as_deref().unwrap_or(&p.cwd), &p.cwd);
+    if !work_dir.is_dir() {
+        return Err(usage(format!(
+            "--work-dir {}: not a directory",
+            work_dir.display()
+        )));
+    }
+    // The project anchor: the repository root of the work dir decides the store and the devcontainer.
+    let anchor = iterion_host::repo_root(&work_dir);
     // Regular files only, bounded (the same reader as `validate`); before any driver is selected.
     let compiled = iterion_runtime::api::compile(&args.file, &p.cwd, &p.env).map_err(|e| match e {
         iterion_runtime::Error::Io { path, source, .. } => {
@@ -751,10 +767,24 @@ fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, 
     let host = HostFacts::of_process(&p.env, &p.cwd);
     let store_dir = store::store_dir(StoreDirRequest {
         store_dir: args.store_dir.as_deref(),
-        project_dir: file.parent().unwrap_or(Path::new("/")),
+        project_dir: &anchor,
         cwd: &p.cwd,
         data_dir: &host.data_dir,
     });
+    let host_only = args.sandbox.sandbox == Some(ModeArg::None);
+    if !anchor.join(".git").exists() && !args.dry_run && !args.json && !host_only {
+        eprintln!(
+            "{}",
+            format_log(
+                "WARN ",
+                &format!(
+                    "{} is not inside a git repository: it is the project (store, devcontainer lookup) and, when a \
+                     sandbox starts, the workspace mounted read-write into it",
+                    work_dir.display()
+                )
+            )
+        );
+    }
     let rt = tokio_rt()?;
     let printer = printer(args.json, &p, args.timeout.clone());
     let cancel = Cancel::new();
@@ -819,7 +849,23 @@ fn runtime_early(e: iterion_runtime::Error) -> Early {
         | E::UnknownPreset { .. }
         | E::InvalidLaunch { .. }
         | E::InvalidRunId { .. } => usage(e.to_string()),
+        E::CancelledBeforeStart { ref reason } => Early {
+            code: signal_exit(reason).unwrap_or(1),
+            message: e.to_string(),
+            diagnostics: None,
+        },
         other => fail1(other.to_string()),
+    }
+}
+
+/// 128 + the signal's number for a cancellation by SIGINT (130), SIGTERM (143) or SIGHUP (129), as shells
+/// report a process ended by a signal.
+fn signal_exit(reason: &str) -> Option<u8> {
+    match reason {
+        "signal SIGINT" => Some(130),
+        "signal SIGTERM" => Some(143),
+        "signal SIGHUP" => Some(129),
+        _ => None,
     }
 }
 
@@ -835,28 +881,26 @@ pub fn resume(args: ResumeArgs, env: &BTreeMap<String, String>) -> ExitCode {
 fn resume_inner(args: ResumeArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, Early> {
     let p = prepare_common(env, args.log_level.as_deref(), args.timeout.as_deref())?;
     let host = HostFacts::of_process(&p.env, &p.cwd);
-    let project = args
-        .file
-        .as_ref()
-        .map(|f| store::absolutize(f, &p.cwd))
-        .and_then(|f| f.parent().map(Path::to_path_buf))
-        .unwrap_or_else(|| p.cwd.clone());
-    let store_dir = store::store_dir(StoreDirRequest {
-        store_dir: args.store_dir.as_deref(),
-        project_dir: &project,
-        cwd: &p.cwd,
-        data_dir: &host.data_dir,
-    });
+    // The store of the current project, as `iterion run` and `iterion runs` find it.
+    let store_dir = crate::cmd_runs::resolve_store(args.store_dir.as_deref(), &p.env, &p.cwd);
+    let query = args.run.clone().or(args.run_id.clone()).unwrap_or_default();
+    let run_id = crate::cmd_runs::find_run(&iterion_runtime::store::Store::at(&store_dir), &query).map_err(
+        |(code, message)| Early {
+            code,
+            message,
+            diagnostics: None,
+        },
+    )?;
     let flags = flags_of(&args.sandbox, &p.env)?;
     // The record decides the workflow file, the work dir and the sandbox inputs: check its integrity tag
     // before reading anything from it.
     let key = store::RecordKey::load_or_create(&host.data_dir).map_err(|e| fail1(e.to_string()))?;
     let previous_store = iterion_runtime::store::Store::at(&store_dir).with_record_key(Some(key));
     previous_store
-        .check_record(&args.run_id, args.force)
+        .check_record(&run_id, args.force)
         .map_err(|e| fail1(e.to_string()))?;
     let previous = previous_store
-        .read_run(&args.run_id)
+        .read_run(&run_id)
         .map_err(|e| fail1(e.to_string()))?;
     let forced = args
         .sandbox
@@ -884,7 +928,7 @@ fn resume_inner(args: ResumeArgs, env: &BTreeMap<String, String>) -> Result<Exit
         watch_signals(cancel.clone());
         let runtime = runtime(&p, forced, printer.clone(), cancel.clone(), &store_dir).await?;
         let _ = runtime.reap_orphans().await;
-        let mut r = Resume::new(&args.run_id, &store_dir);
+        let mut r = Resume::new(&run_id, &store_dir);
         r.file = args.file.as_ref().map(|f| store::absolutize(f, &p.cwd));
         r.force = args.force;
         r.sandbox = flags;

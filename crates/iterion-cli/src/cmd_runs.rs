@@ -22,18 +22,25 @@ pub struct RunsArgs {
 
 #[derive(Debug, clap::Subcommand)]
 enum RunsCommand {
-    /// List the runs of a store (id, name, status, failure code, workflow, started, duration).
+    /// List the runs of a store, newest first (id, name, status, failure code, workflow, started, duration).
     List {
-        /// Run store directory (default: the store of the current directory).
+        /// Run store directory (default: the store of the current project).
         #[arg(long, value_name = "DIR")]
         store_dir: Option<PathBuf>,
+        /// Show at most N runs (the newest).
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+        /// Only runs with this status (running, finished, failed, failed_resumable, cancelled).
+        #[arg(long, value_name = "STATUS")]
+        status: Option<String>,
         /// One JSON object per run, one per line.
         #[arg(long)]
         json: bool,
     },
     /// Show the run document of one run (and its events).
     Show {
-        /// The run id.
+        /// The run: its id, its name, or a unique prefix of its id.
+        #[arg(value_name = "RUN")]
         run_id: String,
         /// Also print the run's events.
         #[arg(long)]
@@ -57,9 +64,15 @@ pub fn run(args: RunsArgs, env: &BTreeMap<String, String>) -> ExitCode {
     let out = std::io::stdout();
     let mut out = out.lock();
     let code = match args.command {
-        RunsCommand::List { store_dir, json } => {
+        RunsCommand::List {
+            store_dir,
+            limit,
+            status,
+            json,
+        } => {
             let store = Store::at(resolve_store(store_dir.as_deref(), env, &cwd));
-            list(&store, json, &mut out)
+            let filter = Filter { limit, status };
+            list(&store, &filter, json, &mut out)
         }
         RunsCommand::Show {
             run_id,
@@ -75,14 +88,34 @@ pub fn run(args: RunsArgs, env: &BTreeMap<String, String>) -> ExitCode {
     code
 }
 
-fn resolve_store(flag: Option<&Path>, env: &BTreeMap<String, String>, cwd: &Path) -> PathBuf {
+/// The store of the project the current directory belongs to (its repository root), as `iterion run` uses it.
+pub(crate) fn resolve_store(flag: Option<&Path>, env: &BTreeMap<String, String>, cwd: &Path) -> PathBuf {
     let data = iterion_host::data_dir(env, cwd);
     store::store_dir(StoreDirRequest {
         store_dir: flag,
-        project_dir: cwd,
+        project_dir: &iterion_host::repo_root(cwd),
         cwd,
         data_dir: &data,
     })
+}
+
+/// The id of the run `query` names in `store` (id, name or unique id prefix), or the error to print with its
+/// exit code: 1 with a hint for an unknown or ambiguous run, 2 for a malformed one.
+pub(crate) fn find_run(store: &Store, query: &str) -> Result<String, (u8, String)> {
+    match store.find_run(query) {
+        Ok(id) => Ok(id),
+        Err(e @ (RuntimeError::RunNotFound { .. } | RuntimeError::AmbiguousRun { .. })) => Err((
+            1,
+            format!("{e}\n  hint: `iterion runs list` shows the runs of this project (or pass --store-dir)"),
+        )),
+        Err(e) => Err((1, error_chain(&e))),
+    }
+}
+
+/// `runs list` filters.
+struct Filter {
+    limit: Option<usize>,
+    status: Option<String>,
 }
 
 fn fail(code: u8, message: &str) -> ExitCode {
@@ -109,11 +142,26 @@ fn human_duration(d: Duration) -> String {
     }
 }
 
-fn list(store: &Store, json: bool, out: &mut impl Write) -> ExitCode {
-    let entries = match store.list_runs() {
+fn list(store: &Store, filter: &Filter, json: bool, out: &mut impl Write) -> ExitCode {
+    let mut entries = match store.list_runs() {
         Ok(e) => e,
         Err(e) => return fail(1, &e.to_string()),
     };
+    if let Some(want) = &filter.status {
+        let Some(want) = iterion_runtime::status::RunStatus::parse(want) else {
+            return fail(
+                2,
+                &format!(
+                    "invalid status '{want}' (want running, finished, failed, failed_resumable or cancelled)"
+                ),
+            );
+        };
+        entries.retain(|e| e.document.as_ref().is_ok_and(|d| d.status == want));
+    }
+    entries.reverse();
+    if let Some(n) = filter.limit {
+        entries.truncate(n);
+    }
     if json {
         for e in &entries {
             let v = match &e.document {
@@ -194,10 +242,15 @@ fn list(store: &Store, json: bool, out: &mut impl Write) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn show(store: &Store, run_id: &str, with_events: bool, json: bool, out: &mut impl Write) -> ExitCode {
-    if let Err(e) = store::validate_component("run id", run_id) {
+fn show(store: &Store, query: &str, with_events: bool, json: bool, out: &mut impl Write) -> ExitCode {
+    if let Err(e) = store::validate_component("run id", query) {
         return fail(2, &e.to_string());
     }
+    let run_id = match find_run(store, query) {
+        Ok(id) => id,
+        Err((code, message)) => return fail(code, &message),
+    };
+    let run_id = run_id.as_str();
     let doc = match store.read_run(run_id) {
         Ok(d) => d,
         Err(e @ RuntimeError::RunNotFound { .. }) => return fail(1, &e.to_string()),

@@ -118,13 +118,14 @@ fn list_prints_a_table() {
         cols(lines[0]),
         ["ID", "NAME", "STATUS", "CODE", "WORKFLOW", "STARTED", "DURATION"]
     );
-    let a = cols(lines[1]);
+    // newest first
+    let a = cols(lines[2]);
     assert_eq!(a[0], "a");
     assert_eq!(
         &a[2..],
         ["finished", "-", "release_gate", "2026-01-14T09:00:00Z", "3m07s"]
     );
-    let b = cols(lines[2]);
+    let b = cols(lines[1]);
     assert_eq!(b[0], "b");
     assert_eq!(b[2], "failed_resumable");
     assert_eq!(b[3], "SANDBOX_SETUP_TIMEOUT");
@@ -145,11 +146,12 @@ fn list_json_is_one_object_per_run() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(rows.len(), 2);
-    assert_eq!(rows[0]["id"], "a");
-    assert_eq!(rows[0]["status"], "finished");
-    assert_eq!(rows[0]["duration_ms"], 187_000);
-    assert_eq!(rows[1]["failure_code"], "SANDBOX_SETUP_TIMEOUT");
-    assert_eq!(rows[1]["duration_ms"], 3500);
+    // newest first
+    assert_eq!(rows[1]["id"], "a");
+    assert_eq!(rows[1]["status"], "finished");
+    assert_eq!(rows[1]["duration_ms"], 187_000);
+    assert_eq!(rows[0]["failure_code"], "SANDBOX_SETUP_TIMEOUT");
+    assert_eq!(rows[0]["duration_ms"], 3500);
 }
 
 #[test]
@@ -300,4 +302,153 @@ fn help_exits_0() {
     let o = iterion(&["runs", "list", "--help"], tmp.path());
     assert_eq!(o.status.code(), Some(0));
     assert!(stdout(&o).contains("--store-dir"));
+}
+
+/// A store with three runs whose ids share prefixes: `abcd1234` (finished), `abcd5678` (failed_resumable) and
+/// `ffff0000` (finished, newest).
+fn prefixed(root: &Path) -> (Store, Vec<String>) {
+    let store = Store::create(root).unwrap().with_log_clock(LogClock::utc());
+    let mut names = Vec::new();
+    for (id, created, ok) in [
+        ("abcd1234", "2026-01-14T09:00:00Z", true),
+        ("abcd5678", "2026-01-14T10:00:00Z", false),
+        ("ffff0000", "2026-01-14T11:00:00Z", true),
+    ] {
+        let mut r = store
+            .create_run(&RunId::parse(id).unwrap(), new_run(id, created))
+            .unwrap();
+        if ok {
+            r.transition(Transition::Finish).unwrap();
+        } else {
+            r.transition(Transition::FailResumable {
+                code: FailureCode::ExecutionFailed,
+                error: "boom".into(),
+                phase: None,
+                checkpoint: Some(Checkpoint::stub("build", Default::default())),
+            })
+            .unwrap();
+        }
+        names.push(r.document().name.clone());
+    }
+    (store, names)
+}
+
+#[test]
+fn runs_are_found_by_id_name_or_unique_prefix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let (_, names) = prefixed(&store);
+    let s = store.to_str().unwrap();
+    let show = |q: &str| iterion(&["runs", "show", q, "--json", "--store-dir", s], tmp.path());
+    let id_of = |o: &Output| -> String {
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["id"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(id_of(&show("abcd5678")), "abcd5678");
+    assert_eq!(id_of(&show(&names[1])), "abcd5678", "by name");
+    assert_eq!(id_of(&show("abcd1")), "abcd1234", "by unique prefix");
+    let o = show("abcd");
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("'abcd' matches 2 runs") && err.contains("abcd1234, abcd5678"),
+        "{err}"
+    );
+    let o = show("nothing-like-it");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("hint: `iterion runs list`"), "{}", stderr(&o));
+    // too short to be taken as a prefix
+    assert_eq!(show("abc").status.code(), Some(1));
+    // resume resolves the same way (and refuses a finished run by its full id)
+    let o = iterion(&["resume", &names[2], "--store-dir", s], tmp.path());
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("ffff0000"), "{}", stderr(&o));
+    let o = iterion(&["resume", "zzzz", "--store-dir", s], tmp.path());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("hint: `iterion runs list`"), "{}", stderr(&o));
+}
+
+#[test]
+fn list_is_newest_first_with_limit_and_status() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    prefixed(&store);
+    let s = store.to_str().unwrap();
+    let ids = |args: &[&str]| -> Vec<String> {
+        let mut a = vec!["runs", "list", "--json", "--store-dir", s];
+        a.extend(args);
+        let o = iterion(&a, tmp.path());
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        stdout(&o)
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect()
+    };
+    assert_eq!(ids(&[]), ["ffff0000", "abcd5678", "abcd1234"]);
+    assert_eq!(ids(&["--limit", "1"]), ["ffff0000"]);
+    assert_eq!(ids(&["--status", "finished"]), ["ffff0000", "abcd1234"]);
+    assert_eq!(
+        ids(&["--status", "failed-resumable", "--limit", "5"]),
+        ["abcd5678"]
+    );
+    let o = iterion(
+        &["runs", "list", "--status", "done", "--store-dir", s],
+        tmp.path(),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("invalid status 'done'"), "{}", stderr(&o));
+}
+
+/// The project anchor: a run started from anywhere in a repository lands in the store of its root, where
+/// `runs list` (from the root or a sub-folder) finds it.
+#[test]
+fn a_run_and_runs_list_share_the_repository_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(repo.join("workflows")).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir(repo.join(".git")).unwrap();
+    std::fs::write(
+        repo.join("workflows/x.bot"),
+        "tool t:\n  command: `true`\n\nworkflow x:\n  entry: t\n  sandbox: none\n  t -> done\n",
+    )
+    .unwrap();
+    let at = |dir: &Path, args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_iterion"))
+            .args(args)
+            .env_clear()
+            .env("HOME", &home)
+            .current_dir(dir)
+            .output()
+            .unwrap()
+    };
+    let o = at(&repo, &["run", "workflows/x.bot"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    for dir in [repo.clone(), repo.join("workflows")] {
+        let o = at(&dir, &["runs", "list", "--json"]);
+        assert_eq!(
+            stdout(&o).lines().count(),
+            1,
+            "from {}: {}",
+            dir.display(),
+            stdout(&o)
+        );
+    }
+    // a work dir that does not exist is a usage error, before anything runs
+    let o = at(
+        &repo,
+        &["run", "workflows/x.bot", "--work-dir", "/nonexistent/dir"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--work-dir /nonexistent/dir: not a directory"),
+        "{}",
+        stderr(&o)
+    );
 }

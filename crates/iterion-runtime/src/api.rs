@@ -378,9 +378,9 @@ impl Runtime {
         compile(path.as_ref(), work_dir, &self.cfg.env)
     }
 
-    /// Turns a compiled workflow into a [`Launch`]: the store dir (the builder's, else 05 §1.1 from the
-    /// workflow's location and the data dir), the repository root of the work dir, vars, preset, run id and
-    /// sandbox flags. A workflow with errors is [`Error::Compile`].
+    /// Turns a compiled workflow into a [`Launch`]: the repository root of the work dir (the project anchor),
+    /// the store dir (the builder's, else the project's: a managed `<repo root>/.iterion`, else
+    /// `<data dir>/projects/<key of the repo root>`), vars, preset, run id and sandbox flags. A workflow with errors is [`Error::Compile`].
     pub fn prepare(&self, compiled: Compiled, opts: RunOptions) -> Result<Launch> {
         let file = compiled.path.to_string_lossy().into_owned();
         let workflow = match compiled.workflow {
@@ -393,16 +393,17 @@ impl Runtime {
             }
         };
         let path = compiled.path;
+        // The project anchor: the repository root of the work dir decides the store and the devcontainer.
+        let repo_root = iterion_host::repo_root(&opts.work_dir);
         let store_dir = match &self.store_dir {
             Some(s) => s.clone(),
             None => crate::store::store_dir(crate::store::StoreDirRequest {
                 store_dir: None,
-                project_dir: path.parent().unwrap_or(Path::new("/")),
+                project_dir: &repo_root,
                 cwd: &opts.work_dir,
                 data_dir: &self.cfg.host.data_dir,
             }),
         };
-        let repo_root = iterion_host::repo_root(&opts.work_dir);
         let mut launch = Launch::new(workflow, path, compiled.source, store_dir, opts.work_dir);
         launch.repo_root = Some(repo_root);
         launch.vars = opts.vars;

@@ -65,6 +65,16 @@ pub enum Error {
         /// The store dir searched.
         store: PathBuf,
     },
+    /// A run name or id prefix that more than one run of the store matches.
+    #[error("'{query}' matches {} runs in {}: {}", candidates.len(), store.display(), candidates.join(", "))]
+    AmbiguousRun {
+        /// The name or prefix given.
+        query: String,
+        /// The ids it matches.
+        candidates: Vec<String>,
+        /// The store dir searched.
+        store: PathBuf,
+    },
     /// A run directory with this id already exists.
     #[error("run {run_id} already exists in {}", store.display())]
     RunExists {

@@ -40,6 +40,23 @@ impl RunStatus {
         }
     }
 
+    /// The status spelled `s` (its JSON spelling, any case; `-` taken for `_`).
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        let s = s.trim().to_ascii_lowercase().replace('-', "_");
+        [
+            RunStatus::Running,
+            RunStatus::Finished,
+            RunStatus::Failed,
+            RunStatus::FailedResumable,
+            RunStatus::Cancelled,
+            RunStatus::Queued,
+            RunStatus::PausedWaitingHuman,
+            RunStatus::PausedOperator,
+        ]
+        .into_iter()
+        .find(|st| st.as_str() == s)
+    }
+
     /// `true` for `finished`, `failed`, `failed_resumable` and `cancelled`.
     pub fn is_terminal(self) -> bool {
         matches!(

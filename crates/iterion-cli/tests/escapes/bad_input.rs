@@ -271,10 +271,12 @@ fn sigterm_while_a_run_reads_a_huge_devcontainer_ends_the_run() {
         }
     });
     assert!(sent, "{}", show(&out));
-    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
     let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    // cancelled (128 + SIGTERM), or the file refused (1)
+    let code = out.status.code();
     assert!(
-        all.contains("signal SIGTERM") || all.contains("sandbox environment is too large"),
+        (code == Some(143) && all.contains("signal SIGTERM"))
+            || (code == Some(1) && all.contains("sandbox environment is too large")),
         "{}",
         show(&out)
     );

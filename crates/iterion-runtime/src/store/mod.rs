@@ -228,6 +228,47 @@ impl Store {
         read_events(&self.existing_run_dir(run_id)?.join(names::EVENTS))
     }
 
+    /// The id of the run `query` names: a run id, a run's friendly name, or a prefix of exactly one run's id
+    /// (at least 4 characters). [`Error::RunNotFound`] when nothing matches, [`Error::AmbiguousRun`] when a
+    /// name or prefix matches several runs.
+    pub fn find_run(&self, query: &str) -> Result<String> {
+        let q = query.trim();
+        if !q.is_empty()
+            && !q.starts_with('.')
+            && !q.contains(['/', '\\'])
+            && self.runs_dir().join(q).join(names::RUN_JSON).is_file()
+        {
+            return Ok(q.to_owned());
+        }
+        let entries = self.list_runs()?;
+        let by_name: Vec<String> = entries
+            .iter()
+            .filter(|e| e.document.as_ref().is_ok_and(|d| d.name == q))
+            .map(|e| e.id.clone())
+            .collect();
+        let candidates = if by_name.is_empty() && q.len() >= 4 {
+            entries
+                .iter()
+                .filter(|e| e.id.starts_with(q))
+                .map(|e| e.id.clone())
+                .collect()
+        } else {
+            by_name
+        };
+        match candidates.len() {
+            1 => Ok(candidates.into_iter().next().unwrap_or_default()),
+            0 => Err(Error::RunNotFound {
+                run_id: q.to_owned(),
+                store: self.root.clone(),
+            }),
+            _ => Err(Error::AmbiguousRun {
+                query: q.to_owned(),
+                candidates,
+                store: self.root.clone(),
+            }),
+        }
+    }
+
     /// Every run directory of the store with its decoded document, sorted by creation time then id. A store
     /// without `runs/` has no runs.
     pub fn list_runs(&self) -> Result<Vec<RunEntry>> {
