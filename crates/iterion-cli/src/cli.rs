@@ -25,6 +25,8 @@ pub enum Command {
     Netproxy(crate::cmd_netproxy::NetproxyArgs),
     /// Sandbox tools: `iterion sandbox doctor`.
     Sandbox(crate::cmd_doctor::SandboxArgs),
+    /// Print the shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(crate::cmd_completions::CompletionsArgs),
     /// The boundary probe program of `sandbox doctor --probe`, run inside sandboxes.
     #[command(name = "__sandbox-probe", hide = true)]
     SandboxProbe(crate::probe::ProbeArgs),
@@ -39,6 +41,7 @@ pub fn dispatch(cli: Cli, env: &BTreeMap<String, String>) -> ExitCode {
         Command::Runs(args) => crate::cmd_runs::run(args, env),
         Command::Netproxy(args) => crate::cmd_netproxy::run(args, env),
         Command::Sandbox(args) => crate::cmd_doctor::run(args, env),
+        Command::Completions(args) => crate::cmd_completions::run(args),
         Command::SandboxProbe(args) => crate::probe::run(args, env),
     }
 }

@@ -3,6 +3,7 @@ use clap::Parser;
 use std::collections::BTreeMap;
 
 mod cli;
+mod cmd_completions;
 mod cmd_doctor;
 mod cmd_netproxy;
 mod cmd_run;

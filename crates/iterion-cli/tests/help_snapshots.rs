@@ -194,3 +194,18 @@ fn the_redactions_replace_only_what_varies() {
          node t: finished ([SECS]s)\n"
     );
 }
+
+#[test]
+fn completions_cover_every_command() {
+    let home = tempfile::tempdir().expect("tempdir");
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let o = iterion(&["completions", shell], home.path(), home.path());
+        assert_eq!(o.status.code(), Some(0), "{shell}: {}", transcript(&o));
+        let script = String::from_utf8_lossy(&o.stdout);
+        for word in ["validate", "resume", "runs", "sandbox", "doctor", "--dry-run"] {
+            assert!(script.contains(word), "{shell}: no '{word}' in the script");
+        }
+    }
+    let o = iterion(&["completions", "tcsh"], home.path(), home.path());
+    assert_eq!(o.status.code(), Some(2), "{}", transcript(&o));
+}
