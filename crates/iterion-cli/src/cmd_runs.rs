@@ -1,4 +1,4 @@
-//! `iterion runs list` and `iterion runs show ID` (06 §10): read-only views of a run store.
+//! `iterion runs list`, `show`, `rm` and `prune`: views of a run store, and removing runs from it.
 //!
 //! Store dir: `--store-dir`, else the store of the current directory as for a workflow file located there
 //! (05 §1.1: a managed `./.iterion`, else `<data dir>/projects/<key>`).
@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use iterion_runtime::Error as RuntimeError;
 use iterion_runtime::events::{EventRecord, parse_timestamp};
+use iterion_runtime::lifecycle::housekeeping::{PruneFilter, RunRemoval, prune_candidates, remove_run};
 use iterion_runtime::store::{self, RunDocument, Store, StoreDirRequest, names};
 
 /// `iterion runs …`: inspect the runs of a store.
@@ -34,6 +35,45 @@ enum RunsCommand {
         #[arg(long, value_name = "STATUS")]
         status: Option<String>,
         /// One JSON object per run, one per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove runs (their directories, and the worktree a worktree run kept); a run in progress is refused.
+    #[command(
+        after_help = "EXAMPLES:\n  iterion runs rm brisk-otter-d894\n  iterion runs rm 01a2320f 01a2331c\n\n\
+EXIT CODES:\n  0 every run was removed; 1 a run was not found, is in progress or could not be removed; 2 a usage error"
+    )]
+    Rm {
+        /// The runs: ids, names or unique id prefixes.
+        #[arg(value_name = "RUN", required = true)]
+        runs: Vec<String>,
+        /// Run store directory (default: the store of the current project).
+        #[arg(long, value_name = "DIR")]
+        store_dir: Option<PathBuf>,
+        /// One JSON object per removed run, one per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove the runs that are not in progress, by age and status: lists them unless --yes is given.
+    #[command(
+        after_help = "EXAMPLES:\n  iterion runs prune --older-than 7d            # list what would go\n  \
+iterion runs prune --older-than 7d --yes      # remove it\n  iterion runs prune --status failed --status cancelled --yes\n\n\
+EXIT CODES:\n  0 listed, or every selected run removed; 1 a run could not be removed; 2 a usage error"
+    )]
+    Prune {
+        /// Only runs started longer ago than this (`90m`, `12h`, `7d`).
+        #[arg(long, value_name = "DURATION")]
+        older_than: Option<String>,
+        /// Only runs with this status (repeatable; default: every status but running).
+        #[arg(long, value_name = "STATUS")]
+        status: Vec<String>,
+        /// Remove the selected runs (without it, they are only listed).
+        #[arg(long)]
+        yes: bool,
+        /// Run store directory (default: the store of the current project).
+        #[arg(long, value_name = "DIR")]
+        store_dir: Option<PathBuf>,
+        /// One JSON document: the selected runs, whether they were removed, the errors.
         #[arg(long)]
         json: bool,
     },
@@ -74,6 +114,27 @@ pub fn run(args: RunsArgs, env: &BTreeMap<String, String>) -> ExitCode {
             let filter = Filter { limit, status };
             list(&store, &filter, json, &mut out)
         }
+        RunsCommand::Rm {
+            runs,
+            store_dir,
+            json,
+        } => {
+            let store = Store::at(resolve_store(store_dir.as_deref(), env, &cwd));
+            remove(&store, &runs, env, json, &mut out)
+        }
+        RunsCommand::Prune {
+            older_than,
+            status,
+            yes,
+            store_dir,
+            json,
+        } => {
+            let store = Store::at(resolve_store(store_dir.as_deref(), env, &cwd));
+            match prune_filter(older_than.as_deref(), &status) {
+                Ok(f) => prune(&store, &f, yes, env, json, &mut out),
+                Err(m) => fail(2, &m),
+            }
+        }
         RunsCommand::Show {
             run_id,
             events,
@@ -109,6 +170,135 @@ pub(crate) fn find_run(store: &Store, query: &str) -> Result<String, (u8, String
             format!("{e}\n  hint: `iterion runs list` shows the runs of this project (or pass --store-dir)"),
         )),
         Err(e) => Err((1, error_chain(&e))),
+    }
+}
+
+fn parse_status(s: &str) -> Result<iterion_runtime::status::RunStatus, String> {
+    iterion_runtime::status::RunStatus::parse(s).ok_or_else(|| {
+        format!("invalid status '{s}' (want running, finished, failed, failed_resumable or cancelled)")
+    })
+}
+
+fn prune_filter(older_than: Option<&str>, statuses: &[String]) -> Result<PruneFilter, String> {
+    let mut f = PruneFilter::new();
+    if let Some(d) = older_than {
+        // the durations of the language, plus whole days (`7d`)
+        let days = d
+            .trim()
+            .strip_suffix('d')
+            .and_then(|n| n.parse::<u64>().ok())
+            .map(|n| Duration::from_secs(n.saturating_mul(86_400)));
+        f.older_than = Some(
+            days.or_else(|| iterion_spec::duration::parse(d.trim()))
+                .ok_or_else(|| {
+                    format!("invalid --older-than '{d}' (want a duration such as 90m, 12h or 7d)")
+                })?,
+        );
+    }
+    for s in statuses {
+        f.statuses.push(parse_status(s)?);
+    }
+    Ok(f)
+}
+
+fn removal_line(r: &RunRemoval) -> String {
+    let mut line = format!(
+        "{}  {}  {}  {}",
+        r.id,
+        r.name,
+        r.status.map_or("unreadable", |s| s.as_str()),
+        r.started.as_deref().unwrap_or("-")
+    );
+    if let Some(w) = &r.worktree {
+        line.push_str(&format!("  (worktree {})", w.display()));
+    }
+    clean(&line).into_owned()
+}
+
+fn remove(
+    store: &Store,
+    queries: &[String],
+    env: &BTreeMap<String, String>,
+    json: bool,
+    out: &mut impl Write,
+) -> ExitCode {
+    let mut code = ExitCode::SUCCESS;
+    for q in queries {
+        if let Err(e) = store::validate_component("run id", q) {
+            return fail(2, &e.to_string());
+        }
+        let removed =
+            find_run(store, q).and_then(|id| remove_run(store, &id, env).map_err(|e| (1, error_chain(&e))));
+        match removed {
+            Ok(r) if json => {
+                let _ = writeln!(out, "{}", serde_json::to_value(&r).unwrap_or_default());
+            }
+            Ok(r) => {
+                let _ = writeln!(out, "removed {}", removal_line(&r));
+            }
+            Err((c, message)) => {
+                code = fail(c, &message);
+            }
+        }
+    }
+    code
+}
+
+fn prune(
+    store: &Store,
+    filter: &PruneFilter,
+    yes: bool,
+    env: &BTreeMap<String, String>,
+    json: bool,
+    out: &mut impl Write,
+) -> ExitCode {
+    let selected = match prune_candidates(store, filter, std::time::SystemTime::now()) {
+        Ok(s) => s,
+        Err(e) => return fail(1, &error_chain(&e)),
+    };
+    let mut errors = Vec::new();
+    let mut removed = Vec::new();
+    if yes {
+        for r in &selected {
+            match remove_run(store, &r.id, env) {
+                Ok(done) => removed.push(done),
+                Err(e) => errors.push(format!("{}: {}", r.id, error_chain(&e))),
+            }
+        }
+    }
+    if json {
+        let doc = serde_json::json!({
+            "store": store.root(),
+            "dry_run": !yes,
+            "selected": selected,
+            "removed": removed.len(),
+            "errors": errors,
+        });
+        let _ = writeln!(out, "{doc}");
+    } else if selected.is_empty() {
+        let _ = writeln!(out, "no run to prune in {}", store.root().display());
+    } else if yes {
+        for r in &removed {
+            let _ = writeln!(out, "removed {}", removal_line(r));
+        }
+    } else {
+        let _ = writeln!(
+            out,
+            "would remove {} run(s) from {} (add --yes to remove them):",
+            selected.len(),
+            store.root().display()
+        );
+        for r in &selected {
+            let _ = writeln!(out, "  {}", removal_line(r));
+        }
+    }
+    for e in &errors {
+        eprintln!("iterion: error: {}", clean(e));
+    }
+    if errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     }
 }
 
@@ -148,13 +338,9 @@ fn list(store: &Store, filter: &Filter, json: bool, out: &mut impl Write) -> Exi
         Err(e) => return fail(1, &e.to_string()),
     };
     if let Some(want) = &filter.status {
-        let Some(want) = iterion_runtime::status::RunStatus::parse(want) else {
-            return fail(
-                2,
-                &format!(
-                    "invalid status '{want}' (want running, finished, failed, failed_resumable or cancelled)"
-                ),
-            );
+        let want = match parse_status(want) {
+            Ok(w) => w,
+            Err(m) => return fail(2, &m),
         };
         entries.retain(|e| e.document.as_ref().is_ok_and(|d| d.status == want));
     }

@@ -452,3 +452,142 @@ fn a_run_and_runs_list_share_the_repository_store() {
         stderr(&o)
     );
 }
+
+#[test]
+fn rm_removes_runs_by_name_and_refuses_one_in_progress() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("store");
+    let (store, names) = prefixed(&root);
+    let s = root.to_str().unwrap();
+    let o = iterion(&["runs", "rm", &names[0], "--store-dir", s], tmp.path());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("removed abcd1234"), "{}", stdout(&o));
+    assert!(!root.join("runs/abcd1234").exists());
+    // a process holds abcd5678
+    let held = store.open_run("abcd5678", &Owner::current()).unwrap();
+    let o = iterion(&["runs", "rm", "abcd5678", "--store-dir", s], tmp.path());
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(stderr(&o).contains("locked by another process"), "{}", stderr(&o));
+    assert!(root.join("runs/abcd5678/run.json").is_file());
+    drop(held);
+    let o = iterion(&["runs", "rm", "abcd5678", "nope", "--store-dir", s], tmp.path());
+    assert_eq!(o.status.code(), Some(1), "the unknown run fails the command");
+    assert!(
+        !root.join("runs/abcd5678").exists(),
+        "the known run is removed anyway"
+    );
+    let o = iterion(&["runs", "rm", "../x", "--store-dir", s], tmp.path());
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn prune_lists_by_default_and_removes_with_yes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("store");
+    let (store, _) = prefixed(&root);
+    // a run in progress is never selected
+    store
+        .create_run(
+            &RunId::parse("running1").unwrap(),
+            new_run("running1", "2026-01-14T08:00:00Z"),
+        )
+        .map(drop)
+        .unwrap();
+    let s = root.to_str().unwrap();
+    let o = iterion(&["runs", "prune", "--store-dir", s], tmp.path());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.starts_with("would remove 3 run(s)"), "{out}");
+    assert!(!out.contains("running1"), "{out}");
+    assert!(root.join("runs/abcd1234").exists(), "a dry run removed something");
+    let o = iterion(
+        &[
+            "runs",
+            "prune",
+            "--status",
+            "finished",
+            "--older-than",
+            "30d",
+            "--json",
+            "--store-dir",
+            s,
+        ],
+        tmp.path(),
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["dry_run"], true);
+    let ids: Vec<&str> = doc["selected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["abcd1234", "ffff0000"]);
+    let o = iterion(
+        &["runs", "prune", "--status", "finished", "--yes", "--store-dir", s],
+        tmp.path(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(!root.join("runs/abcd1234").exists() && !root.join("runs/ffff0000").exists());
+    assert!(root.join("runs/abcd5678").exists() && root.join("runs/running1").exists());
+    // nothing is that old
+    let o = iterion(
+        &["runs", "prune", "--older-than", "100000d", "--store-dir", s],
+        tmp.path(),
+    );
+    assert!(stdout(&o).starts_with("no run to prune"), "{}", stdout(&o));
+    for bad in [["--older-than", "soon"], ["--status", "done"]] {
+        let mut a = vec!["runs", "prune", "--store-dir", s];
+        a.extend(bad);
+        assert_eq!(iterion(&a, tmp.path()).status.code(), Some(2), "{bad:?}");
+    }
+}
+
+#[test]
+fn rm_removes_the_worktree_a_run_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    let git = |args: &[&str]| {
+        let o = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(&repo)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    git(&["init", "-q"]);
+    git(&["commit", "-q", "--allow-empty", "-m", "init"]);
+    let root = tmp.path().join("store");
+    let store = Store::create(&root).unwrap();
+    let wt = root.join("worktrees/wt1");
+    git(&["worktree", "add", "-q", "--detach", wt.to_str().unwrap()]);
+    let mut r = store
+        .create_run(
+            &RunId::parse("wt1").unwrap(),
+            new_run("wt1", "2026-01-14T09:00:00Z"),
+        )
+        .unwrap();
+    r.update(|d| {
+        d.worktree = true;
+        d.work_dir = wt.to_string_lossy().into_owned();
+        d.repo_root = Some(repo.to_string_lossy().into_owned());
+    })
+    .unwrap();
+    r.transition(Transition::Cancel {
+        reason: "test".into(),
+        checkpoint: Some(Checkpoint::stub("build", Default::default())),
+    })
+    .unwrap();
+    drop(r);
+    let o = iterion(
+        &["runs", "rm", "wt1", "--store-dir", root.to_str().unwrap()],
+        tmp.path(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("(worktree "), "{}", stdout(&o));
+    assert!(!wt.exists(), "the worktree is still there");
+    assert!(!git(&["worktree", "list"]).contains("wt1"), "still registered");
+}

@@ -51,5 +51,6 @@ pub use context::{
 pub use graph::execute;
 pub use vars::{VarInputs, parse_var, resolve_vars};
 pub use worktree::{
-    FinishedWorktree, Worktree, create_worktree, finish_worktree, reopen_worktree, source_repo,
+    FinishedWorktree, Worktree, create_worktree, finish_worktree, remove_worktree, reopen_worktree,
+    source_repo,
 };

@@ -218,8 +218,8 @@ pub fn reopen_worktree(
 
 /// `git worktree remove --force`; when git refuses (a `.git` file that no longer points back, which git checks
 /// before removing), the directory is deleted without following links and the registration pruned.
-fn remove(repo_root: &Path, wt: &Worktree, env: &BTreeMap<String, String>) -> Result<()> {
-    let target = wt.path.to_string_lossy();
+pub fn remove_worktree(repo_root: &Path, path: &Path, env: &BTreeMap<String, String>) -> Result<()> {
+    let target = path.to_string_lossy();
     let removed = git(
         At::Dir(repo_root),
         &["worktree", "remove", "--force", &target],
@@ -229,9 +229,9 @@ fn remove(repo_root: &Path, wt: &Worktree, env: &BTreeMap<String, String>) -> Re
     if removed.is_ok() {
         return Ok(());
     }
-    std::fs::remove_dir_all(&wt.path).map_err(|e| Error::Worktree {
+    std::fs::remove_dir_all(path).map_err(|e| Error::Worktree {
         op: "worktree remove",
-        reason: format!("cannot delete {}: {e}", wt.path.display()),
+        reason: format!("cannot delete {}: {e}", path.display()),
     })?;
     git(At::Dir(repo_root), &["worktree", "prune"], env, "worktree prune").map(|_| ())
 }
@@ -272,7 +272,7 @@ pub fn finish_worktree(
     } else {
         None
     };
-    remove(repo_root, wt, env)?;
+    remove_worktree(repo_root, &wt.path, env)?;
     Ok(FinishedWorktree {
         final_commit,
         final_branch,

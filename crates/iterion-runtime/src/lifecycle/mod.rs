@@ -35,6 +35,7 @@ mod cancel;
 mod config;
 pub mod dry_run;
 mod host;
+pub mod housekeeping;
 mod netblock;
 pub mod reaper;
 mod sandbox;

@@ -36,7 +36,10 @@ impl Planned {
         match source_repo(work_dir, &cfg.env) {
             Ok(repo_root) => Planned::At {
                 repo_root,
-                path: store_dir.join("worktrees").join(id.to_string()),
+                // a RunId is always a valid path component
+                path: crate::store::Store::at(store_dir)
+                    .worktree_dir(id.as_str())
+                    .unwrap_or_else(|_| store_dir.join("worktrees").join(id.to_string())),
             },
             Err(e) => Planned::Refused(format!(
                 "{} is not inside a git repository ({e})",
