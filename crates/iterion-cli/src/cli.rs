@@ -41,7 +41,9 @@ pub fn dispatch(cli: Cli, env: &BTreeMap<String, String>) -> ExitCode {
         Command::Runs(args) => crate::cmd_runs::run(args, env),
         Command::Netproxy(args) => crate::cmd_netproxy::run(args, env),
         Command::Sandbox(args) => crate::cmd_doctor::run(args, env),
-        Command::Completions(args) => crate::cmd_completions::run(args),
+        Command::Completions(args) => {
+            crate::cmd_completions::run(args, <Cli as clap::CommandFactory>::command())
+        }
         Command::SandboxProbe(args) => crate::probe::run(args, env),
     }
 }

@@ -1,7 +1,6 @@
 //! `iterion completions SHELL`: the shell completion script of the whole command line, on stdout.
 use std::process::ExitCode;
 
-use clap::CommandFactory;
 use clap_complete::Shell;
 
 /// Arguments of `iterion completions`.
@@ -17,9 +16,8 @@ pub struct CompletionsArgs {
     pub shell: Shell,
 }
 
-/// Prints the completion script of `iterion` for the shell.
-pub fn run(args: CompletionsArgs) -> ExitCode {
-    let mut cmd = crate::cli::Cli::command();
+/// Prints the completion script of `cmd` (the whole `iterion` command line) for the shell.
+pub fn run(args: CompletionsArgs, mut cmd: clap::Command) -> ExitCode {
     clap_complete::generate(args.shell, &mut cmd, "iterion", &mut std::io::stdout());
     ExitCode::SUCCESS
 }

@@ -86,7 +86,7 @@ fn describe(store: &Store, id: &str, doc: &RunDocument) -> RunRemoval {
 /// The run's worktree when it is one of this store's and still exists.
 fn kept_worktree(store: &Store, id: &str, doc: &RunDocument) -> Option<PathBuf> {
     let expected = store.worktree_dir(id).ok()?;
-    (doc.worktree && PathBuf::from(&doc.work_dir) == expected && expected.is_dir()).then_some(expected)
+    (doc.worktree && std::path::Path::new(&doc.work_dir) == expected && expected.is_dir()).then_some(expected)
 }
 
 /// Removes run `id` (an exact id) and its kept worktree. [`Error::Locked`] when a process holds the run;
