@@ -5,7 +5,13 @@ use std::process::ExitCode;
 
 /// iterion: run AI coding workflows inside a per-run sandbox.
 #[derive(Debug, Parser)]
-#[command(name = "iterion", version, about, propagate_version = true)]
+#[command(
+    name = "iterion",
+    version,
+    about,
+    propagate_version = true,
+    after_help = "`iterion help environment` lists every environment variable iterion reads, with its default."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

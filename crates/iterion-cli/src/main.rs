@@ -10,6 +10,7 @@ mod cmd_run;
 mod cmd_runs;
 mod cmd_validate;
 mod dry_run;
+mod environment;
 mod probe;
 mod render;
 mod terminal;
@@ -23,6 +24,12 @@ pub(crate) fn argv0() -> Option<String> {
 }
 
 fn main() -> std::process::ExitCode {
+    // `iterion help environment`: a help topic next to clap's help of each command.
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv == ["help", "environment"] {
+        print!("{}", environment::text());
+        return std::process::ExitCode::SUCCESS;
+    }
     let args = cli::Cli::parse();
     let _ = ARGV0.set(
         std::env::args_os()
