@@ -306,6 +306,8 @@ struct View {
     resolved: Option<SandboxResolved>,
     running_node: Option<String>,
     nodes_printed: bool,
+    nodes_finished: u32,
+    blocked: u32,
     spinner: Option<indicatif::ProgressBar>,
 }
 
@@ -385,6 +387,39 @@ impl Printer {
             b.finish_and_clear();
         }
     }
+}
+
+/// ` → <output>` on one line, at most 100 characters (an output of only `{"result": TEXT}` shows TEXT).
+fn summarize(output: &serde_json::Value) -> String {
+    let shown = match output.as_object() {
+        Some(o) if o.is_empty() => return String::new(),
+        Some(o) if o.len() == 1 && o.get("result").is_some_and(serde_json::Value::is_string) => {
+            o["result"].as_str().unwrap_or_default().to_owned()
+        }
+        _ => output.to_string(),
+    };
+    format!(" → {}", shorten(&shown, 100))
+}
+
+/// The last line of an error text (where the cause usually is), at most 160 characters.
+fn tail(error: &str) -> String {
+    let last = error
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or_default();
+    shorten(last.trim(), 160)
+}
+
+/// `text` on one line, cut at `max` characters with `…`.
+fn shorten(text: &str, max: usize) -> String {
+    let one: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one.chars().count() <= max {
+        return one;
+    }
+    let mut cut: String = one.chars().take(max - 1).collect();
+    cut.push('…');
+    cut
 }
 
 /// The header's sandbox row once the run container is up.
@@ -473,18 +508,42 @@ impl Observer for Printer {
             Event::NodeStarted(d) if d.kind.is_some() => v.running_node = Some(node),
             Event::NodeFinished(NodeFinished {
                 duration_ms: Some(ms),
+                output,
                 ..
             }) => {
                 v.running_node = None;
-                self.node_line(&mut v, format!("node {node}: finished ({}s)", secs(*ms)));
+                v.nodes_finished += 1;
+                let summary = output.as_ref().map(summarize).unwrap_or_default();
+                self.node_line(&mut v, format!("node {node}: finished ({}s){summary}", secs(*ms)));
             }
             Event::NodeRecovery(d) => {
-                self.node_line(&mut v, format!("node {node}: failed ({})", d.code));
+                self.node_line(
+                    &mut v,
+                    format!(
+                        "node {node}: failed ({}), retrying in {}s (retry {}): {}",
+                        d.code,
+                        secs(d.delay_ms),
+                        d.attempt,
+                        tail(&d.error)
+                    ),
+                );
+            }
+            Event::NetworkBlocked(d) => {
+                v.blocked += 1;
+                let who = d
+                    .node_id
+                    .as_deref()
+                    .map(|n| format!("node {n}: "))
+                    .unwrap_or_default();
+                self.node_line(&mut v, format!("{who}blocked {}:{} ({})", d.host, d.port, d.rule));
             }
             Event::RunFailed(d) => {
                 self.stop_spin(&mut v);
                 if let Some(n) = v.running_node.take() {
-                    self.node_line(&mut v, format!("node {n}: failed ({})", d.code));
+                    self.node_line(
+                        &mut v,
+                        format!("node {n}: failed ({}): {}", d.code, tail(&d.error)),
+                    );
                 }
             }
             Event::RunCancelled(_) => {
@@ -556,6 +615,15 @@ fn print_outcome(p: &Printer, o: &Outcome) {
             lines.push(format!("Events: {}", events.display()));
         }
     }
+    let mut summary = format!("{} node(s) finished", v.nodes_finished);
+    if v.blocked > 0 {
+        summary.push_str(&format!(
+            " · {} request(s) blocked by the egress policy",
+            v.blocked
+        ));
+    }
+    lines.push(format!("Nodes:  {summary}"));
+    lines.push(format!("Record: {}", o.run_dir.display()));
     match &o.worktree {
         Some(WorktreeEnd::Branch(b)) => lines.push(format!("Branch: {b} (the run's changes, committed)")),
         Some(WorktreeEnd::Unchanged) => lines.push("Branch: none (the run changed nothing)".to_owned()),

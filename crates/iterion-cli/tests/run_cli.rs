@@ -374,7 +374,12 @@ fn lc2_forced_noop_runs_on_the_host_and_exits_0() {
         "{stdout}"
     );
     assert!(stdout.contains("\n  node hi: finished ("), "{stdout}");
-    assert!(stdout.ends_with("\n\n  Status: FINISHED\n"), "{stdout}");
+    // the node's output on its line, then the status and the end-of-run summary
+    assert!(stdout.contains("s) → {\\\"ok\\\": true}\n"), "{stdout}");
+    assert!(
+        stdout.contains("\n\n  Status: FINISHED\n  Nodes:  1 node(s) finished\n  Record: "),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -403,4 +408,54 @@ fn cli5_preflight_failure_exits_2_before_any_run_directory() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(ws.run_ids().is_empty());
+}
+
+/// What a person reads: each node's result on its line, the denied request as it happens, and the end-of-run
+/// summary (the demo needs no events.jsonl reading of its own).
+#[test]
+fn the_human_output_shows_results_blocked_requests_and_a_summary() {
+    if !engine_required("human_output_of_the_demo") || !image_ready() {
+        return;
+    }
+    let ws = Ws::demo();
+    let out = ws.run(&["run", "demo.bot"], &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("node where: finished ("), "{stdout}");
+    assert!(stdout.contains(r#"→ {"inside":"container"}"#), "{stdout}");
+    assert!(
+        stdout.contains("  node fetch: blocked example.com:443 ("),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("  Nodes:  3 node(s) finished · 1 request(s) blocked by the egress policy\n"),
+        "{stdout}"
+    );
+}
+
+/// A failing node's retry is announced with its delay and the error's last line, and the final failure is
+/// printed once.
+#[test]
+fn a_retried_failure_says_so_and_is_printed_once() {
+    let ws = Ws::with_workflow(
+        "tool boom:\n  command: \"echo first line >&2; echo 'disk quota exceeded' >&2; exit 3\"\n\nworkflow demo:\n  entry: boom\n  sandbox: none\n  boom -> done\n",
+    );
+    let out = ws.run(&["run", "demo.bot"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let retry: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("node boom: failed"))
+        .collect();
+    assert_eq!(retry.len(), 2, "{stdout}");
+    assert!(
+        retry[0].contains("failed (EXECUTION_FAILED), retrying in 2.0s (retry 1): ")
+            && retry[0].contains("disk quota exceeded"),
+        "{stdout}"
+    );
+    assert!(
+        retry[1].starts_with("  node boom: failed (EXECUTION_FAILED): "),
+        "{stdout}"
+    );
+    assert!(!retry[1].contains("retrying"), "{stdout}");
 }
