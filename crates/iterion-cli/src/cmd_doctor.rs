@@ -73,6 +73,15 @@ fn usage(msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// [`usage`], plus a JSON error object on stdout under `--json` (a machine reading stdout sees why).
+fn usage_json(json: bool, msg: impl std::fmt::Display) -> ExitCode {
+    let msg = msg.to_string();
+    if json {
+        println!("{}", serde_json::json!({"error": msg, "exit": 2}));
+    }
+    usage(msg)
+}
+
 /// Turns the arguments into [`Inputs`]; `Err` is the usage message.
 pub fn inputs(args: &DoctorArgs, env: &BTreeMap<String, String>) -> Result<Inputs, String> {
     if !args.strict {
@@ -139,18 +148,19 @@ pub fn run(args: SandboxArgs, env: &BTreeMap<String, String>) -> ExitCode {
 fn run_doctor(args: DoctorArgs, env: &BTreeMap<String, String>) -> ExitCode {
     let inputs = match inputs(&args, env) {
         Ok(i) => i,
-        Err(m) => return usage(m),
+        Err(m) => return usage_json(args.json, m),
     };
     let loaded = match &inputs.workflow {
         Some(p) => match doctor::checks::load(p) {
             // a file `iterion run` would refuse fails the strict battery too (workflow_compiles)
             Ok(mut l) => {
-                if !l.checked.has_errors() {
-                    crate::cmd_validate::add_refusals(&mut l.checked, env);
-                }
+                crate::cmd_validate::add_refusals(&mut l.checked, env);
                 Some(l)
             }
             Err(m) => {
+                if args.json {
+                    println!("{}", serde_json::json!({"error": m, "exit": 2}));
+                }
                 eprintln!("{}", crate::terminal::clean(&m));
                 return ExitCode::from(2);
             }
@@ -177,7 +187,7 @@ fn run_doctor(args: DoctorArgs, env: &BTreeMap<String, String>) -> ExitCode {
     });
     let report = match result {
         Some(Ok(r)) => r,
-        Some(Err(m)) => return usage(m),
+        Some(Err(m)) => return usage_json(args.json, m),
         None => {
             eprintln!("interrupted");
             return ExitCode::from(130);

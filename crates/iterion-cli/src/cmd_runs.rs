@@ -12,6 +12,7 @@ use std::time::Duration;
 use iterion_runtime::Error as RuntimeError;
 use iterion_runtime::events::{EventRecord, parse_timestamp};
 use iterion_runtime::lifecycle::housekeeping::{PruneFilter, RunRemoval, prune_candidates, remove_run};
+use iterion_runtime::status::RunStatus;
 use iterion_runtime::store::{self, RunDocument, Store, StoreDirRequest, names};
 
 /// `iterion runs …`: inspect the runs of a store.
@@ -531,10 +532,17 @@ fn summary(doc: &RunDocument, store_root: &Path, dir: &Path) -> String {
     if let Some(cp) = &doc.checkpoint {
         s += &field("Checkpoint", &format!("node {}", cp.node_id));
     }
+    // what really happened: a resolved sandbox whose container never started is not "active"
+    let state = match (doc.sandbox.containers.is_empty(), doc.status) {
+        (true, RunStatus::Running) => "starting",
+        (true, _) => "never started",
+        (false, RunStatus::Running) => "running",
+        (false, _) => "stopped",
+    };
     let sandbox = match (&doc.sandbox.skipped, doc.sandbox.active, &doc.sandbox.driver) {
         (Some(sk), _, _) => format!("skipped — {}", sk.reason),
-        (None, true, Some(d)) => format!("{d} · active"),
-        (None, true, None) => "active".to_owned(),
+        (None, true, Some(d)) => format!("{d} · {state}"),
+        (None, true, None) => state.to_owned(),
         (None, false, _) => "none".to_owned(),
     };
     s += &field("Sandbox", &sandbox);

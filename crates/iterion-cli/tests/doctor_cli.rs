@@ -98,7 +98,16 @@ fn d11_lexical_errors_print_positions_and_exit_2() {
     assert_eq!(code(&o), 2);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("err-unterminated.bot:3:12: error[E004]"), "{err}");
-    assert!(o.stdout.is_empty());
+    // --json: a JSON error object on stdout too (it used to print nothing there)
+    let doc = json(&o);
+    assert_eq!(doc["exit"], 2);
+    assert!(
+        doc["error"].as_str().unwrap_or_default().contains("error[E004]"),
+        "{doc}"
+    );
+    let o = doctor(&["--strict", f.to_str().expect("utf-8")], &[]);
+    assert_eq!(code(&o), 2);
+    assert!(o.stdout.is_empty(), "without --json nothing goes to stdout");
 }
 
 #[test]

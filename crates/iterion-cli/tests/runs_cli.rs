@@ -591,3 +591,38 @@ fn rm_removes_the_worktree_a_run_kept() {
     assert!(!wt.exists(), "the worktree is still there");
     assert!(!git(&["worktree", "list"]).contains("wt1"), "still registered");
 }
+
+#[test]
+fn show_does_not_call_a_sandbox_that_never_started_active() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("store");
+    let store = Store::create(&root).unwrap();
+    let mut r = store
+        .create_run(
+            &RunId::parse("pull1").unwrap(),
+            new_run("pull1", "2026-01-14T09:00:00Z"),
+        )
+        .unwrap();
+    r.update(|d| {
+        d.sandbox.active = true;
+        d.sandbox.driver = Some("docker".into());
+    })
+    .unwrap();
+    r.transition(Transition::FailResumable {
+        code: FailureCode::SandboxStartFailed,
+        error: "pull of 'x' failed".into(),
+        phase: Some(FailurePhase::Pull),
+        checkpoint: Some(Checkpoint::stub("build", Default::default())),
+    })
+    .unwrap();
+    drop(r);
+    let o = iterion(
+        &["runs", "show", "pull1", "--store-dir", root.to_str().unwrap()],
+        tmp.path(),
+    );
+    let out = stdout(&o);
+    assert!(
+        out.contains("\n  Sandbox:         docker · never started\n"),
+        "{out}"
+    );
+}
