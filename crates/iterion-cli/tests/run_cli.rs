@@ -459,3 +459,48 @@ fn a_retried_failure_says_so_and_is_printed_once() {
     );
     assert!(!retry[1].contains("retrying"), "{stdout}");
 }
+
+/// An offline machine without the default image: the failure names every way out.
+#[test]
+fn a_default_image_that_cannot_be_had_fails_with_the_ways_out() {
+    if !engine_required("default_image_ways_out") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("w.bot"),
+        "tool t:\n  command: `true`\n\nworkflow w:\n  entry: t\n  sandbox: auto\n  t -> done\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_iterion"))
+        .args([
+            "run",
+            "w.bot",
+            "--sandbox-default-image",
+            "iterion-test/absent:never",
+            "--json",
+        ])
+        .current_dir(tmp.path())
+        .env("HOME", tmp.path())
+        .env("ITERION_SANDBOX_PULL_POLICY", "never")
+        .env_remove("ITERION_SANDBOX_DEFAULT")
+        .env_remove("ITERION_SANDBOX_DEFAULT_IMAGE")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let failed = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["type"] == "run_failed")
+        .unwrap_or_else(|| panic!("no run_failed in {stdout}"));
+    let hint = failed["data"]["hint"].as_str().unwrap_or_default();
+    for way in [
+        "--sandbox-default-image",
+        "ITERION_SANDBOX_DEFAULT=none",
+        "--sandbox none",
+        "docker pull iterion-test/absent:never",
+    ] {
+        assert!(hint.contains(way), "no '{way}' in the hint: {failed}");
+    }
+}

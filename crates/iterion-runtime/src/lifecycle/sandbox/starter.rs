@@ -231,7 +231,15 @@ impl Starter {
         req.events = self.sink(node_id.map(str::to_owned));
         let prepared = match tokio::time::timeout(s.pull_timeout.duration, self.driver.prepare(req)).await {
             Err(_) => return Err(timeout_failure(&self.cfg, FailurePhase::Pull, "image pull")),
-            Ok(Err(e)) => return Err(driver_failure(&self.cfg, &e, FailurePhase::Pull)),
+            Ok(Err(e)) => {
+                let f = driver_failure(&self.cfg, &e, FailurePhase::Pull);
+                return Err(match (spec.origin, &spec.image) {
+                    (iterion_spec::resolved::Origin::DefaultImage, Some(image)) => {
+                        f.hint(Some(default_image_ways_out(image)))
+                    }
+                    _ => f,
+                });
+            }
             Ok(Ok(p)) => p,
         };
         let Some(build) = &spec.build else {
@@ -576,4 +584,14 @@ pub(super) fn url_host(host: &str) -> String {
     } else {
         host.to_owned()
     }
+}
+
+/// The ways out when the default image (`auto` without a devcontainer.json) cannot be had.
+fn default_image_ways_out(image: &str) -> String {
+    format!(
+        "the default sandbox image {image} is not on this machine and could not be pulled: pull it where its registry \
+         is reachable (`docker pull {image}`), name an image you have with --sandbox-default-image REF (or \
+         ITERION_SANDBOX_DEFAULT_IMAGE), add a .devcontainer/devcontainer.json, or run on the host with --sandbox \
+         none (ITERION_SANDBOX_DEFAULT=none for every run)"
+    )
 }
