@@ -84,9 +84,13 @@ fn usage_json(json: bool, msg: impl std::fmt::Display) -> ExitCode {
 
 /// Turns the arguments into [`Inputs`]; `Err` is the usage message.
 pub fn inputs(args: &DoctorArgs, env: &BTreeMap<String, String>) -> Result<Inputs, String> {
-    if !args.strict {
-        if args.workflow.is_some() {
-            return Err("WORKFLOW needs --strict".into());
+    let strict = args.strict;
+    if !strict {
+        if let Some(w) = &args.workflow {
+            return Err(format!(
+                "WORKFLOW needs --strict (`iterion sandbox doctor --strict {}` checks it)",
+                w.display()
+            ));
         }
         if args.target.is_some() {
             return Err("--target needs --strict".into());
@@ -111,7 +115,7 @@ pub fn inputs(args: &DoctorArgs, env: &BTreeMap<String, String>) -> Result<Input
             },
         };
         iterion_envdeny::validate_entry(iterion_envdeny::Layer::Operator, &name, &value)
-            .map_err(|e| format!("--sandbox-env: {e}"))?;
+            .map_err(|e| crate::sandbox_env::error_text(&e))?;
         sandbox_env.push((name, value));
     }
     let (timeout, warning) = doctor::doctor_timeout(env);
@@ -121,7 +125,7 @@ pub fn inputs(args: &DoctorArgs, env: &BTreeMap<String, String>) -> Result<Input
     let mut i = Inputs::new(env.clone(), work_dir);
     i.argv0 = crate::argv0();
     i.cwd = current_dir();
-    i.strict = args.strict;
+    i.strict = strict;
     i.workflow = args.workflow.clone();
     i.target = args
         .target
@@ -161,7 +165,7 @@ fn run_doctor(args: DoctorArgs, env: &BTreeMap<String, String>) -> ExitCode {
                 if args.json {
                     println!("{}", serde_json::json!({"error": m, "exit": 2}));
                 }
-                eprintln!("{}", crate::terminal::clean(&m));
+                eprintln!("error: {}", crate::terminal::clean(&m));
                 return ExitCode::from(2);
             }
         },

@@ -31,6 +31,15 @@ pub enum ModeArg {
     None,
 }
 
+/// `auto` or `none` for `--sandbox-host-state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum HostStateArg {
+    /// The agent home (`~/.claude`) is shared, read-only but for its state entries.
+    Auto,
+    /// Nothing of the host's state is shared.
+    None,
+}
+
 /// Sandbox flags shared by `run` and `resume`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SandboxArgs {
@@ -40,9 +49,9 @@ pub struct SandboxArgs {
     /// Fallback image for `auto` without a devcontainer.json.
     #[arg(long, value_name = "REF")]
     pub sandbox_default_image: Option<String>,
-    /// Mount host state (`auto`) or not (`none`).
+    /// Share the agent home with the sandbox (`auto`) or not (`none`).
     #[arg(long, value_enum, value_name = "VALUE")]
-    pub sandbox_host_state: Option<ModeArg>,
+    pub sandbox_host_state: Option<HostStateArg>,
     /// Force a driver: docker, podman, kubernetes, noop (default: `ITERION_SANDBOX_DRIVER`).
     #[arg(long, value_name = "NAME")]
     pub sandbox_driver: Option<String>,
@@ -277,15 +286,15 @@ async fn preflight(
 fn flags_of(a: &SandboxArgs, env: &BTreeMap<String, String>) -> Result<SandboxFlags, Early> {
     let class = iterion_envdeny::DenyClass::builtin();
     let entries = iterion_envdeny::parse_sandbox_env(&class, &a.sandbox_env, |n| env.get(n).cloned(), true)
-        .map_err(|e| usage(format!("--sandbox-env: {e}")))?;
+        .map_err(|e| usage(crate::sandbox_env::error_text(&e)))?;
     let mut f = SandboxFlags::default();
     f.mode = a.sandbox.map(|m| match m {
         ModeArg::Auto => ModeChoice::Auto,
         ModeArg::None => ModeChoice::None,
     });
     f.host_state = a.sandbox_host_state.map(|m| match m {
-        ModeArg::Auto => HostState::Auto,
-        ModeArg::None => HostState::None,
+        HostStateArg::Auto => HostState::Auto,
+        HostStateArg::None => HostState::None,
     });
     f.default_image = a.sandbox_default_image.clone().filter(|s| !s.trim().is_empty());
     f.driver = a.sandbox_driver.clone();
@@ -483,6 +492,8 @@ impl Observer for Printer {
                 if !d.active {
                     v.sandbox = Some(format!("none ({})", d.source));
                 } else {
+                    // replaced when the container is up; what the header says if it never is
+                    v.sandbox = Some(format!("{} ({}) · not started", d.mode, d.source));
                     self.spin(&mut v, "preparing the sandbox");
                 }
                 v.resolved = Some(d.clone());

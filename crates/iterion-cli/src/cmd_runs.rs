@@ -294,7 +294,7 @@ fn prune(
         }
     }
     for e in &errors {
-        eprintln!("iterion: error: {}", clean(e));
+        eprintln!("error: {}", clean(e));
     }
     if errors.is_empty() {
         ExitCode::SUCCESS
@@ -310,7 +310,7 @@ struct Filter {
 }
 
 fn fail(code: u8, message: &str) -> ExitCode {
-    eprintln!("iterion: error: {}", clean(message));
+    eprintln!("error: {}", clean(message));
     ExitCode::from(code)
 }
 

@@ -164,10 +164,7 @@ pub fn run(args: ValidateArgs, env: &BTreeMap<String, String>) -> ExitCode {
                 },
             ),
             other => {
-                eprintln!(
-                    "iterion: error: cannot read {}: {other}",
-                    crate::terminal::clean(&label)
-                );
+                eprintln!("error: cannot read {}: {other}", crate::terminal::clean(&label));
                 worst = worst.max(2);
                 continue;
             }
@@ -195,7 +192,7 @@ pub fn run(args: ValidateArgs, env: &BTreeMap<String, String>) -> ExitCode {
             if e.kind() == std::io::ErrorKind::BrokenPipe {
                 break;
             }
-            eprintln!("iterion: error: writing output: {e}");
+            eprintln!("error: writing output: {e}");
             return ExitCode::from(2);
         }
     }

@@ -13,6 +13,7 @@ mod dry_run;
 mod environment;
 mod probe;
 mod render;
+mod sandbox_env;
 mod terminal;
 
 /// `argv[0]` of this process, read once by `main` (the host kind looks at it for desktop detection).

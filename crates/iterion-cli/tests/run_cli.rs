@@ -504,3 +504,44 @@ fn a_default_image_that_cannot_be_had_fails_with_the_ways_out() {
         assert!(hint.contains(way), "no '{way}' in the hint: {failed}");
     }
 }
+
+/// The header says what was selected even when the sandbox never started, and flag errors name the flag once.
+#[test]
+fn honest_header_on_a_setup_failure_and_one_flag_prefix() {
+    if !engine_required("honest_header") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("w.bot"),
+        "tool t:\n  command: `true`\n\nworkflow w:\n  entry: t\n  sandbox: auto\n  t -> done\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_iterion"))
+            .args(args)
+            .current_dir(tmp.path())
+            .env("HOME", tmp.path())
+            .env("ITERION_SANDBOX_PULL_POLICY", "never")
+            .env_remove("ITERION_SANDBOX_DEFAULT")
+            .env_remove("ITERION_SANDBOX_DEFAULT_IMAGE")
+            .output()
+            .unwrap()
+    };
+    let out = run(&[
+        "run",
+        "w.bot",
+        "--sandbox-default-image",
+        "iterion-test/absent:never",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("\n  Sandbox:         auto (workflow sandbox: block) · not started\n"),
+        "{stdout}"
+    );
+    let out = run(&["run", "w.bot", "--sandbox-env", "GITHUB_TOKEN=x"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("--sandbox-env:").count(), 1, "{stderr}");
+}
