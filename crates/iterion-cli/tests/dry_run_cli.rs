@@ -322,3 +322,26 @@ fn validate_and_dry_run_agree_on_every_workflow_of_the_repository() {
     }
     assert!(compared > 40, "only {compared} files compared");
 }
+
+/// Without an engine an `auto` run goes on on the host: a warning (not an info line) names what is lost,
+/// including the defaulted allowlist of a repository-defined sandbox.
+#[test]
+fn a_run_that_falls_back_to_the_host_warns_what_is_lost() {
+    let w = Workspace::new();
+    let f = w.write("w.bot", TOOL_AUTO);
+    let mut env = no_engine(w.dir.path());
+    env.push(("ITERION_LOG_LEVEL", "warn".into()));
+    let o = iterion(&w.work(), &w.home(), &["run", f.to_str().unwrap()], &env);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(
+            "WARN  sandbox: the run runs on the host, NOT sandboxed (no container runtime available"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("its network policy (allowlist) is NOT enforced"),
+        "{err}"
+    );
+}

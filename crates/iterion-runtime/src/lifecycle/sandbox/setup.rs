@@ -347,6 +347,18 @@ impl Setup<'_> {
         let (driver_label, reason) = host_fallback(&cfg.env, choice, scopes.iter().map(|(_, s)| s))?;
         for (node, s) in &scopes {
             self.emit_skipped(driver_label, s, reason, node.as_deref());
+            // a fallback that lowers isolation is a warning naming what is lost
+            let scope = node
+                .as_deref()
+                .map_or("the run".to_owned(), |n| format!("node {n}"));
+            let mut lost = format!("sandbox: {scope} runs on the host, NOT sandboxed ({reason})");
+            if s.network.needs_proxy() {
+                lost.push_str(&format!(
+                    "; its network policy ({}) is NOT enforced",
+                    s.network.mode.as_str()
+                ));
+            }
+            em.log(LogLevel::Warn, &lost);
         }
         let dl = driver_label.to_owned();
         let r = reason.to_owned();
