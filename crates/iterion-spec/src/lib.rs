@@ -31,7 +31,7 @@
 //! A module uses only modules listed before it (no import cycles between files; `cargo xtask tidy`
 //! checks it):
 //!
-//! 1. leaves: `model`, `diag`, `template`, `values`, `duration`, `devcontainer::jsonc`,
+//! 1. leaves: `model`, `diag`, `template`, `values`, `duration`, `suggest`, `devcontainer::jsonc`,
 //!    `devcontainer::vars` (the variable grammar and the `localEnv` allowlist, which the compiler checks too);
 //! 2. `span` (positions inside string values), `ast`, `lexer`, `shell`, `resolved`;
 //! 3. `expr`, `parser`, `host_commands`;
@@ -56,6 +56,7 @@ pub mod resolved;
 pub mod shell;
 pub mod source;
 mod span;
+pub mod suggest;
 pub mod template;
 pub mod values;
 

@@ -395,11 +395,14 @@ impl<'a> Parser<'a> {
     }
 
     fn unknown_prop(&mut self, key: &Key<'_>, ctx: &str) {
-        self.diag_at(
+        let idx = self.diag_at(
             "E012",
             key.span,
             format!("unknown property '{}' in {ctx}", key.value),
         );
+        if let Some(known) = crate::suggest::closest(key.value, crate::lexer::KEYWORDS.iter().copied()) {
+            self.hint(idx, &format!("did you mean '{known}'?"));
+        }
         self.skip_line();
     }
 

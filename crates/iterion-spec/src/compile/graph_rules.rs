@@ -60,11 +60,19 @@ impl Compiler<'_> {
         for (e, &(from, to)) in w.edges.iter().zip(&full.ends) {
             for (end, ix) in [(&e.from, from), (&e.to, to)] {
                 if ix == NO_NODE {
-                    self.err(
+                    let i = self.err(
                         "C001",
                         end.span,
                         format!("edge refers to unknown node '{}'", end.value),
                     );
+                    let names = w
+                        .nodes
+                        .iter()
+                        .map(|n| n.name.value.as_str())
+                        .chain(["done", "fail"]);
+                    if let Some(known) = crate::suggest::closest(&end.value, names) {
+                        self.hint(i, &format!("did you mean '{known}'?"));
+                    }
                 }
             }
             self.condition(w, e, w.nodes.get(from as usize));
