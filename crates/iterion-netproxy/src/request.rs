@@ -445,6 +445,7 @@ async fn denied<S: AsyncIo>(sh: &Shared, client: &mut S, req: &Decided<'_>) -> N
             node_id: req.cred.node_id.clone(),
         });
     } else {
+        tracing::info!(host = %host, port = target.port, reason = %reason, "denied");
         sh.events
             .emit(ProxyEvent::Denied(req.event(Some(reason.to_owned()))));
     }

@@ -101,6 +101,61 @@ fn serve_listens_and_stops_on_sigterm() {
     assert!(stderr.starts_with("netproxy stopped: 0 connections"), "{stderr}");
 }
 
+/// `--json` puts the final statistics on stdout as JSON; a denial is logged on stderr at the default level,
+/// without colour codes when stderr is not a terminal.
+#[test]
+fn serve_json_stats_on_stdout_and_plain_denial_logs() {
+    use std::io::{Read, Write};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_iterion-netproxy"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--no-auth", "--json"])
+        .env_remove("ITERION_NETPROXY_TOKEN")
+        .env_remove("NO_COLOR")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("read");
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_owned();
+    // no rule: every target is denied
+    let mut c = std::net::TcpStream::connect(&addr).expect("connect");
+    c.write_all(b"CONNECT denied.example:443 HTTP/1.1\r\nHost: denied.example:443\r\n\r\n")
+        .expect("write");
+    let mut head = [0u8; 12];
+    c.read_exact(&mut head).expect("answer");
+    assert_eq!(&head, b"HTTP/1.1 403");
+    drop(c);
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).expect("rest of stdout");
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(0));
+    let stats: serde_json::Value = serde_json::from_str(rest.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("stats JSON on stdout ({e}): {rest}"));
+    assert_eq!(stats["connections"], 1, "{stats}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("denied") && stderr.contains("denied.example"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains('\x1b'),
+        "colour codes on a non-terminal: {stderr:?}"
+    );
+}
+
 /// Built without TLS inspection, `--tls-inspect` is a usage error naming the missing feature, never ignored.
 #[cfg(not(feature = "tls-inspection"))]
 #[test]

@@ -21,8 +21,12 @@ pub(super) fn serve(a: ServeArgs, env: &BTreeMap<String, String>) -> ExitCode {
         Err(errors) => return usage_errors(&errors),
     };
     // Logs go to stderr; stdout carries only the announcement lines and `--events -`.
+    // Colour only on a terminal, and never under NO_COLOR.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && env.get("NO_COLOR").is_none_or(|v| v.is_empty());
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .with_max_level(settings.level)
         .with_target(false)
         .try_init();
@@ -293,10 +297,10 @@ fn print_announcement(proxy: &crate::RunningProxy, announce: &Announce) -> std::
     out.flush()
 }
 
-/// The final statistics on stderr: one summary line, or JSON with `--json`.
+/// The final statistics: one summary line on stderr, or JSON on stdout with `--json`.
 fn print_stats(stats: &Stats, json: bool) -> Result<(), String> {
     if json {
-        eprintln!("{}", serde_json::to_string(stats).map_err(|e| chain(&e))?);
+        println!("{}", serde_json::to_string(stats).map_err(|e| chain(&e))?);
     } else {
         eprintln!(
             "netproxy stopped: {} connections, {} tunnels, {} allowed, {} denied, {} auth failures, {} events dropped, {} bytes up, {} bytes down",
