@@ -933,7 +933,7 @@ fn runtime_early(e: iterion_runtime::Error) -> Early {
             message: e.to_string(),
             diagnostics: None,
         },
-        other => fail1(other.to_string()),
+        other => fail1(crate::cmd_runs::error_chain(&other)),
     }
 }
 

@@ -491,7 +491,8 @@ fn show(store: &Store, query: &str, with_events: bool, json: bool, out: &mut imp
     ExitCode::SUCCESS
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+/// `e` with its sources, `: `-separated (library errors do not repeat their source in their own text).
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {

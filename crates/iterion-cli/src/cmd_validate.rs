@@ -25,7 +25,8 @@ const MAX_SHOWN: usize = 50;
 /// Arguments of `iterion validate`.
 #[derive(Debug, clap::Args)]
 pub struct ValidateArgs {
-    /// Workflow files (.bot / .iter; any extension is accepted when named explicitly).
+    /// Workflow files (.bot / .iter; any extension is accepted when named explicitly), or directories: every
+    /// .bot and .iter file below them.
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
     /// Print one JSON object per file, one per line.
@@ -142,12 +143,48 @@ fn json_diag(d: &Diagnostic) -> JsonDiag<'_> {
     }
 }
 
+/// The `.bot` and `.iter` files below `dir`, sorted, skipping hidden directories and `target/` (a directory
+/// given to `validate` stands for the workflows it holds). Symbolic links are not followed.
+fn workflows_below(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    let mut entries: Vec<_> = rd.flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let Ok(ft) = e.file_type() else { continue };
+        if ft.is_dir() {
+            if !name.starts_with('.') && name != "target" && name != "node_modules" {
+                workflows_below(&e.path(), out);
+            }
+        } else if ft.is_file() && (name.ends_with(".bot") || name.ends_with(".iter")) {
+            out.push(e.path());
+        }
+    }
+}
+
 /// Runs the command, writing results to stdout and problems with files to stderr.
 pub fn run(args: ValidateArgs, env: &BTreeMap<String, String>) -> ExitCode {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut worst = 0u8;
+    let mut files = Vec::new();
     for path in &args.files {
+        if path.is_dir() {
+            let before = files.len();
+            workflows_below(path, &mut files);
+            if files.len() == before {
+                eprintln!(
+                    "error: no .bot or .iter file in {}",
+                    crate::terminal::clean(&path.display().to_string())
+                );
+                worst = 2;
+            }
+        } else {
+            files.push(path.clone());
+        }
+    }
+    for path in &files {
         let label = path.display().to_string();
         // Regular files only, bounded: a FIFO, a device or a file over the size limit is never read.
         let limit = iterion_spec::lexer::MAX_SOURCE_BYTES as u64;

@@ -164,3 +164,23 @@ fn doctor_strict_fails_on_what_run_refuses() {
     assert_eq!(check["status"], "fail", "{check}");
     assert!(check.to_string().contains("X004"), "{check}");
 }
+
+#[test]
+fn a_directory_stands_for_the_workflows_below_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("flows/nested")).expect("mkdir");
+    std::fs::create_dir_all(dir.path().join(".hidden")).expect("mkdir");
+    std::fs::write(dir.path().join("flows/a.bot"), workflow("")).expect("write");
+    std::fs::write(dir.path().join("flows/nested/b.iter"), workflow("")).expect("write");
+    std::fs::write(dir.path().join("flows/notes.txt"), "not a workflow").expect("write");
+    std::fs::write(dir.path().join(".hidden/c.bot"), "garbage").expect("write");
+    let o = iterion(&["validate", dir.path().to_str().expect("utf-8")], &[]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    let out = stdout(&o);
+    assert!(out.contains("a.bot: ok") && out.contains("b.iter: ok"), "{out}");
+    assert!(!out.contains("c.bot") && !out.contains("notes.txt"), "{out}");
+    let empty = tempfile::tempdir().expect("tempdir");
+    let o = iterion(&["validate", empty.path().to_str().expect("utf-8")], &[]);
+    assert_eq!(code(&o), 2);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no .bot or .iter file in"));
+}
