@@ -28,6 +28,9 @@ pub enum Command {
     /// The boundary probe program of `sandbox doctor --probe`, run inside sandboxes.
     #[command(name = "__sandbox-probe", hide = true)]
     SandboxProbe(crate::probe::ProbeArgs),
+    /// The claw runner: envelopes on stdin/stdout, launched by the runtime for claw nodes.
+    #[command(name = "__claw-runner", hide = true)]
+    ClawRunner(crate::claw_runner::ClawRunnerArgs),
 }
 
 /// Runs the parsed command. `env` is the process environment, read once by `main`.
@@ -40,5 +43,6 @@ pub fn dispatch(cli: Cli, env: &BTreeMap<String, String>) -> ExitCode {
         Command::Netproxy(args) => crate::cmd_netproxy::run(args, env),
         Command::Sandbox(args) => crate::cmd_doctor::run(args, env),
         Command::SandboxProbe(args) => crate::probe::run(args, env),
+        Command::ClawRunner(args) => crate::claw_runner::run(args, env),
     }
 }

@@ -44,7 +44,7 @@ mod step_failure;
 mod store_failure_tests;
 
 pub use cancel::Cancel;
-pub use config::{Config, Drivers, Launch, Outcome, Resume, SandboxFlags};
+pub use config::{ClawRunner, Config, Drivers, Launch, Outcome, Resume, SandboxFlags};
 pub use host::{DriverChoice, HostFacts};
 pub use settings::Settings;
 pub use sink::{NoObserver, Observer};
@@ -506,6 +506,7 @@ async fn drive(
         repo_root: input.repo_root.clone(),
         operator_env: input.operator_env.clone(),
         owner,
+        claw_nodes: crate::exec::check::claw_nodes(&input.workflow, &cfg.env),
     };
     let cancel_token = cfg.cancel.token();
     let store_abort = em.store_abort();

@@ -71,6 +71,10 @@ pub(super) struct Starter {
     pub(super) net: Option<Arc<Net>>,
     pub(super) artifact_dir: Option<PathBuf>,
     pub(super) res: Arc<Mutex<Res>>,
+    /// Claw nodes placed in the run container.
+    pub(super) claw_run_nodes: Vec<String>,
+    /// Every claw node (a node container runs the runner when its node is one).
+    pub(super) claw_nodes: std::collections::BTreeSet<String>,
 }
 
 impl std::fmt::Debug for Starter {
@@ -308,6 +312,8 @@ impl Starter {
                 os: &h.os,
             },
         );
+        let claw_here = self.claw_nodes_in(node_id);
+        let claw_runner = (!claw_here.is_empty()).then(|| self.bind_runner(&mut req, claw_here));
         req.proxy = self.net.as_ref().map(|n| n.endpoint.clone());
         req.hardening = s.container.hardening;
         req.limits = s.container.limits.clone();
@@ -405,6 +411,9 @@ impl Starter {
             Ok(Ok(c)) if c.status.code == 0 => Shell::Bash,
             Ok(Ok(_)) => Shell::Sh,
         };
+        if let Some(program) = &claw_runner {
+            self.probe_runner(run.as_ref(), program).await?;
+        }
         let host_binds = self.driver.capabilities().host_binds;
         Ok(Started {
             sandbox: NodeSandbox {
@@ -417,6 +426,7 @@ impl Starter {
                 shell,
                 workdir: spec.workspace_folder.clone(),
                 host_work_dir: host_binds.then(|| self.work_dir.clone()),
+                claw_runner,
             },
             report,
             shell,
