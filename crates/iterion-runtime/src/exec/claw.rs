@@ -285,7 +285,7 @@ async fn exchange(env: &NodeEnv<'_>, program: String, task: &Task) -> Result<Exc
     while let Ok(msg) = rx.try_recv() {
         deliver(env, msg);
     }
-    let bound = if matches!(outcome, Ok(_)) {
+    let bound = if outcome.is_ok() {
         launcher::EXIT_WAIT_AFTER_RESULT
     } else {
         launcher::KILL_AFTER_CLOSE

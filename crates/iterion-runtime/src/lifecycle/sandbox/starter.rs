@@ -399,18 +399,7 @@ impl Starter {
             }
         }
         // 4.12 probes
-        let probe = ExecRequest::new(["sh", "-c", "command -v bash"]);
-        let shell = match tokio::time::timeout(
-            s.probe_timeout.duration,
-            iterion_driver::exec_collect(run.as_ref(), probe, OutputLimits::default()),
-        )
-        .await
-        {
-            Err(_) => return Err(timeout_failure(&self.cfg, FailurePhase::Probe, "the shell probe")),
-            Ok(Err(e)) => return Err(driver_failure(&self.cfg, &e, FailurePhase::Probe)),
-            Ok(Ok(c)) if c.status.code == 0 => Shell::Bash,
-            Ok(Ok(_)) => Shell::Sh,
-        };
+        let shell = self.probe_shell(run.as_ref()).await?;
         if let Some(program) = &claw_runner {
             self.probe_runner(run.as_ref(), program).await?;
         }
@@ -432,6 +421,23 @@ impl Starter {
             shell,
             duration: began.elapsed(),
         })
+    }
+
+    /// 4.12: `command -v bash` decides the shell of tool nodes.
+    async fn probe_shell(&self, run: &dyn Run) -> Result<Shell, Failure> {
+        let probe = ExecRequest::new(["sh", "-c", "command -v bash"]);
+        let bound = self.cfg.settings.probe_timeout.duration;
+        match tokio::time::timeout(
+            bound,
+            iterion_driver::exec_collect(run, probe, OutputLimits::default()),
+        )
+        .await
+        {
+            Err(_) => Err(timeout_failure(&self.cfg, FailurePhase::Probe, "the shell probe")),
+            Ok(Err(e)) => Err(driver_failure(&self.cfg, &e, FailurePhase::Probe)),
+            Ok(Ok(c)) if c.status.code == 0 => Ok(Shell::Bash),
+            Ok(Ok(_)) => Ok(Shell::Sh),
+        }
     }
 
     /// Registers a fresh credential `user` (attributed to `node_id`) with `policy` and returns the exec-scope
