@@ -103,7 +103,7 @@ where
         Ok(b) => b,
         Err(EnvelopeError::Bootstrap { exit_code, .. }) => return exit_code,
         Err(e) => {
-            eprintln!("iterion claw runner: bootstrap failed: {e}");
+            eprintln!("iterion-claw-runner: bootstrap failed: {e}");
             return 2;
         }
     };
@@ -132,7 +132,7 @@ where
     match channel.finish(&result).await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("iterion claw runner: cannot send the result: {e}");
+            eprintln!("iterion-claw-runner: cannot send the result: {e}");
             2
         }
     }

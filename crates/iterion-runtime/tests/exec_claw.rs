@@ -25,7 +25,7 @@ impl Double {
             std::fs::write(d.join("call"), format!("{c}\n")).unwrap();
         }
         let script = format!(
-            "#!/bin/sh\n[ \"$1\" = __claw-runner ] || exit 9\nD='{dir}'\nread -r hello\necho '{RUNNER_HELLO}'\nread -r task\nprintf '%s\\n' \"$task\" > \"$D/task\"\nif [ -f \"$D/call\" ]; then cat \"$D/call\"; read -r reply; printf '%s\\n' \"$reply\" > \"$D/reply\"; fi\ncat \"$D/out\"\nexit {status}\n",
+            "#!/bin/sh\n[ \"$1\" = __claw-runner ] || exit 9\nD='{dir}'\nprintf '%s\\n' \"$@\" > \"$D/argv\"\nenv > \"$D/env\"\nread -r hello\necho '{RUNNER_HELLO}'\nread -r task\nprintf '%s\\n' \"$task\" > \"$D/task\"\nif [ -f \"$D/call\" ]; then cat \"$D/call\"; read -r reply; printf '%s\\n' \"$reply\" > \"$D/reply\"; fi\ncat \"$D/out\"\nexit {status}\n",
             dir = d.display()
         );
         let prog = d.join("runner");
@@ -37,6 +37,10 @@ impl Double {
 
     fn program(&self) -> String {
         self.dir.path().join("runner").to_string_lossy().into_owned()
+    }
+
+    fn text(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default()
     }
 
     fn read(&self, name: &str) -> Value {
@@ -193,4 +197,54 @@ async fn the_real_runner_writes_a_file_and_answers_the_schema() {
     assert_eq!(reqs.len(), 2);
     let first = reqs[0].body["messages"][0].to_string();
     assert!(first.contains("Write the file."), "{first}");
+}
+
+#[tokio::test]
+async fn keys_reach_the_runner_through_its_environment_only() {
+    let double = Double::new(&[json!({"type": "result", "data": {"output": {}}})], None, 0);
+    let mut h = harness(double.program())
+        .env("ANTHROPIC_API_KEY", "sk-ant-test-value")
+        .env("GROQ_API_KEY", "gsk-test-value")
+        .env("UNRELATED_SECRET", "not-forwarded");
+    let o = h.run(SIMPLE).await;
+    assert_eq!(summary(&o), "finished");
+    assert_eq!(double.text("argv"), "__claw-runner\n");
+    let env = double.text("env");
+    assert!(env.contains("ANTHROPIC_API_KEY=sk-ant-test-value\n"), "{env}");
+    assert!(env.contains("GROQ_API_KEY=gsk-test-value\n"), "{env}");
+    assert!(env.contains("ITERION_NODE_ID=a\n"), "{env}");
+    assert!(!env.contains("UNRELATED_SECRET"), "{env}");
+    let task = double.text("task");
+    assert!(!task.contains("sk-ant-test-value"), "no key in the task: {task}");
+}
+
+#[tokio::test]
+async fn cancelling_the_run_sends_cancel_and_ends_the_node_cancelled() {
+    // the double waits for the launcher's next envelope (the cancel), records it and answers cancelled
+    let double = Double::new(&[], None, 1);
+    let d = double.dir.path().to_path_buf();
+    std::fs::write(d.join("call"), "").unwrap();
+    std::fs::write(
+        d.join("out"),
+        format!(
+            "{}\n",
+            json!({"type": "result", "data": {"error": "cancelled: the node was cancelled", "error_code": "CANCELLED"}})
+        ),
+    )
+    .unwrap();
+    let mut h = harness(double.program());
+    let cancel = h.cancel.clone();
+    let task_file = d.join("task");
+    tokio::spawn(async move {
+        while !task_file.exists() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        cancel.cancel();
+    });
+    let o = h.run(SIMPLE).await;
+    assert_eq!(summary(&o), "cancelled checkpoint=a");
+    assert_eq!(
+        double.read("reply"),
+        json!({"type": "cancel", "data": {"reason": "the node was cancelled"}})
+    );
 }
