@@ -149,15 +149,18 @@ fn flow(sandbox: &str) -> String {
     )
 }
 
-fn script() -> Vec<Reply> {
+/// The scripted model. In a container (`in_container`), `bash` also tries to overwrite the bound runner
+/// (never on the host, where that path may be a real installation).
+fn script(in_container: bool) -> Vec<Reply> {
+    let mut command = "hostname > where.txt; if [ -e /.dockerenv ]; then echo container >> where.txt; else echo host >> where.txt; fi".to_string();
+    if in_container {
+        command.push_str("; if echo x 2>/dev/null > /usr/local/bin/iterion; then echo runner-writable >> where.txt; else echo runner-readonly >> where.txt; fi");
+    }
     vec![
         Reply::ToolCalls(
             String::new(),
             vec![
-                (
-                    "bash".into(),
-                    json!({"command": "hostname > where.txt; if [ -e /.dockerenv ]; then echo container >> where.txt; else echo host >> where.txt; fi"}),
-                ),
+                ("bash".into(), json!({ "command": command })),
                 (
                     "write_file".into(),
                     json!({"path": "claw.txt", "content": "written by claw"}),
@@ -177,7 +180,7 @@ fn keys(fake: &FakeProvider) -> Vec<(&'static str, String)> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_claw_node_on_the_host_runs_the_cli_runner() {
-    let fake = FakeProvider::start(script()).await.unwrap();
+    let fake = FakeProvider::start(script(false)).await.unwrap();
     let ws = Ws::new(&flow(""));
     let out = ws.run(&["--sandbox", "none"], &keys(&fake)).await;
     assert!(out.status.success(), "{}", show(&out));
@@ -185,6 +188,8 @@ async fn a_claw_node_on_the_host_runs_the_cli_runner() {
         std::fs::read_to_string(ws.path().join("claw.txt")).unwrap(),
         "written by claw"
     );
+    let where_ = std::fs::read_to_string(ws.path().join("where.txt")).unwrap();
+    assert_eq!(where_.lines().nth(1), Some("host"), "{where_}");
     let ev = ws.events();
     let started = first(&ev, "delegate_started");
     assert_eq!(started["data"]["placement"], json!("host"));
@@ -205,7 +210,7 @@ async fn a_claw_node_in_a_container_runs_its_tools_inside_and_talks_through_the_
         return;
     }
     iterion_test_support::docker_image::ensure_test_image().unwrap();
-    let fake = FakeProvider::start(script()).await.unwrap();
+    let fake = FakeProvider::start(script(true)).await.unwrap();
     let port = fake.url().rsplit(':').next().unwrap().to_string();
     // The container has no route but the proxy; the fake provider on the host's loopback is reachable only
     // through it, and only because a rule names it (the SSRF guard refuses loopback otherwise).
@@ -229,6 +234,8 @@ async fn a_claw_node_in_a_container_runs_its_tools_inside_and_talks_through_the_
     let hostname = lines.next().unwrap();
     assert!(container.starts_with(hostname), "{hostname} vs {container}");
     assert_eq!(lines.next(), Some("container"));
+    // the bound runner cannot be replaced from inside for later nodes
+    assert_eq!(lines.next(), Some("runner-readonly"));
     // write_file wrote into the bind-mounted workspace
     assert_eq!(
         std::fs::read_to_string(ws.path().join("claw.txt")).unwrap(),
@@ -257,7 +264,7 @@ async fn a_provider_the_allowlist_does_not_name_is_blocked() {
         return;
     }
     iterion_test_support::docker_image::ensure_test_image().unwrap();
-    let fake = FakeProvider::start(script()).await.unwrap();
+    let fake = FakeProvider::start(script(true)).await.unwrap();
     let sandbox = "  sandbox:\n    mode: auto\n    network:\n      mode: allowlist\n      preset: none\n      rules: [\"allowed.test\"]\n";
     let ws = Ws::new(&flow(sandbox));
     let out = ws.run(&["--sandbox-driver", "docker"], &keys(&fake)).await;
@@ -276,7 +283,7 @@ async fn lc15_a_runner_that_cannot_start_in_the_container_fails_before_run_start
         return;
     }
     iterion_test_support::docker_image::ensure_test_image().unwrap();
-    let fake = FakeProvider::start(script()).await.unwrap();
+    let fake = FakeProvider::start(script(true)).await.unwrap();
     let ws = Ws::new(&flow("  sandbox: auto\n"));
     // not an executable the container can start (the image has no bash at that interpreter path)
     let bogus = ws.dir.path().join("iterion-bogus");
