@@ -309,3 +309,30 @@ async fn lc15_a_runner_that_cannot_start_in_the_container_fails_before_run_start
     assert!(failed["data"]["hint"].as_str().unwrap().contains("ITERION_BIN"));
     assert_eq!(fake.requests().len(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claw_node_in_its_own_container_gets_the_runner_too() {
+    if !engine_required("a_claw_node_in_its_own_container_gets_the_runner_too") {
+        return;
+    }
+    iterion_test_support::docker_image::ensure_test_image().unwrap();
+    let fake = FakeProvider::start(script(true)).await.unwrap();
+    let port = fake.url().rsplit(':').next().unwrap().to_string();
+    let workflow = format!(
+        "schema result:\n  ok: bool\n\nagent a:\n  model: \"claude-test\"\n  tools: [bash, write_file]\n  output: result\n  sandbox:\n    image: \"iterion-test/busybox:latest\"\n    network:\n      mode: allowlist\n      preset: none\n      rules: [\"127.0.0.1:{port}\"]\n\nworkflow flow:\n  entry: a\n  sandbox: none\n  a -> done when ok\n  a -> fail\n"
+    );
+    let ws = Ws::new(&workflow);
+    let out = ws.run(&["--sandbox-driver", "docker"], &keys(&fake)).await;
+    assert!(out.status.success(), "{}", show(&out));
+    let ev = ws.events();
+    let routed = first(&ev, "sandbox_claw_routed_via_runner");
+    assert_eq!(routed["data"]["nodes"], json!(["a"]));
+    assert_eq!(routed["data"]["binary"], json!("mounted"));
+    assert_eq!(first(&ev, "delegate_started")["data"]["placement"], json!("own"));
+    let where_ = std::fs::read_to_string(ws.path().join("where.txt")).unwrap();
+    assert_eq!(where_.lines().nth(1), Some("container"), "{where_}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("claw.txt")).unwrap(),
+        "written by claw"
+    );
+}
