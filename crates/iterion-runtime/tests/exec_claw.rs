@@ -248,3 +248,12 @@ async fn cancelling_the_run_sends_cancel_and_ends_the_node_cancelled() {
         json!({"type": "cancel", "data": {"reason": "the node was cancelled"}})
     );
 }
+
+#[tokio::test]
+async fn a_runner_program_that_does_not_exist_is_runner_incompatible() {
+    let mut h = harness("/nonexistent/iterion-claw-runner".into());
+    let o = h.run(SIMPLE).await;
+    assert_eq!(summary(&o), "RUNNER_INCOMPATIBLE node=a checkpoint=-");
+    let e = exec_common::failure_error(&o);
+    assert!(e.contains("/nonexistent/iterion-claw-runner"), "{e}");
+}
