@@ -335,11 +335,11 @@ fn a_claw_node_runs_its_runner_in_a_podman_container() {
             Reply::ToolCalls(
                 String::new(),
                 vec![
+                    ("bash".into(), json!({"command": "hostname > where.txt"})),
                     (
-                        "bash".into(),
-                        json!({"command": "if [ -f /run/.containerenv ]; then echo container > where.txt; else echo host > where.txt; fi"}),
+                        "write_file".into(),
+                        json!({"path": "claw.txt", "content": "from podman"}),
                     ),
-                    ("write_file".into(), json!({"path": "claw.txt", "content": "from podman"})),
                 ],
             ),
             Reply::text("{\"ok\": true}"),
@@ -369,9 +369,15 @@ fn a_claw_node_runs_its_runner_in_a_podman_container() {
         json!("mounted")
     );
     assert_eq!(output_of(&ev, "a"), &json!({"ok": true}));
-    assert_eq!(
-        std::fs::read_to_string(ws.path().join("where.txt")).unwrap(),
-        "container\n"
+    // bash ran in the run container: its hostname is that container's
+    let container = first(&ev, "sandbox_started")["data"]["container"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let hostname = std::fs::read_to_string(ws.path().join("where.txt")).unwrap();
+    assert!(
+        container.starts_with(hostname.trim()),
+        "{hostname} vs {container}"
     );
     assert_eq!(
         std::fs::read_to_string(ws.path().join("claw.txt")).unwrap(),
