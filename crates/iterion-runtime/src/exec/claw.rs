@@ -303,7 +303,8 @@ async fn exchange(env: &NodeEnv<'_>, program: String, task: &Task) -> Result<Exc
             wait.await
         }
     };
-    let _ = stderr_task.await;
+    // a process the runner left behind may still hold its stderr: keep what arrived, bounded
+    let _ = tokio::time::timeout(launcher::KILL_AFTER_CLOSE, stderr_task).await;
     let stderr = tail.lock().unwrap_or_else(|e| e.into_inner()).text();
     Ok(Exchange {
         outcome,
