@@ -25,6 +25,8 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
     ),
     ("iterion-netproxy", 1, &["iterion-netpolicy", "iterion-spec"]),
     ("iterion-claw", 1, &["iterion-envelope"]),
+    // the runner program, built statically by iterion-host's build script and mounted into sandboxes
+    ("iterion-claw-runner", 2, &["iterion-claw"]),
     (
         "iterion-driver-docker",
         2,
@@ -49,7 +51,12 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
     (
         "iterion-host",
         3,
-        &["iterion-driver", "iterion-driver-docker", "iterion-driver-k8s"],
+        &[
+            "iterion-embed",
+            "iterion-driver",
+            "iterion-driver-docker",
+            "iterion-driver-k8s",
+        ],
     ),
     (
         "iterion-runtime",
@@ -58,6 +65,7 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
             "iterion-spec",
             "iterion-envdeny",
             "iterion-envelope",
+            "iterion-claw",
             "iterion-netpolicy",
             "iterion-driver",
             "iterion-netproxy",
@@ -86,6 +94,7 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
         6,
         &[
             "iterion-probe",
+            "iterion-claw",
             "iterion-doctor",
             "iterion-host",
             "iterion-spec",

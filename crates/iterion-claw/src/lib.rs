@@ -13,15 +13,16 @@
 //! - [`agent`]: the loop: conversation, tool calls (concurrent when several), `tool_max_steps`, one reformat
 //!   pass for a schema (`formatting_pass_used`, `parse_fallback`), events and session captures through a
 //!   [`Sink`], non-builtin tools through a [`ToolDelegate`].
-//! - [`runner::serve`]: the runner side of one node over the envelope channel (bootstrap, loop, `result`).
+//! - [`runner::serve`]: the runner side of one node over the envelope channel (bootstrap, loop, `result`);
+//!   [`runner::run_stdio`]: the runner process itself over stdin/stdout, what `iterion __claw-runner` and the
+//!   static `iterion-claw-runner` program run.
 //!
 //! HTTP goes through `reqwest` (rustls, no default features, `stream`): a well-kept client whose proxy support
 //! takes credentials from the proxy URL, confined to this crate and absent from its public signatures. The
 //! caller gives the proxy URL (the run's egress proxy) and an env map for keys and base URLs; the crate never
 //! reads the process environment.
 //!
-//! Not built yet: the runner binary (`iterion __claw-runner`), the runtime wiring that launches it,
-//! compaction and session replay (`llm_compacted`), and the `codex` backend.
+//! Not built yet: compaction and session replay (`llm_compacted`), and the `codex` backend.
 #![deny(missing_docs)]
 
 pub mod agent;

@@ -103,7 +103,7 @@ where
         Ok(b) => b,
         Err(EnvelopeError::Bootstrap { exit_code, .. }) => return exit_code,
         Err(e) => {
-            eprintln!("iterion claw runner: bootstrap failed: {e}");
+            eprintln!("iterion-claw-runner: bootstrap failed: {e}");
             return 2;
         }
     };
@@ -132,10 +132,42 @@ where
     match channel.finish(&result).await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("iterion claw runner: cannot send the result: {e}");
+            eprintln!("iterion-claw-runner: cannot send the result: {e}");
             2
         }
     }
+}
+
+/// Proxy variables the runner honours, in order: the first non-empty one is the egress proxy of every model
+/// and `web_fetch` request (`NO_PROXY` is not honoured: in a sandbox nothing else is reachable).
+pub const PROXY_VARS: &[&str] = &[
+    "HTTPS_PROXY",
+    "https_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+];
+
+/// The egress proxy URL named by `env` (see [`PROXY_VARS`]), if any.
+pub fn proxy_from_env(env: &BTreeMap<String, String>) -> Option<String> {
+    PROXY_VARS
+        .iter()
+        .filter_map(|k| env.get(*k))
+        .map(|v| v.trim())
+        .find(|v| !v.is_empty())
+        .map(str::to_string)
+}
+
+/// The runner process over its own stdin and stdout: `env` is the process environment (keys, base URLs and the
+/// proxy come from it, never from argv or the task), `software` the `hello` software string. Returns the exit
+/// status; the caller should exit the process with it right away (a pending read of stdin would otherwise
+/// keep the runtime alive).
+pub async fn run_stdio(env: BTreeMap<String, String>, software: impl Into<String>) -> i32 {
+    let proxy = proxy_from_env(&env);
+    let mut options = ServeOptions::new(env, software);
+    options.proxy = proxy;
+    serve(tokio::io::stdin(), tokio::io::stdout(), options).await
 }
 
 /// The task's loop with the sink and delegate; setup failures become failed results.

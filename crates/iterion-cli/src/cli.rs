@@ -36,6 +36,9 @@ pub enum Command {
     /// The boundary probe program of `sandbox doctor --probe`, run inside sandboxes.
     #[command(name = "__sandbox-probe", hide = true)]
     SandboxProbe(crate::probe::ProbeArgs),
+    /// The claw runner: envelopes on stdin/stdout, launched by the runtime for claw nodes.
+    #[command(name = "__claw-runner", hide = true)]
+    ClawRunner(crate::claw_runner::ClawRunnerArgs),
 }
 
 /// Runs the parsed command. `env` is the process environment, read once by `main`.
@@ -51,5 +54,6 @@ pub fn dispatch(cli: Cli, env: &BTreeMap<String, String>) -> ExitCode {
             crate::cmd_completions::run(args, <Cli as clap::CommandFactory>::command())
         }
         Command::SandboxProbe(args) => crate::probe::run(args, env),
+        Command::ClawRunner(args) => crate::claw_runner::run(args, env),
     }
 }

@@ -728,6 +728,11 @@ async fn runtime(
     for w in builder.host_warnings() {
         eprintln!("{}", format_log("WARN ", w));
     }
+    // Claw nodes on the host run this very program as `iterion __claw-runner`.
+    let builder = match std::env::current_exe() {
+        Ok(exe) => builder.runner_program(exe),
+        Err(_) => builder,
+    };
     builder
         .store_dir(store_dir)
         .builtin_default_mode(ModeChoice::Auto)

@@ -320,3 +320,69 @@ fn a_store_inside_the_workspace_is_hidden_from_a_podman_sandbox() {
     assert_eq!(output_of(&ws.events(&id), "peek"), &json!({"entries": 0}));
     assert_eq!(ws.left_behind(&id), Vec::<String>::new());
 }
+
+/// A claw node in the run container on Podman: the static runner is bound and runs in the busybox image, its
+/// `bash` (through `sh`) and `write_file` act in the container, and the model is reached through the proxy.
+#[test]
+fn a_claw_node_runs_its_runner_in_a_podman_container() {
+    use iterion_test_support::fake_provider::{FakeProvider, Reply};
+    let Some(socket) = podman_ready("a_claw_node_runs_its_runner_in_a_podman_container") else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let fake = rt
+        .block_on(FakeProvider::start(vec![
+            Reply::ToolCalls(
+                String::new(),
+                vec![
+                    ("bash".into(), json!({"command": "hostname > where.txt"})),
+                    (
+                        "write_file".into(),
+                        json!({"path": "claw.txt", "content": "from podman"}),
+                    ),
+                ],
+            ),
+            Reply::text("{\"ok\": true}"),
+        ]))
+        .unwrap();
+    let port = fake.url().rsplit(':').next().unwrap().to_string();
+    let flow = format!(
+        "schema result:\n  ok: bool\n\nagent a:\n  model: \"claude-test\"\n  tools: [bash, write_file]\n  output: result\n\nworkflow flow:\n  entry: a\n  sandbox:\n    mode: auto\n    network:\n      mode: allowlist\n      preset: none\n      rules: [\"127.0.0.1:{port}\"]\n  a -> done when ok\n  a -> fail\n"
+    );
+    let ws = Ws::new(&socket, &flow);
+    let out = ws
+        .cmd()
+        .env("ANTHROPIC_API_KEY", "sk-test-not-a-secret")
+        .env("ANTHROPIC_BASE_URL", fake.url())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = ws.run_ids().pop().expect("a run directory");
+    let ev = ws.events(&id);
+    assert_eq!(
+        first(&ev, "sandbox_claw_routed_via_runner")["data"]["binary"],
+        json!("mounted")
+    );
+    assert_eq!(output_of(&ev, "a"), &json!({"ok": true}));
+    // bash ran in the run container: its hostname is that container's
+    let container = first(&ev, "sandbox_started")["data"]["container"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let hostname = std::fs::read_to_string(ws.path().join("where.txt")).unwrap();
+    assert!(
+        container.starts_with(hostname.trim()),
+        "{hostname} vs {container}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("claw.txt")).unwrap(),
+        "from podman"
+    );
+    assert_eq!(fake.requests().len(), 2);
+    assert_eq!(ws.left_behind(&id), Vec::<String>::new());
+}

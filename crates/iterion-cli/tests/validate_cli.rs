@@ -103,11 +103,11 @@ fn validate_reports_what_run_refuses_at_its_position() {
     assert_eq!(doc["diagnostics"][0]["code"], "X004");
     assert_eq!(doc["diagnostics"][0]["line"], 6);
 
-    // an agent on the default backend (claw): refused by run, so by validate
+    // an agent on a backend this version does not build (codex): refused by run, so by validate
     let agent = dir.path().join("agent.bot");
     std::fs::write(
         &agent,
-        "agent a:\n  model: \"m\"\n  system: p\n\nprompt p:\n  hi\n\nworkflow w:\n  entry: a\n  a -> done\n",
+        "agent a:\n  backend: \"codex\"\n  model: \"m\"\n  system: p\n\nprompt p:\n  hi\n\nworkflow w:\n  entry: a\n  a -> done\n",
     )
     .expect("write");
     let agent = agent.to_str().expect("utf-8");

@@ -21,6 +21,12 @@ pub enum Error {
     /// The embedded egress relay could not be installed.
     #[error(transparent)]
     Relay(#[from] iterion_driver_docker::Error),
+    /// The embedded claw runner could not be installed.
+    #[error("claw runner unavailable: {reason}")]
+    ClawRunner {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// `Result` with this crate's [`Error`].

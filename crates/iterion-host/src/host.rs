@@ -8,6 +8,7 @@ use std::time::Duration;
 use iterion_driver::Driver;
 
 use crate::choice::DriverChoice;
+use crate::claw_runner::{claw_runner_override, claw_runner_path};
 use crate::error::Result;
 use crate::facts::{HostFacts, cwd_of};
 use crate::relay::{relay_override, relay_path};
@@ -76,6 +77,8 @@ pub struct Host {
     pub host_driver: Arc<dyn Driver>,
     /// The egress relay handed to the docker driver, when one could be installed.
     pub relay: Option<PathBuf>,
+    /// The claw runner bound into containers for claw nodes, when one could be installed.
+    pub claw_runner: Option<PathBuf>,
     /// Warnings, in order: an egress relay that could not be installed, an ignored `ITERION_MODE`.
     pub warnings: Vec<String>,
 }
@@ -94,6 +97,13 @@ impl Host {
                 None
             }
         };
+        let claw_runner = match claw_runner_path(&facts.data_dir, claw_runner_override(env)) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                warnings.push(e.to_string());
+                None
+            }
+        };
         let mut sel_opts = SelectOptions::new(opts.forced_driver.clone());
         sel_opts.ping_timeout = opts.ping_timeout;
         sel_opts.relay_binary = relay.clone();
@@ -107,6 +117,7 @@ impl Host {
             selection,
             host_driver: host_driver(base),
             relay,
+            claw_runner,
             warnings,
         })
     }

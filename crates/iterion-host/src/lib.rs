@@ -8,6 +8,9 @@
 //!   drivers (`DockerDriver`, `NoopDriver`);
 //! - [`relay_path`]: the egress relay the docker driver mounts (`ITERION_RELAY_BIN`, else the relay embedded by
 //!   `iterion-driver-docker`, installed by content hash under the data dir);
+//! - [`claw_runner_path`]: the claw runner bound into containers for claw nodes (`ITERION_BIN`, else the
+//!   static runner this crate's build script compiles from `crates/iterion-claw-runner`, installed by content
+//!   hash under the data dir);
 //! - [`repo_root`]: the repository root of a work directory;
 //! - [`DriverChoice`]: the selection as the runtime consumes it ([`Selection::driver_choice`]).
 //!
@@ -23,6 +26,7 @@
 #![deny(missing_docs)]
 
 mod choice;
+mod claw_runner;
 mod error;
 mod facts;
 mod force;
@@ -32,6 +36,7 @@ mod repo;
 mod selection;
 
 pub use choice::DriverChoice;
+pub use claw_runner::{EMBEDDED as EMBEDDED_CLAW_RUNNER, claw_runner_override, claw_runner_path};
 pub use error::{Error, Result};
 pub use facts::{HostFacts, absolutize, cwd_of, data_dir};
 pub use host::{Host, HostOptions};

@@ -69,6 +69,7 @@ pub struct RuntimeBuilder {
     reader: Option<Arc<dyn SourceReader + Send + Sync>>,
     record_key: Option<RecordKey>,
     host_warnings: Vec<String>,
+    claw_runner: crate::lifecycle::ClawRunner,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -181,6 +182,21 @@ impl RuntimeBuilder {
         self
     }
 
+    /// The program run as `<program> __claw-runner` for claw nodes placed on the host (the CLI passes its own
+    /// executable; the library never looks at the current executable). Default: the container runner.
+    pub fn runner_program(mut self, program: impl Into<PathBuf>) -> Self {
+        self.claw_runner.host_program = Some(program.into());
+        self
+    }
+
+    /// The Linux binary bound read-only at `/usr/local/bin/iterion` in containers running claw nodes (it must
+    /// answer `__claw-runner` and `--version` there; [`Runtime::from_host`] sets the static runner embedded by
+    /// `iterion-host`, or `ITERION_BIN`). Default: none, the image's own `iterion` is used.
+    pub fn container_runner(mut self, binary: impl Into<PathBuf>) -> Self {
+        self.claw_runner.container_binary = Some(binary.into());
+        self
+    }
+
     /// Reader of `devcontainer.json` (default: the file system).
     pub fn reader(mut self, reader: Arc<dyn SourceReader + Send + Sync>) -> Self {
         self.reader = Some(reader);
@@ -221,6 +237,7 @@ impl RuntimeBuilder {
                 exec_bounds: self.exec_bounds,
                 reader: self.reader.unwrap_or_else(|| Arc::new(FsReader)),
                 record_key: self.record_key,
+                claw_runner: self.claw_runner,
                 env: self.env,
             },
         })
@@ -350,6 +367,7 @@ impl Runtime {
             .host_facts(host.facts)
             .record_key(key);
         b.host_warnings = host.warnings;
+        b.claw_runner.container_binary = host.claw_runner;
         Ok(b)
     }
 

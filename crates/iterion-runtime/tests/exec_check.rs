@@ -46,15 +46,47 @@ fn xc2_backends() {
         &[("B", "codex")],
         &["test.bot:2:12: error[X002]: backend 'codex' is not supported by this runtime"],
     );
-    // the default backend is claw, whose runner this build does not contain
+    // the default backend is claw: executed with a provider the runner speaks and builtin tools only
+    check(
+        "agent a:\n  model: \"m\"\n\nworkflow w:\n  entry: a\n  a -> done\n",
+        &[],
+        &[],
+    );
+    check(
+        "agent a:\n  model: \"claude-sonnet-4-5\"\n  tools: [bash, write_file]\n\nworkflow w:\n  entry: a\n  a -> done\n",
+        &[],
+        &[],
+    );
+    check(
+        "agent a:\n  model: \"groq/llama-3\"\n\nworkflow w:\n  entry: a\n  a -> done\n",
+        &[],
+        &[],
+    );
+    check(
+        "agent a:\n  model: \"m\"\n  provider: \"${P}\"\n\nworkflow w:\n  entry: a\n  a -> done\n",
+        &[("P", "gemini")],
+        &["test.bot:3:13: error[X002]: claw provider 'gemini' is not supported (anthropic, openai)"],
+    );
+    check(
+        "agent a:\n  model: \"m\"\n  tools: [bash, mcp.github.search]\n\nworkflow w:\n  entry: a\n  a -> done\n",
+        &[],
+        &[
+            "test.bot:3:17: error[X006]: tool 'mcp.github.search' is not available to claw agents in this version",
+        ],
+    );
+    // codex stays refused, with its reason
     let d = check_executable(
-        &compile("agent a:\n  model: \"m\"\n\nworkflow w:\n  entry: a\n  a -> done\n"),
+        &compile("agent a:\n  backend: \"codex\"\n\nworkflow w:\n  entry: a\n  a -> done\n"),
         &BTreeMap::new(),
     );
     assert_eq!(d.len(), 1);
-    assert_eq!(d[0].code, "X002");
-    assert_eq!(d[0].message, "backend 'claw' is not supported by this runtime");
-    assert!(d[0].hint.as_deref().unwrap().contains("backend: claude_code"));
+    assert_eq!(d[0].message, "backend 'codex' is not supported by this runtime");
+    assert!(
+        d[0].hint
+            .as_deref()
+            .unwrap()
+            .contains("codex backend is not built")
+    );
     // workflow default_backend applies
     check(
         "agent a:\n  model: \"m\"\n\nworkflow w:\n  entry: a\n  default_backend: \"claude_code\"\n  a -> done\n",

@@ -375,6 +375,7 @@ async fn script_written_through_the_sandbox_when_the_work_dir_is_not_shared() {
         shell: Shell::Bash,
         unavailable: Default::default(),
         exec_env: Vec::new(),
+        claw_runner: None,
     });
     struct NoHostPath(Arc<exec_common::HostSandboxes>);
     #[async_trait::async_trait]

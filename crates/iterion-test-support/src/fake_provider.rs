@@ -51,6 +51,8 @@ pub struct Recorded {
     pub headers: Vec<(String, String)>,
     /// The JSON body (`null` when not JSON).
     pub body: Value,
+    /// When the request had been read (for latency benchmarks).
+    pub received: std::time::Instant,
 }
 
 impl Recorded {
@@ -174,7 +176,12 @@ async fn serve(
     let body: Value = serde_json::from_slice(&buf[head_end..]).unwrap_or(Value::Null);
     let stream = body["stream"].as_bool().unwrap_or(false);
     let openai = path.ends_with("/chat/completions");
-    rec.lock().unwrap().push(Recorded { path, headers, body });
+    rec.lock().unwrap().push(Recorded {
+        path,
+        headers,
+        body,
+        received: std::time::Instant::now(),
+    });
     let reply = script.lock().unwrap().pop_front();
     let out = render(reply, openai, stream, conn);
     sock.write_all(&out).await?;

@@ -118,6 +118,12 @@ pub fn choose(hint: &str, model: &str) -> (String, String) {
     }
 }
 
+/// Whether `name` (a provider hint or model prefix, any case) is a provider the runner speaks: `anthropic`,
+/// `openai` or a name of [`COMPATIBLE`].
+pub fn supported(name: &str) -> bool {
+    known(name)
+}
+
 fn known(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
     n == "anthropic" || n == "openai" || COMPATIBLE.iter().any(|c| c.names.contains(&n.as_str()))

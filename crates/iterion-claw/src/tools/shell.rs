@@ -1,4 +1,4 @@
-//! `bash` and `web_fetch`.
+//! `bash` (run with `sh` where the image has no bash) and `web_fetch`.
 
 use super::tool_err;
 use crate::error::Result;
@@ -18,16 +18,23 @@ pub(super) async fn bash(work_dir: &Path, input: &Value) -> Result<String> {
         .as_u64()
         .map_or(DEFAULT_BASH_TIMEOUT, Duration::from_millis)
         .min(MAX_BASH_TIMEOUT);
-    let child = tokio::process::Command::new("bash")
-        .arg("-c")
-        .arg(&command)
-        .current_dir(work_dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| tool_err("bash", format!("cannot start bash: {e}")))?;
+    let start = |shell: &str| {
+        tokio::process::Command::new(shell)
+            .arg("-c")
+            .arg(&command)
+            .current_dir(work_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+    };
+    // images without bash (a static busybox) still have a POSIX sh, as tool nodes do
+    let child = match start("bash") {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => start("sh"),
+        other => other,
+    }
+    .map_err(|e| tool_err("bash", format!("cannot start bash (or sh): {e}")))?;
     let out = match tokio::time::timeout(timeout, child.wait_with_output()).await {
         Ok(r) => r.map_err(|e| tool_err("bash", e.to_string()))?,
         Err(_) => {

@@ -106,7 +106,7 @@ pub(crate) struct ClaudeInvocation {
     pub prompt: String,
 }
 
-fn prompt_text(env: &NodeEnv<'_>, workflow: &Workflow, name: &str, scope: &Scope<'_>) -> String {
+pub(crate) fn prompt_text(env: &NodeEnv<'_>, workflow: &Workflow, name: &str, scope: &Scope<'_>) -> String {
     let Some(p) = workflow.prompt(name) else {
         env.warn(&format!(
             "node '{}': prompt '{name}' is not declared",

@@ -1,9 +1,10 @@
 //! The executability check (10.1): constructs the parser accepts but this version cannot execute are refused
 //! before any run record exists, with positioned `X…` diagnostics. Nothing is ever skipped silently.
 //!
-//! Backends: only `claude_code` is executed. `claw` (the default backend) needs the claw runner
-//! (`iterion __claw-runner`, 10.5.3), which this build does not contain, so it is refused with `X002` and a
-//! hint, like any other backend.
+//! Backends: `claw` (the default, run by `iterion __claw-runner`) and `claude_code` are executed. A claw node
+//! must use a provider the runner speaks (`anthropic`, `openai`, or an OpenAI-compatible name the runner maps,
+//! see `iterion_claw::provider::COMPATIBLE`) and only runner builtin tools (`X006`); any other backend, e.g.
+//! `codex`, is refused with `X002`.
 //!
 //! ```
 //! use std::collections::BTreeMap;
@@ -19,7 +20,72 @@ use iterion_spec::model::{LoopCap, Node, NodeKind, Span, Spanned, Workflow};
 use iterion_spec::template::{EnvContext, expand_env, placeholders};
 
 /// The backends [`check_executable`] accepts.
-pub const EXECUTABLE_BACKENDS: &[&str] = &["claude_code"];
+pub const EXECUTABLE_BACKENDS: &[&str] = &["claw", "claude_code"];
+
+/// Agent and judge nodes whose backend (after `${…}` expansion) is `claw`.
+pub fn claw_nodes(workflow: &Workflow, env: &BTreeMap<String, String>) -> std::collections::BTreeSet<String> {
+    workflow
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.kind, NodeKind::Agent | NodeKind::Judge))
+        .filter(|n| node_backend(workflow, n, env).0 == "claw")
+        .map(|n| n.name.value.clone())
+        .collect()
+}
+
+/// The provider a claw node's runner will use (after `${…}` expansion of `provider` and `model`), with the
+/// span to blame, by the runner's choice rule.
+fn claw_provider(node: &Node, env: &BTreeMap<String, String>) -> (String, Span) {
+    let lookup = |n: &str| env.get(n).cloned();
+    let exp = |f: &Option<Spanned<String>>| {
+        f.as_ref()
+            .map(|s| expand_env(&s.value, EnvContext::NodeField, &lookup))
+            .unwrap_or_default()
+    };
+    let (name, _) = iterion_claw::provider::choose(&exp(&node.provider), &exp(&node.model));
+    let span = node
+        .provider
+        .as_ref()
+        .or(node.model.as_ref())
+        .map_or(node.name.span, |s| s.span);
+    (name, span)
+}
+
+fn check_claw(file: &str, node: &Node, env: &BTreeMap<String, String>, out: &mut Vec<Diagnostic>) {
+    let (provider, span) = claw_provider(node, env);
+    if !iterion_claw::provider::supported(&provider) {
+        out.push(
+            at(
+                "X002",
+                file,
+                span,
+                format!("claw provider '{provider}' is not supported (anthropic, openai)"),
+            )
+            .with_hint(
+                "use anthropic, openai or an OpenAI-compatible name (kimi, moonshot, grok, xai, groq, deepseek, mistral)",
+            ),
+        );
+    }
+    for t in node.tools.iter().flatten() {
+        if !iterion_claw::tools::BUILTINS.contains(&t.value.as_str()) {
+            out.push(
+                at(
+                    "X006",
+                    file,
+                    t.span,
+                    format!(
+                        "tool '{}' is not available to claw agents in this version",
+                        t.value
+                    ),
+                )
+                .with_hint(format!(
+                    "claw agents have the runner builtins: {}",
+                    iterion_claw::tools::BUILTINS.join(", ")
+                )),
+            );
+        }
+    }
+}
 
 /// The backend of an agent or judge node after `${…}` expansion (node `backend` → workflow
 /// `default_backend` → `claw`), with the span to blame.
@@ -184,14 +250,17 @@ fn check_agent(workflow: &Workflow, node: &Node, env: &BTreeMap<String, String>,
             bspan,
             format!("backend '{backend}' is not supported by this runtime"),
         );
-        d = if backend == "claw" {
+        d = if backend == "codex" {
             d.with_hint(format!(
-                "the claw runner is not part of this build; set 'backend: claude_code' on '{name}' (or 'default_backend: claude_code' on the workflow)"
+                "the codex backend is not built in this version; use 'backend: claw' or 'backend: claude_code' on '{name}'"
             ))
         } else {
-            d.with_hint("supported: claude_code")
+            d.with_hint("supported: claw, claude_code")
         };
         out.push(d);
+    }
+    if backend == "claw" {
+        check_claw(file, node, env, out);
     }
     if let Some(s) = &node.session
         && s.value != "fresh"

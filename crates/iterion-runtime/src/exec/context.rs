@@ -63,6 +63,10 @@ pub struct NodeSandbox {
     /// host placement): script files are written there directly. `None` (kubernetes): scripts are written
     /// through an exec inside the sandbox.
     pub host_work_dir: Option<PathBuf>,
+    /// The program that answers `__claw-runner` here: the configured runner on the host,
+    /// `/usr/local/bin/iterion` when a runner is bound into the container, `iterion` (the image's own)
+    /// otherwise. `None`: claw nodes cannot run here (`RUNNER_INCOMPATIBLE`).
+    pub claw_runner: Option<String>,
 }
 
 /// Why a node's sandbox could not be provided (a node container that failed to start, 5.2).
@@ -109,6 +113,9 @@ pub trait RunSink: Send + Sync {
     /// Writes version `version` of artifact `name` published by `node_id`; an error is logged and the run
     /// continues.
     fn write_artifact(&self, node_id: &str, name: &str, version: u64, data: &Value) -> Result<(), String>;
+    /// Stores the latest claw session snapshot of `node_id` (`sessions/<node id>.json`); an error is the sink's
+    /// business, like a failed artifact write.
+    fn write_session(&self, node_id: &str, snapshot: &Value) -> Result<(), String>;
 }
 
 /// Timing knobs of the executor.

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::agent::run_claude_code;
 use super::check::node_backend;
+use super::claw::run_claw;
 use super::context::{ExecContext, ExecOutcome};
 use super::node::{NodeEnv, NodeError, NodeRun, NodeSuccess, ms};
 use super::render::{LoopView, Scope, with_value};
@@ -855,6 +856,8 @@ async fn dispatch(env: &NodeEnv<'_>, wf: &Workflow, node: &Node, sc: &Scope<'_>)
             let (backend, _) = node_backend(wf, node, env.host_env);
             if backend == "claude_code" {
                 run_claude_code(env, wf, node, sc).await
+            } else if backend == "claw" {
+                run_claw(env, wf, node, sc).await
             } else {
                 NodeRun::Err(NodeError::new(
                     FailureCode::ExecutionFailed,

@@ -1,6 +1,6 @@
 //! Workflow execution (sections 5 and 10 of the runtime specification): the executability check, vars,
-//! node input, tool nodes, `claude_code` agent and judge nodes, edge selection, loops, budget, recovery and
-//! terminal nodes.
+//! node input, tool nodes, `claw` agent and judge nodes (through the claw runner, [`claw`]) and `claude_code`
+//! ones (through the agent CLI), edge selection, loops, budget, recovery and terminal nodes.
 //!
 //! The run lifecycle owns everything around the graph (run record, sandbox setup, `run_started`, the final
 //! status transition with `run_finished` / `run_failed` / `run_cancelled`, cleanup). It calls [`execute`]
@@ -13,10 +13,11 @@
 //!
 //! Not built in this version, refused or reported rather than skipped:
 //!
-//! - the `claw` backend (it needs the `iterion __claw-runner` envelope runner): [`check_executable`] refuses
-//!   it with `X002` before a run exists, and the executor fails such a node with `EXECUTION_FAILED` if a
-//!   caller skips the check;
-//! - output schemas are passed to the agent but not enforced (`SCHEMA_VALIDATION` is reserved, 10.4);
+//! - the `codex` backend: [`check_executable`] refuses it with `X002` before a run exists, and the executor
+//!   fails such a node with `EXECUTION_FAILED` if a caller skips the check;
+//! - claw compaction and session replay after `CONTEXT_LENGTH_EXCEEDED` (the node is retried fresh);
+//! - output schemas are passed to the agent (the claw runner checks its answer and makes one reformat pass)
+//!   but the runtime does not enforce them (`SCHEMA_VALIDATION` is reserved, 10.4);
 //! - `Retry-After` is not known from the agent CLI, so `RATE_LIMITED` uses the fixed 10 s / 30 s / 60 s;
 //! - a templated loop cap is re-evaluated after a resume (the checkpoint has no field for it), and
 //!   `node_started.iteration` counts executions of the current invocation.
@@ -34,6 +35,7 @@
 
 mod agent;
 pub mod check;
+pub mod claw;
 mod context;
 mod graph;
 mod node;

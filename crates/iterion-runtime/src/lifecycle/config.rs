@@ -29,6 +29,29 @@ pub struct Drivers {
     pub host: Arc<dyn Driver>,
 }
 
+/// The claw runner programs (10.5.3): what runs `__claw-runner` on the host and what is bound into containers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClawRunner {
+    /// The program run as `<program> __claw-runner` for claw nodes placed on the host (the CLI passes its own
+    /// executable). `None`: [`ClawRunner::container_binary`] is used on the host too.
+    pub host_program: Option<PathBuf>,
+    /// A Linux binary answering `__claw-runner` and `--version` that runs in the container images (the static
+    /// runner embedded by `iterion-host`, or `ITERION_BIN`), bound read-only at `/usr/local/bin/iterion`.
+    /// `None`: containers must ship their own `iterion` on PATH.
+    pub container_binary: Option<PathBuf>,
+}
+
+impl ClawRunner {
+    /// The program of host-placed claw nodes, when one is known.
+    pub fn host(&self) -> Option<String> {
+        self.host_program
+            .as_ref()
+            .or(self.container_binary.as_ref())
+            .map(|p| p.to_string_lossy().into_owned())
+    }
+}
+
 /// Sandbox flags of a launch (`--sandbox`, `--sandbox-host-state`, `--sandbox-default-image`,
 /// `--sandbox-driver`, `--sandbox-env`).
 #[derive(Debug, Clone, Default)]
@@ -76,6 +99,8 @@ pub struct Config {
     pub reader: Arc<dyn SourceReader + Send + Sync>,
     /// Signs `run.json` and is checked before a resume (none: unsigned records, no check).
     pub record_key: Option<crate::store::RecordKey>,
+    /// The claw runner programs.
+    pub claw_runner: ClawRunner,
 }
 
 impl std::fmt::Debug for Config {

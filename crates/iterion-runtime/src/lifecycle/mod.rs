@@ -47,7 +47,7 @@ mod store_failure_tests;
 mod worktree;
 
 pub use cancel::Cancel;
-pub use config::{Config, Drivers, Launch, Outcome, Resume, SandboxFlags, WorktreeEnd};
+pub use config::{ClawRunner, Config, Drivers, Launch, Outcome, Resume, SandboxFlags, WorktreeEnd};
 pub use host::{DriverChoice, HostFacts};
 pub use settings::Settings;
 pub use sink::{NoObserver, Observer};
@@ -526,6 +526,7 @@ async fn drive(
         repo_root: input.repo_root.clone(),
         operator_env: input.operator_env.clone(),
         owner,
+        claw_nodes: crate::exec::check::claw_nodes(&input.workflow, &cfg.env),
     };
     let cancel_token = cfg.cancel.token();
     let store_abort = em.store_abort();

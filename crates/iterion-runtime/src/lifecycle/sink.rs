@@ -278,4 +278,15 @@ impl RunSink for Emitter {
             e.to_string()
         })
     }
+
+    fn write_session(&self, node_id: &str, snapshot: &Value) -> Result<(), String> {
+        let r = self.run().write_session(node_id, snapshot);
+        r.map(|_| ()).map_err(|e| {
+            self.store_failed(format!(
+                "the session snapshot of node {node_id} was not written: {}",
+                chain(&e)
+            ));
+            e.to_string()
+        })
+    }
 }

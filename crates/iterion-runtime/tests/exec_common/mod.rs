@@ -24,6 +24,7 @@ pub struct Recorder {
     pub logs: Mutex<Vec<(LogLevel, String)>>,
     pub checkpoints: Mutex<Vec<Checkpoint>>,
     pub artifacts: Mutex<Vec<(String, String, u64, Value)>>,
+    pub sessions: Mutex<Vec<(String, Value)>>,
 }
 
 impl RunSink for Recorder {
@@ -41,6 +42,13 @@ impl RunSink for Recorder {
             .lock()
             .unwrap()
             .push((node_id.into(), name.into(), version, data.clone()));
+        Ok(())
+    }
+    fn write_session(&self, node_id: &str, snapshot: &Value) -> Result<(), String> {
+        self.sessions
+            .lock()
+            .unwrap()
+            .push((node_id.into(), snapshot.clone()));
         Ok(())
     }
 }
@@ -112,6 +120,8 @@ pub struct HostSandboxes {
     pub shell: Shell,
     pub unavailable: BTreeMap<String, SandboxUnavailable>,
     pub exec_env: Vec<(String, String)>,
+    /// The program answering `__claw-runner` (none: claw nodes fail `RUNNER_INCOMPATIBLE`).
+    pub claw_runner: Option<String>,
 }
 
 #[async_trait]
@@ -130,6 +140,7 @@ impl NodeSandboxes for HostSandboxes {
             shell: self.shell,
             workdir: self.dir.to_string_lossy().into_owned(),
             host_work_dir: Some(self.dir.clone()),
+            claw_runner: self.claw_runner.clone(),
         })
     }
 
@@ -165,6 +176,7 @@ pub struct Harness {
     pub vars: Map<String, Value>,
     pub cancel: tokio_util::sync::CancellationToken,
     pub run: Option<Arc<dyn Run>>,
+    pub claw_runner: Option<String>,
 }
 
 impl Harness {
@@ -186,6 +198,7 @@ impl Harness {
             vars: Map::new(),
             cancel: tokio_util::sync::CancellationToken::new(),
             run: None,
+            claw_runner: None,
         }
     }
 
@@ -223,6 +236,7 @@ impl Harness {
             shell: self.shell,
             unavailable: self.unavailable.clone(),
             exec_env: Vec::new(),
+            claw_runner: self.claw_runner.clone(),
         });
         let vars = if self.vars.is_empty() {
             iterion_runtime::exec::resolve_vars(

@@ -39,6 +39,8 @@ pub(crate) struct Setup<'a> {
     pub(crate) repo_root: Option<PathBuf>,
     pub(crate) operator_env: Vec<SandboxEnvEntry>,
     pub(crate) owner: OwnerInfo,
+    /// Agent and judge nodes whose backend is `claw` (they need the runner where they are placed).
+    pub(crate) claw_nodes: std::collections::BTreeSet<String>,
 }
 
 impl Setup<'_> {
@@ -60,6 +62,7 @@ impl Setup<'_> {
             shell: Shell::Bash,
             workdir: wd,
             host_work_dir: Some(self.work_dir.clone()),
+            claw_runner: self.cfg.claw_runner.host(),
         })
     }
 
@@ -420,6 +423,13 @@ impl Setup<'_> {
             net: None,
             artifact_dir,
             res: guard.res.clone(),
+            claw_run_nodes: plan
+                .nodes
+                .iter()
+                .filter(|(id, p)| matches!(p, NodePlacement::Run { .. }) && self.claw_nodes.contains(*id))
+                .map(|(id, _)| id.clone())
+                .collect(),
+            claw_nodes: self.claw_nodes.clone(),
         };
         // 4.5
         if let Some(r) = &run_spec {

@@ -71,6 +71,10 @@ pub(super) struct Starter {
     pub(super) net: Option<Arc<Net>>,
     pub(super) artifact_dir: Option<PathBuf>,
     pub(super) res: Arc<Mutex<Res>>,
+    /// Claw nodes placed in the run container.
+    pub(super) claw_run_nodes: Vec<String>,
+    /// Every claw node (a node container runs the runner when its node is one).
+    pub(super) claw_nodes: std::collections::BTreeSet<String>,
 }
 
 impl std::fmt::Debug for Starter {
@@ -316,6 +320,8 @@ impl Starter {
                 os: &h.os,
             },
         );
+        let claw_here = self.claw_nodes_in(node_id);
+        let claw_runner = (!claw_here.is_empty()).then(|| self.bind_runner(&mut req, claw_here));
         req.proxy = self.net.as_ref().map(|n| n.endpoint.clone());
         req.hardening = s.container.hardening;
         req.limits = s.container.limits.clone();
@@ -401,18 +407,10 @@ impl Starter {
             }
         }
         // 4.12 probes
-        let probe = ExecRequest::new(["sh", "-c", "command -v bash"]);
-        let shell = match tokio::time::timeout(
-            s.probe_timeout.duration,
-            iterion_driver::exec_collect(run.as_ref(), probe, OutputLimits::default()),
-        )
-        .await
-        {
-            Err(_) => return Err(timeout_failure(&self.cfg, FailurePhase::Probe, "the shell probe")),
-            Ok(Err(e)) => return Err(driver_failure(&self.cfg, &e, FailurePhase::Probe)),
-            Ok(Ok(c)) if c.status.code == 0 => Shell::Bash,
-            Ok(Ok(_)) => Shell::Sh,
-        };
+        let shell = self.probe_shell(run.as_ref()).await?;
+        if let Some(program) = &claw_runner {
+            self.probe_runner(run.as_ref(), program).await?;
+        }
         let host_binds = self.driver.capabilities().host_binds;
         Ok(Started {
             sandbox: NodeSandbox {
@@ -425,11 +423,29 @@ impl Starter {
                 shell,
                 workdir: spec.workspace_folder.clone(),
                 host_work_dir: host_binds.then(|| self.work_dir.clone()),
+                claw_runner,
             },
             report,
             shell,
             duration: began.elapsed(),
         })
+    }
+
+    /// 4.12: `command -v bash` decides the shell of tool nodes.
+    async fn probe_shell(&self, run: &dyn Run) -> Result<Shell, Failure> {
+        let probe = ExecRequest::new(["sh", "-c", "command -v bash"]);
+        let bound = self.cfg.settings.probe_timeout.duration;
+        match tokio::time::timeout(
+            bound,
+            iterion_driver::exec_collect(run, probe, OutputLimits::default()),
+        )
+        .await
+        {
+            Err(_) => Err(timeout_failure(&self.cfg, FailurePhase::Probe, "the shell probe")),
+            Ok(Err(e)) => Err(driver_failure(&self.cfg, &e, FailurePhase::Probe)),
+            Ok(Ok(c)) if c.status.code == 0 => Ok(Shell::Bash),
+            Ok(Ok(_)) => Ok(Shell::Sh),
+        }
     }
 
     /// Registers a fresh credential `user` (attributed to `node_id`) with `policy` and returns the exec-scope
