@@ -178,6 +178,33 @@ fn demo_runs_in_the_container_writes_the_workspace_and_reports_the_denial() {
     assert!(!ws.store().join("runs").join(&id).join("net").exists());
 }
 
+/// The default pull policy is `missing`: a present local image (tagged `latest`, which the old default
+/// refreshed from its registry on every run) starts without a pull attempt and without a warning.
+#[test]
+fn a_present_local_image_starts_without_a_pull_or_a_warning_by_default() {
+    if !engine_required("present_local_image_default_policy") || !image_ready() {
+        return;
+    }
+    let ws = Ws::demo();
+    let out = ws
+        .cmd(&["run", "demo.bot"], &[])
+        .env_remove("ITERION_SANDBOX_PULL_POLICY")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let id = ws.run_ids().pop().unwrap();
+    let ev = ws.events(&id);
+    let ready = first(&ev, "sandbox_image_ready");
+    assert_eq!(ready["data"]["image"], json!("iterion-test/busybox:latest"));
+    assert_eq!(ready["data"]["pulled"], json!(false));
+    let log = std::fs::read_to_string(ws.store().join("runs").join(&id).join("run.log")).unwrap();
+    for text in [log.as_str(), &*stderr] {
+        assert!(!text.contains("WARN"), "a warning:\n{text}");
+        assert!(!text.contains("pull"), "a pull attempt:\n{text}");
+    }
+}
+
 #[test]
 fn a_failing_node_fails_the_run_with_its_code() {
     if !engine_required("a_failing_node_fails_the_run") || !image_ready() {

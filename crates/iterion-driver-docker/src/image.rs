@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PullPolicy {
     /// Pull when missing, and refresh `edge` / `latest` / untagged references.
-    #[default]
     Auto,
-    /// Pull only when missing.
+    /// Pull only when missing (the default).
+    #[default]
     Missing,
     /// Always pull.
     Always,

@@ -155,10 +155,11 @@ impl EngineInfo {
 /// Image pull policy (05 §4.8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum PullPolicy {
-    /// Pull when missing; `latest` tags follow the engine default.
-    #[default]
+    /// Pull when missing, and also refresh `edge` / `latest` / untagged references (contacts the registry
+    /// on every run of such an image).
     Auto,
-    /// Pull only when missing.
+    /// Pull only when missing: a present image is used as is, without contacting a registry (the default).
+    #[default]
     Missing,
     /// Always pull.
     Always,
@@ -292,7 +293,7 @@ impl PrepareRequest {
     pub fn new(sandbox: ResolvedSandbox) -> Self {
         PrepareRequest {
             sandbox,
-            pull_policy: PullPolicy::Auto,
+            pull_policy: PullPolicy::Missing,
             pull_timeout: Duration::from_secs(600),
             events: EventSink::discard(),
         }
@@ -324,7 +325,7 @@ impl BuildRequest {
             run_id: run_id.into(),
             spec_key: None,
             build_timeout: Duration::from_secs(1800),
-            pull_policy: PullPolicy::Auto,
+            pull_policy: PullPolicy::Missing,
             network: BuildNetwork::None,
             events: EventSink::discard(),
         }
