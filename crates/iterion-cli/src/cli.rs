@@ -23,7 +23,7 @@ pub enum Command {
     Runs(crate::cmd_runs::RunsArgs),
     /// Run or query the egress proxy on its own.
     Netproxy(crate::cmd_netproxy::NetproxyArgs),
-    /// Sandbox tools: `iterion sandbox doctor`.
+    /// Sandbox tools: `iterion sandbox doctor`, `iterion sandbox prune`.
     Sandbox(crate::cmd_doctor::SandboxArgs),
     /// The boundary probe program of `sandbox doctor --probe`, run inside sandboxes.
     #[command(name = "__sandbox-probe", hide = true)]

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 mod cli;
 mod cmd_doctor;
 mod cmd_netproxy;
+mod cmd_prune;
 mod cmd_run;
 mod cmd_runs;
 mod cmd_validate;

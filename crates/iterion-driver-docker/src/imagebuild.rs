@@ -446,6 +446,8 @@ pub struct BuildInput {
     pub args: BTreeMap<String, String>,
     /// Tag to give the image.
     pub tag: String,
+    /// Labels of the image besides iterion's build labels (owner, cache key).
+    pub labels: BTreeMap<String, String>,
     /// Run id (label).
     pub run_id: String,
     /// `pull=1` (pull policy always); never sent with [`BuildNetwork::None`].
@@ -467,6 +469,7 @@ impl BuildInput {
             target: None,
             args: BTreeMap::new(),
             tag,
+            labels: BTreeMap::new(),
             run_id,
             pull: false,
             network: BuildNetwork::None,
@@ -575,17 +578,30 @@ pub async fn check_offline(
     Ok(())
 }
 
-/// Builds the image and returns its tag. Progress lines go to `progress`.
-pub async fn build(
-    engine: &Engine,
-    input: &BuildInput,
-    progress: &(dyn Fn(&str) + Send + Sync),
-) -> Result<String> {
+/// A build whose paths were checked (and, without network, whose Dockerfile was), with its context listed:
+/// what the engine will receive, so the cache key can be computed from the same entries.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// The canonical context directory.
+    pub context: PathBuf,
+    /// The Dockerfile as the request names it.
+    pub display: String,
+    /// The Dockerfile's name inside the archive.
+    pub dockerfile_name: String,
+    /// The Dockerfile added to the archive when it lies outside the context (name, bytes).
+    pub extra: Option<(String, Vec<u8>)>,
+    /// The context entries, sorted, `.dockerignore` applied.
+    pub entries: Vec<ContextEntry>,
+}
+
+/// Checks containment, then (for a build without network) the Dockerfile, and lists the context. Every check
+/// of a build runs here, before any cache lookup.
+pub async fn plan(engine: &Engine, input: &BuildInput) -> Result<Planned> {
     let root = std::fs::canonicalize(&input.root).map_err(io_err("canonicalize", &input.root))?;
     let context = contained(&input.context, &root, "build.context")?;
     let dockerfile = contained(&input.dockerfile, &root, "build.dockerfile")?;
-    let df_display = input.dockerfile.display().to_string();
-    let (df_name, extra) = match dockerfile.strip_prefix(&context) {
+    let display = input.dockerfile.display().to_string();
+    let (dockerfile_name, extra) = match dockerfile.strip_prefix(&context) {
         Ok(rel) => (rel.to_string_lossy().into_owned(), None),
         Err(_) => {
             let data = read_regular(&dockerfile, MAX_FILE_BYTES)
@@ -598,12 +614,45 @@ pub async fn build(
             (name.clone(), Some((name, data)))
         }
     };
-    let offline = input.network == BuildNetwork::None;
-    if offline {
-        check_offline(engine, &dockerfile, &df_display, &input.args).await?;
+    if input.network == BuildNetwork::None {
+        check_offline(engine, &dockerfile, &display, &input.args).await?;
     }
-    let entries = context_entries(&context, extra.is_none().then_some(df_name.as_str()))?;
+    let entries = context_entries(&context, extra.is_none().then_some(dockerfile_name.as_str()))?;
+    Ok(Planned {
+        context,
+        display,
+        dockerfile_name,
+        extra,
+        entries,
+    })
+}
 
+/// Builds the image and returns its tag. Progress lines go to `progress`.
+pub async fn build(
+    engine: &Engine,
+    input: &BuildInput,
+    progress: &(dyn Fn(&str) + Send + Sync),
+) -> Result<String> {
+    let planned = plan(engine, input).await?;
+    build_planned(engine, input, planned, progress).await
+}
+
+/// Sends a planned build to the engine, tagged `input.tag` and labelled with `input.labels` plus iterion's
+/// build labels.
+pub async fn build_planned(
+    engine: &Engine,
+    input: &BuildInput,
+    planned: Planned,
+    progress: &(dyn Fn(&str) + Send + Sync),
+) -> Result<String> {
+    let Planned {
+        context,
+        display: df_display,
+        dockerfile_name: df_name,
+        extra,
+        entries,
+    } = planned;
+    let offline = input.network == BuildNetwork::None;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(16);
     let producer = tokio::task::spawn_blocking(move || {
         let w = ChanWriter(tx);
@@ -616,14 +665,13 @@ pub async fn build(
     });
     let body = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
 
-    let labels: HashMap<String, String> = [
-        ("iterion.io/managed", "true".to_string()),
-        ("iterion.io/component", "build".to_string()),
-        ("iterion.io/run-id", crate::names::label_value(&input.run_id)),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
+    let mut labels: HashMap<String, String> = input.labels.clone().into_iter().collect();
+    labels.insert("iterion.io/managed".into(), "true".into());
+    labels.insert("iterion.io/component".into(), "build".into());
+    labels.insert(
+        "iterion.io/run-id".into(),
+        crate::names::label_value(&input.run_id),
+    );
     let buildargs: HashMap<String, String> = input.args.clone().into_iter().collect();
     let mut opts = BuildImageOptionsBuilder::default()
         .t(&input.tag)

@@ -23,6 +23,8 @@ pub const STORE: &str = "iterion.io/store";
 pub const SANDBOX_KEY: &str = "iterion.io/sandbox-key";
 /// The image reference as declared.
 pub const IMAGE: &str = "iterion.io/image";
+/// On a cached build image: the content hash of its build inputs (its tag is derived from it).
+pub const BUILD_KEY: &str = "iterion.io/build-key";
 /// The iterion version.
 pub const ITERION_VERSION: &str = "iterion.io/iterion-version";
 

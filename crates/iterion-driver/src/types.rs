@@ -205,6 +205,8 @@ pub enum DriverEvent {
         target: String,
         /// The network the build gets.
         network: BuildNetwork,
+        /// Whether an image built earlier from the same inputs is reused.
+        cache: BuildCache,
     },
     /// A build finished (`sandbox_build_finished`).
     BuildFinished {
@@ -216,6 +218,8 @@ pub enum DriverEvent {
         duration_ms: u64,
         /// The network the build had.
         network: BuildNetwork,
+        /// Whether an image built earlier from the same inputs was reused.
+        cache: BuildCache,
     },
     /// A build failed (`sandbox_build_failed`).
     BuildFailed {
@@ -314,6 +318,10 @@ pub struct BuildRequest {
     pub pull_policy: PullPolicy,
     /// Whether the build may use the network.
     pub network: BuildNetwork,
+    /// The process the built image is labelled with (`iterion sandbox prune` reads it).
+    pub owner: Option<OwnerInfo>,
+    /// Build even when an image built from the same inputs is present (`ITERION_SANDBOX_REBUILD`).
+    pub rebuild: bool,
     /// Event sink.
     pub events: EventSink,
 }
@@ -327,6 +335,8 @@ impl BuildRequest {
             build_timeout: Duration::from_secs(1800),
             pull_policy: PullPolicy::Missing,
             network: BuildNetwork::None,
+            owner: None,
+            rebuild: false,
             events: EventSink::discard(),
         }
     }
@@ -360,6 +370,25 @@ impl BuildNetwork {
 impl fmt::Display for BuildNetwork {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// Whether a build reused an image built earlier from the same inputs (`cache` of `sandbox_build_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BuildCache {
+    /// An image with the same build inputs was present and is used; nothing was built.
+    Hit,
+    /// No such image (or a rebuild was asked for): the engine builds.
+    Miss,
+}
+
+impl BuildCache {
+    /// The word used in events: `hit` or `miss`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BuildCache::Hit => "hit",
+            BuildCache::Miss => "miss",
+        }
     }
 }
 

@@ -43,8 +43,11 @@ pub struct Settings {
     pub probe_timeout: Bound,
     /// `ITERION_SANDBOX_PULL_POLICY` (`missing`: a present image is used without contacting a registry).
     pub pull_policy: PullPolicy,
-    /// `ITERION_SANDBOX_KEEP_BUILD_IMAGES`.
+    /// `ITERION_SANDBOX_KEEP_BUILD_IMAGES`: no effect since built images are cached (kept across runs, removed
+    /// by `iterion sandbox prune`); still read so that a setting of it is not reported as unknown.
     pub keep_build_images: bool,
+    /// `ITERION_SANDBOX_REBUILD` (`iterion run --rebuild`): build even when the cache has the image.
+    pub rebuild: bool,
     /// `ITERION_SANDBOX_REQUIRE_ENFORCED_EGRESS`.
     pub require_enforced_egress: bool,
     /// `ITERION_SANDBOX_SILENT_DENY`: `None` = the proxy's default list.
@@ -125,6 +128,7 @@ impl Settings {
             probe_timeout: Bound::default_of("60s"),
             pull_policy,
             keep_build_images: truthy(env, "ITERION_SANDBOX_KEEP_BUILD_IMAGES"),
+            rebuild: truthy(env, "ITERION_SANDBOX_REBUILD"),
             require_enforced_egress: truthy(env, "ITERION_SANDBOX_REQUIRE_ENFORCED_EGRESS"),
             silent_deny,
             container,

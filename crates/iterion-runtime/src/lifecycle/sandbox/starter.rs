@@ -103,12 +103,14 @@ impl Starter {
                 context,
                 target,
                 network,
+                cache,
             } => em.emit(crate::events::SandboxBuildStarted {
                 driver: driver.to_string(),
                 dockerfile,
                 context,
                 target: Some(target),
                 network: network.as_str().to_owned(),
+                cache: cache.as_str().to_owned(),
                 node_id: node_id.clone(),
             }),
             DriverEvent::BuildFinished {
@@ -116,11 +118,13 @@ impl Starter {
                 target,
                 duration_ms,
                 network,
+                cache,
             } => em.emit(crate::events::SandboxBuildFinished {
                 driver: driver.to_string(),
                 target,
                 duration_ms,
                 network: network.as_str().to_owned(),
+                cache: cache.as_str().to_owned(),
                 node_id: node_id.clone(),
             }),
             DriverEvent::BuildFailed { driver, error } => em.emit(crate::events::SandboxBuildFailed {
@@ -260,6 +264,8 @@ impl Starter {
             NetworkMode::Open => BuildNetwork::Open,
             NetworkMode::Allowlist | NetworkMode::Denylist => BuildNetwork::None,
         };
+        breq.owner = Some(self.owner.clone());
+        breq.rebuild = s.rebuild;
         breq.events = self.sink(node_id.map(str::to_owned));
         let built =
             match tokio::time::timeout(s.build_timeout.duration, self.driver.build(prepared, breq)).await {
@@ -267,9 +273,8 @@ impl Starter {
                 Ok(Err(e)) => return Err(driver_failure(&self.cfg, &e, FailurePhase::Build)),
                 Ok(Ok(p)) => p,
             };
-        if let Some(img) = &built.image {
-            Guard::lock(&self.res).images.push(img.reference.clone());
-        }
+        // The built image is the build cache (tagged by its inputs, reused by later runs): cleanup keeps it,
+        // `iterion sandbox prune` removes it.
         Ok(built)
     }
 
