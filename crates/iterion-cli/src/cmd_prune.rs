@@ -16,6 +16,12 @@ use crate::terminal::clean;
 
 /// Arguments of `iterion sandbox prune`.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "A resource is removed when the iterion process that created it is gone and its run is over \
+                  (the rule the reaper applies at the start of every run), cached build images included; a \
+                  cached image a live run's sandbox uses is kept.\n\nExit codes: 0 listed, or every removal \
+                  succeeded; 1 no engine answers, or a removal was refused or failed; 2 usage error."
+)]
 pub struct PruneArgs {
     /// Remove them (without it, only list what would be removed and why).
     #[arg(long)]

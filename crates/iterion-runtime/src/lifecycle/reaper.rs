@@ -343,4 +343,21 @@ mod tests {
         ); // RP8
         check(Liveness::Unknown, RunState::Terminal, "keep: no owner labels");
     }
+
+    #[test]
+    fn only_images_with_a_build_key_are_the_build_cache() {
+        let r = |kind: ResourceKind, key: bool| ManagedResource {
+            kind,
+            id: "x".into(),
+            name: "n".into(),
+            labels: key
+                .then(|| (BUILD_KEY.to_owned(), "k".to_owned()))
+                .into_iter()
+                .collect(),
+            created: None,
+        };
+        assert!(is_cached_build(&r(ResourceKind::Image, true)));
+        assert!(!is_cached_build(&r(ResourceKind::Image, false)));
+        assert!(!is_cached_build(&r(ResourceKind::Container, true)));
+    }
 }
