@@ -108,7 +108,9 @@ pub fn ensure_static_busybox() -> Result<()> {
     }
     println!("images: no static busybox on this machine; installing the busybox-static package");
     let install: Vec<&str> = INSTALL.split_whitespace().skip(1).collect();
-    if !apt(&install)? && !(apt(&["update"])? && apt(&install)?) {
+    // the package lists of a fresh machine may be empty: update them when the first attempt fails
+    let installed = apt(&install)? || (apt(&["update"])? && apt(&install)?);
+    if !installed {
         bail!("`{INSTALL}` failed (see its output above)");
     }
     docker_image::find_static_busybox(None)
