@@ -1,6 +1,7 @@
 //! `cargo xtask bench lifecycle`: a whole sandboxed `iterion run` against the engine's own `docker run`.
 //!
-//! - one-tool-node run: `iterion run` of a workflow whose sandbox is the local test image (one tool node,
+//! - one-tool-node run: `iterion run` of a workflow whose sandbox is the local test image under `allowlist`
+//!   (so the container has no network but the relay, as `--network none`; one tool node,
 //!   `echo`), against `docker run --rm --init --network none IMAGE echo hi`, paired (the two alternate which
 //!   goes first), median of N (`ITERS`, default 10), the ratio of the medians and the median of the paired
 //!   ratios; then the median time of each phase, read from the run's own events (the process start and exit
@@ -112,12 +113,11 @@ fn iterion_run(dir: &Path, home: &Path) -> Run {
     }
 }
 
-fn at(r: &Run, t: &str) -> f64 {
+fn at(r: &Run, t: &str) -> Option<f64> {
     r.events
         .iter()
         .find(|e| e["type"] == t)
         .map(|e| epoch(e["timestamp"].as_str().unwrap_or_default()))
-        .unwrap_or_else(|| panic!("no {t} event"))
 }
 
 fn docker_run(image: &str) -> f64 {
@@ -171,7 +171,7 @@ fn point(r: &Run, p: &str) -> f64 {
         "<spawn>" => r.spawned,
         "<exit>" => r.exited,
         "<first>" => epoch(r.events[0]["timestamp"].as_str().unwrap_or_default()),
-        t => at(r, t),
+        t => at(r, t).unwrap_or_else(|| panic!("no {t} event")),
     }
 }
 
@@ -181,7 +181,7 @@ fn lifecycle(image: &str, n: usize) {
     std::fs::write(
         dir.path().join("w.bot"),
         format!(
-            "tool hi:\n  command: `echo '{{\"ok\": true}}'`\n\nworkflow w:\n  entry: hi\n  sandbox:\n    image: \"{image}\"\n  hi -> done\n"
+            "tool hi:\n  command: `echo '{{\"ok\": true}}'`\n\nworkflow w:\n  entry: hi\n  sandbox:\n    image: \"{image}\"\n    network:\n      mode: allowlist\n  hi -> done\n"
         ),
     )
     .expect("write");

@@ -227,6 +227,17 @@ fn io_err(what: &'static str, p: &Path) -> impl FnOnce(std::io::Error) -> Error 
 /// always kept), sockets, FIFOs and devices skipped. `dockerfile_rel` is the Dockerfile's name inside the
 /// context when it lies there.
 pub fn context_entries(context: &Path, dockerfile_rel: Option<&str>) -> Result<Vec<ContextEntry>> {
+    context_entries_excluding(context, dockerfile_rel, &[])
+}
+
+/// [`context_entries`] without the subtrees `excluded` (paths relative to the context, `/`-separated): the run
+/// store when it lies inside the context, whose records are never sent to the engine (they change on every
+/// run, and a `COPY .` would put them in the image).
+pub fn context_entries_excluding(
+    context: &Path,
+    dockerfile_rel: Option<&str>,
+    excluded: &[String],
+) -> Result<Vec<ContextEntry>> {
     let ignore_path = context.join(".dockerignore");
     let ignore = match read_regular(&ignore_path, MAX_FILE_BYTES) {
         FileRead::Found(t) => DockerIgnore::parse(&String::from_utf8_lossy(&t)),
@@ -252,6 +263,9 @@ pub fn context_entries(context: &Path, dockerfile_rel: Option<&str>) -> Result<V
             } else {
                 format!("{rel}/{name}")
             };
+            if excluded.iter().any(|x| *x == child_rel) {
+                continue;
+            }
             let path = e.path();
             let md = std::fs::symlink_metadata(&path).map_err(io_err("stat", &path))?;
             let always = child_rel == ".dockerignore" || Some(child_rel.as_str()) == dockerfile_rel;
@@ -448,6 +462,8 @@ pub struct BuildInput {
     pub tag: String,
     /// Labels of the image besides iterion's build labels (owner, cache key).
     pub labels: BTreeMap<String, String>,
+    /// Host directories never sent to the engine when they lie inside the context (the run store).
+    pub exclude: Vec<PathBuf>,
     /// Run id (label).
     pub run_id: String,
     /// `pull=1` (pull policy always); never sent with [`BuildNetwork::None`].
@@ -470,6 +486,7 @@ impl BuildInput {
             args: BTreeMap::new(),
             tag,
             labels: BTreeMap::new(),
+            exclude: Vec::new(),
             run_id,
             pull: false,
             network: BuildNetwork::None,
@@ -617,7 +634,22 @@ pub async fn plan(engine: &Engine, input: &BuildInput) -> Result<Planned> {
     if input.network == BuildNetwork::None {
         check_offline(engine, &dockerfile, &display, &input.args).await?;
     }
-    let entries = context_entries(&context, extra.is_none().then_some(dockerfile_name.as_str()))?;
+    let excluded: Vec<String> = input
+        .exclude
+        .iter()
+        .filter_map(|x| std::fs::canonicalize(x).ok())
+        .filter_map(|x| {
+            x.strip_prefix(&context)
+                .ok()
+                .map(|r| r.to_string_lossy().into_owned())
+        })
+        .filter(|r| !r.is_empty())
+        .collect();
+    let entries = context_entries_excluding(
+        &context,
+        extra.is_none().then_some(dockerfile_name.as_str()),
+        &excluded,
+    )?;
     Ok(Planned {
         context,
         display,
@@ -815,6 +847,24 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn an_excluded_subtree_is_not_listed() {
+        let d = tree();
+        std::fs::create_dir_all(d.path().join(".iterion/runs/r1")).expect("mkdir");
+        std::fs::write(d.path().join(".iterion/runs/r1/run.json"), "{}").expect("write");
+        let names = |x: &[String]| -> Vec<String> {
+            context_entries_excluding(d.path(), Some("Dockerfile"), x)
+                .expect("entries")
+                .iter()
+                .map(|e| e.name().to_string())
+                .collect()
+        };
+        assert!(names(&[]).contains(&".iterion/runs/r1/run.json".to_string()));
+        let without = names(&[".iterion".to_string()]);
+        assert!(!without.iter().any(|n| n.starts_with(".iterion")), "{without:?}");
+        assert!(without.contains(&"src/deep/a.txt".to_string()));
     }
 
     #[test]

@@ -45,6 +45,8 @@ fn input_of(b: &BuildSpec, req: &BuildRequest) -> BuildInput {
     input.network = req.network;
     input.pull = req.pull_policy == PullPolicy::Always && req.network == BuildNetwork::Open;
     input.timeout = req.build_timeout;
+    // the run store may lie inside the context: its records never go to the engine (nor into the key)
+    input.exclude = req.owner.iter().map(|o| o.store_dir.clone()).collect();
     input
 }
 
