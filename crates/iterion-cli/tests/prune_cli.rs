@@ -156,8 +156,8 @@ fn prune_lists_then_removes_what_a_dead_owner_left_and_keeps_a_live_owners() {
     let tag = format!("iterion-sandbox-build:cache-{dead_run}");
     let dockerfile = format!(
         "FROM {image}\nLABEL \"iterion.io/managed\"=\"true\" \"iterion.io/run-id\"=\"{dead_run}\" \
-         \"iterion.io/build-key\"=\"{dead_run}\" \"iterion.io/owner-host\"=\"{}\" \"iterion.io/owner-pid\"=\"{dead_pid}\" \
-         \"iterion.io/owner-start\"=\"1\" \"iterion.io/store\"=\"{}\"\n",
+         \"iterion.io/build-key\"=\"{dead_run}\" \"iterion.io/builder-host\"=\"{}\" \"iterion.io/builder-pid\"=\"{dead_pid}\" \
+         \"iterion.io/builder-start\"=\"1\" \"iterion.io/store\"=\"{}\"\n",
         me.host_name,
         store.path().display()
     );

@@ -158,7 +158,11 @@ async fn a_second_build_hits_and_a_changed_file_or_argument_misses() {
     assert_eq!(labels["iterion.io/managed"], "true");
     assert_eq!(labels["iterion.io/component"], "build");
     assert_eq!(labels["iterion.io/run-id"], a.as_str());
-    assert_eq!(labels["iterion.io/owner-pid"], std::process::id().to_string());
+    assert_eq!(labels["iterion.io/builder-pid"], std::process::id().to_string());
+    assert!(
+        labels["iterion.io/owner-pid"].is_null(),
+        "no owner labels: a reaper removes by them"
+    );
     assert_eq!(labels["iterion.io/build-key"].as_str().map(|k| k.len()), Some(64));
 
     // another run, the same inputs: the image is reused, nothing is built

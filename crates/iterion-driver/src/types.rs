@@ -911,6 +911,9 @@ pub struct StartReport {
     pub limits_ignored: Vec<String>,
     /// Host binds dropped (kubernetes).
     pub host_binds_dropped: Vec<String>,
+    /// Whether `bash` is on the shell's `PATH` in the started container, when the driver's own shell probe
+    /// found out (`None`: not probed; the runtime probes itself).
+    pub bash: Option<bool>,
 }
 
 /// Image of a start report.

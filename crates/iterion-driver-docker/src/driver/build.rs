@@ -7,7 +7,9 @@ use crate::engine::Engine;
 use crate::image;
 use crate::imagebuild::{self, BuildInput};
 use bollard::query_parameters::RemoveImageOptions;
-use iterion_driver::labels::{self, BUILD_KEY, ITERION_VERSION, OWNER_HOST, OWNER_PID, OWNER_START, STORE};
+use iterion_driver::labels::{
+    self, BUILD_KEY, BUILDER_HOST, BUILDER_PID, BUILDER_START, ITERION_VERSION, STORE,
+};
 use iterion_driver::{
     BuildCache, BuildNetwork, BuildRequest, DriverEvent, DriverKind, Error as DError, ImageRef, LogLevel,
     Prepared, PullPolicy, SetupPhase,
@@ -18,15 +20,19 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 /// The labels a cached image carries besides iterion's build labels: its key, the iterion version and the
-/// process that built it (what `iterion sandbox prune` judges it by).
+/// process that built it (what `iterion sandbox prune` judges it by) under the `builder-*` labels: not the
+/// owner labels, by which a reaper (also one of an earlier version) removes what a gone process left.
 fn cache_labels(req: &BuildRequest, key: &str, version: &str) -> BTreeMap<String, String> {
     let mut l = BTreeMap::new();
     l.insert(BUILD_KEY.to_owned(), key.to_owned());
     l.insert(ITERION_VERSION.to_owned(), labels::sanitize_label_value(version));
     if let Some(o) = &req.owner {
-        l.insert(OWNER_HOST.to_owned(), labels::sanitize_label_value(&o.host_name));
-        l.insert(OWNER_PID.to_owned(), o.pid.to_string());
-        l.insert(OWNER_START.to_owned(), o.start_time.to_string());
+        l.insert(
+            BUILDER_HOST.to_owned(),
+            labels::sanitize_label_value(&o.host_name),
+        );
+        l.insert(BUILDER_PID.to_owned(), o.pid.to_string());
+        l.insert(BUILDER_START.to_owned(), o.start_time.to_string());
         l.insert(
             STORE.to_owned(),
             labels::sanitize_label_value(&o.store_dir.to_string_lossy()),

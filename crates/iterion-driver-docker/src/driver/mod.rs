@@ -248,8 +248,8 @@ impl DockerDriver {
             user: user.remap.user.clone(),
             kind,
         };
-        let run = start::start_and_check(docker, &facts, &container, req).await?;
-        let report = start::start_report(start::Outcome {
+        let (run, bash) = start::start_and_check(docker, &facts, &container, req).await?;
+        let mut report = start::start_report(start::Outcome {
             created: &container,
             node: spec_key.is_some(),
             mounts,
@@ -259,6 +259,7 @@ impl DockerDriver {
             limits: &req.limits,
             limits_ignored,
         });
+        report.bash = Some(bash);
         Ok(Started {
             run: Box::new(run),
             report,

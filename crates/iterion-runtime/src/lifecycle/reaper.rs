@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use iterion_driver::labels::{BUILD_KEY, IMAGE, RUN_ID, STORE};
+use iterion_driver::labels::{
+    BUILD_KEY, BUILDER_HOST, BUILDER_PID, BUILDER_START, IMAGE, OWNER_HOST, OWNER_PID, OWNER_START, RUN_ID,
+    STORE,
+};
 use iterion_driver::{Driver, Liveness, ManagedResource, RemoveOutcome, ResourceKind};
 
 use crate::events::RunFailed;
@@ -141,6 +144,24 @@ pub fn is_cached_build(r: &ManagedResource) -> bool {
     r.kind == ResourceKind::Image && r.labels.contains_key(BUILD_KEY)
 }
 
+/// `r` with the process that built a cached image (its `builder-*` labels) as its owner, so the predicate
+/// judges the cache by its builder; any other resource unchanged.
+fn owned_by_builder(mut r: ManagedResource) -> ManagedResource {
+    if is_cached_build(&r) {
+        for (from, to) in [
+            (BUILDER_HOST, OWNER_HOST),
+            (BUILDER_PID, OWNER_PID),
+            (BUILDER_START, OWNER_START),
+        ] {
+            match r.labels.get(from).cloned() {
+                Some(v) => r.labels.insert(to.to_owned(), v),
+                None => r.labels.remove(to),
+            };
+        }
+    }
+    r
+}
+
 /// Why the reaper at run start keeps a cached build image.
 pub const CACHED_BUILD: &str =
     "a cached build image, reused by later runs (iterion sandbox prune removes it)";
@@ -265,7 +286,7 @@ pub async fn prune(
                 .await
                 .map_err(|e| format!("cannot list the resources of the {} engine: {e}", d.kind()))?;
             let mut judged = Vec::new();
-            for r in list {
+            for r in list.into_iter().map(owned_by_builder) {
                 let v = judge(d.as_ref(), &r, me, key, apply).await;
                 judged.push((r, v));
             }

@@ -397,18 +397,24 @@ impl Starter {
                 Ok(Ok(())) => self.em.emit(finished(0)),
             }
         }
-        // 4.12 probes
+        // 4.12 probes: the driver's own shell probe already says whether bash is there, unless a post_create
+        // ran since (it may have installed it)
+        let probed = report.bash.filter(|_| spec.post_create.is_empty());
         let probe = ExecRequest::new(["sh", "-c", "command -v bash"]);
-        let shell = match tokio::time::timeout(
-            s.probe_timeout.duration,
-            iterion_driver::exec_collect(run.as_ref(), probe, OutputLimits::default()),
-        )
-        .await
-        {
-            Err(_) => return Err(timeout_failure(&self.cfg, FailurePhase::Probe, "the shell probe")),
-            Ok(Err(e)) => return Err(driver_failure(&self.cfg, &e, FailurePhase::Probe)),
-            Ok(Ok(c)) if c.status.code == 0 => Shell::Bash,
-            Ok(Ok(_)) => Shell::Sh,
+        let shell = match probed {
+            Some(true) => Shell::Bash,
+            Some(false) => Shell::Sh,
+            None => match tokio::time::timeout(
+                s.probe_timeout.duration,
+                iterion_driver::exec_collect(run.as_ref(), probe, OutputLimits::default()),
+            )
+            .await
+            {
+                Err(_) => return Err(timeout_failure(&self.cfg, FailurePhase::Probe, "the shell probe")),
+                Ok(Err(e)) => return Err(driver_failure(&self.cfg, &e, FailurePhase::Probe)),
+                Ok(Ok(c)) if c.status.code == 0 => Shell::Bash,
+                Ok(Ok(_)) => Shell::Sh,
+            },
         };
         let host_binds = self.driver.capabilities().host_binds;
         Ok(Started {
