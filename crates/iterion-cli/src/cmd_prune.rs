@@ -103,7 +103,7 @@ pub fn render_json(list: &[Pruned], apply: bool) -> serde_json::Value {
 
 /// Runs `iterion sandbox prune`.
 pub fn run(args: PruneArgs, env: &BTreeMap<String, String>) -> ExitCode {
-    let cwd = crate::cmd_doctor::current_dir();
+    let cwd = std::env::current_dir().unwrap_or_else(|_| std::env::temp_dir());
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

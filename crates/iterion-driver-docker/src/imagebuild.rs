@@ -263,7 +263,7 @@ pub fn context_entries_excluding(
             } else {
                 format!("{rel}/{name}")
             };
-            if excluded.iter().any(|x| *x == child_rel) {
+            if excluded.contains(&child_rel) {
                 continue;
             }
             let path = e.path();

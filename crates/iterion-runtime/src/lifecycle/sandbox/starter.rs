@@ -397,25 +397,7 @@ impl Starter {
                 Ok(Ok(())) => self.em.emit(finished(0)),
             }
         }
-        // 4.12 probes: the driver's own shell probe already says whether bash is there, unless a post_create
-        // ran since (it may have installed it)
-        let probed = report.bash.filter(|_| spec.post_create.is_empty());
-        let probe = ExecRequest::new(["sh", "-c", "command -v bash"]);
-        let shell = match probed {
-            Some(true) => Shell::Bash,
-            Some(false) => Shell::Sh,
-            None => match tokio::time::timeout(
-                s.probe_timeout.duration,
-                iterion_driver::exec_collect(run.as_ref(), probe, OutputLimits::default()),
-            )
-            .await
-            {
-                Err(_) => return Err(timeout_failure(&self.cfg, FailurePhase::Probe, "the shell probe")),
-                Ok(Err(e)) => return Err(driver_failure(&self.cfg, &e, FailurePhase::Probe)),
-                Ok(Ok(c)) if c.status.code == 0 => Shell::Bash,
-                Ok(Ok(_)) => Shell::Sh,
-            },
-        };
+        let shell = self.shell_of(spec, &report, run.as_ref()).await?;
         let host_binds = self.driver.capabilities().host_binds;
         Ok(Started {
             sandbox: NodeSandbox {
@@ -433,6 +415,33 @@ impl Starter {
             shell,
             duration: began.elapsed(),
         })
+    }
+
+    /// 4.12 the shell probe: the driver's own probe already says whether bash is there, unless a post_create
+    /// ran since (it may have installed it).
+    async fn shell_of(
+        &self,
+        spec: &ResolvedSandbox,
+        report: &StartReport,
+        run: &dyn Run,
+    ) -> Result<Shell, Failure> {
+        match report.bash.filter(|_| spec.post_create.is_empty()) {
+            Some(true) => return Ok(Shell::Bash),
+            Some(false) => return Ok(Shell::Sh),
+            None => {}
+        }
+        let probe = ExecRequest::new(["sh", "-c", "command -v bash"]);
+        match tokio::time::timeout(
+            self.cfg.settings.probe_timeout.duration,
+            iterion_driver::exec_collect(run, probe, OutputLimits::default()),
+        )
+        .await
+        {
+            Err(_) => Err(timeout_failure(&self.cfg, FailurePhase::Probe, "the shell probe")),
+            Ok(Err(e)) => Err(driver_failure(&self.cfg, &e, FailurePhase::Probe)),
+            Ok(Ok(c)) if c.status.code == 0 => Ok(Shell::Bash),
+            Ok(Ok(_)) => Ok(Shell::Sh),
+        }
     }
 
     /// Registers a fresh credential `user` (attributed to `node_id`) with `policy` and returns the exec-scope
