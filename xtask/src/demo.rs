@@ -4,9 +4,14 @@
 //! the repository root, and inside this checkout that root would be the iterion repository itself. The copy
 //! is its own root, and the file the sandbox writes (`demo-output.txt`) lands in the copy, not in the checkout.
 //!
-//! `--no-images` skips the image step (the run then degrades to the host when the image is missing or no
-//! engine answers, which the demo shows as `sandbox_skipped`); every other argument is passed to
-//! `iterion run` (for example `--json`).
+//! When no container engine answers, the run degrades to the host and says so (`sandbox_skipped`). When one
+//! answers, the local test image is prepared first (installing `busybox-static` through apt when run as
+//! root, see `images`), and a failure stops the demo at once with its reason: a run would otherwise try to
+//! pull the local image from a registry and fail later. The run uses pull policy `never` then (the image is
+//! local; an operator's own `ITERION_SANDBOX_PULL_POLICY` wins).
+//!
+//! `--no-images` skips the image step (the image must then be present already); every other argument is
+//! passed to `iterion run` (for example `--json`).
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -29,11 +34,28 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
 pub fn run(root: &Path, args: &[String]) -> Result<()> {
     let skip_images = args.iter().any(|a| a == "--no-images");
     let pass: Vec<&String> = args.iter().filter(|a| *a != "--no-images").collect();
-    if skip_images {
-        println!("demo: skipping the image step");
-    } else if let Err(e) = crate::images::run(root, &[]) {
-        // No engine: the demo still runs, visibly unsandboxed.
-        println!("demo: local test image not prepared ({e:#}); the run will show sandbox_skipped");
+    let docker = iterion_test_support::engine_answers();
+    let podman = iterion_test_support::podman::answers();
+    match (&docker, &podman) {
+        (Err(d), Err(p)) => {
+            // No engine: the demo still runs, visibly unsandboxed.
+            println!(
+                "demo: no container engine answers (docker: {d}; podman: {p}); the run will show sandbox_skipped"
+            );
+        }
+        _ if skip_images => println!("demo: skipping the image step"),
+        (Ok(()), _) => crate::images::run(root, &[]).context("prepare the local test image")?,
+        (Err(d), Ok(socket)) => {
+            // iterion selects Podman when Docker does not answer: the image goes there.
+            println!(
+                "demo: docker does not answer ({d}); preparing the local test image on Podman at {}",
+                socket.display()
+            );
+            crate::images::ensure_static_busybox()?;
+            iterion_test_support::podman::ensure_test_images(socket)
+                .map_err(|e| anyhow::anyhow!(e))
+                .context("prepare the local test image on Podman")?;
+        }
     }
     let status = Command::new("cargo")
         .args(["build", "-q", "-p", "iterion-cli"])
@@ -59,11 +81,10 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         .arg("demo.bot")
         .arg("--store-dir")
         .arg(dir.join(".iterion"))
-        // the image was just built locally: do not let the engine try to refresh its `latest` tag from a
-        // registry (an operator's own setting wins)
+        // the image is local: a registry is never asked for it (an operator's own setting wins)
         .env(
             "ITERION_SANDBOX_PULL_POLICY",
-            std::env::var("ITERION_SANDBOX_PULL_POLICY").unwrap_or_else(|_| "missing".into()),
+            std::env::var("ITERION_SANDBOX_PULL_POLICY").unwrap_or_else(|_| "never".into()),
         )
         .args(pass)
         .current_dir(&dir)

@@ -39,7 +39,7 @@ commands:
   tidy           no function over 150 lines and no module import circle, outside xtask/tidy-allow.txt
   test           run every test of the workspace
   images         build the local test images (no registry needed), e.g. iterion-test/busybox:latest
-  bench NAME     run a benchmark: spec | devcontainer | proxy | docker | doctor | envelope | claw
+  bench NAME     run a benchmark: spec | devcontainer | proxy | docker | doctor | lifecycle | envelope | claw
   demo           prepare the local test image and run the sandboxed demo workflow
   fuzz [DIR TARGET [SECONDS]]
                  list fuzz targets, or run fuzz/DIR's TARGET for SECONDS (default 300) with cargo-fuzz";
@@ -147,6 +147,7 @@ const BENCHES: &[(&str, &str, &str)] = &[
     ("proxy", "iterion-netproxy", "proxy"),
     ("docker", "iterion-driver-docker", "docker"),
     ("doctor", "iterion-doctor", "doctor"),
+    ("lifecycle", "iterion-cli", "lifecycle"),
     ("envelope", "iterion-envelope", "codec"),
     ("claw", "iterion-runtime", "claw"),
 ];
@@ -159,7 +160,7 @@ fn bench(args: &[String]) -> Result<()> {
     let Some((_, krate, target)) = BENCHES.iter().find(|b| b.0 == name) else {
         bail!("unknown benchmark '{name}' (known: {})", names.join(", "));
     };
-    if name == "docker" || name == "doctor" || name == "claw" {
+    if matches!(name.as_str(), "docker" | "doctor" | "lifecycle" | "claw") {
         images::run(&root()?, &[])?;
     }
     let mut cargo_args = vec!["bench", "--package", krate, "--bench", target, "--"];

@@ -29,7 +29,7 @@ pub enum Command {
     Runs(crate::cmd_runs::RunsArgs),
     /// Run or query the egress proxy on its own.
     Netproxy(crate::cmd_netproxy::NetproxyArgs),
-    /// Sandbox tools: `iterion sandbox doctor`.
+    /// Sandbox tools: `iterion sandbox doctor`, `iterion sandbox prune`.
     Sandbox(crate::cmd_doctor::SandboxArgs),
     /// Print the shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(crate::cmd_completions::CompletionsArgs),

@@ -28,6 +28,8 @@ pub struct SandboxArgs {
 pub enum SandboxCommand {
     /// Report what this host offers, or (--strict) check the spec a run would use.
     Doctor(DoctorArgs),
+    /// List (or with --yes remove) the containers, networks and cached build images whose owner is gone.
+    Prune(crate::cmd_prune::PruneArgs),
 }
 
 /// Arguments of `iterion sandbox doctor`.
@@ -146,6 +148,7 @@ pub fn inputs(args: &DoctorArgs, env: &BTreeMap<String, String>) -> Result<Input
 pub fn run(args: SandboxArgs, env: &BTreeMap<String, String>) -> ExitCode {
     match args.command {
         SandboxCommand::Doctor(a) => run_doctor(a, env),
+        SandboxCommand::Prune(a) => crate::cmd_prune::run(a, env),
     }
 }
 

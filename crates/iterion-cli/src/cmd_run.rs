@@ -89,6 +89,9 @@ pub struct RunArgs {
     pub log_level: Option<String>,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+    /// Build the sandbox image even when the build cache has it (same as ITERION_SANDBOX_REBUILD=1).
+    #[arg(long)]
+    pub rebuild: bool,
     /// Print the run's events as JSON lines (with --dry-run: one JSON document).
     #[arg(long)]
     pub json: bool,
@@ -806,7 +809,10 @@ pub fn run(args: RunArgs, env: &BTreeMap<String, String>) -> ExitCode {
 }
 
 fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, Early> {
-    let p = prepare_common(env, args.log_level.as_deref(), args.timeout.as_deref())?;
+    let mut p = prepare_common(env, args.log_level.as_deref(), args.timeout.as_deref())?;
+    if args.rebuild {
+        p.env.insert("ITERION_SANDBOX_REBUILD".into(), "1".into());
+    }
     let work_dir = store::absolutize(args.work_dir.as_deref().unwrap_or(&p.cwd), &p.cwd);
     if !work_dir.is_dir() {
         return Err(usage(format!(

@@ -7,6 +7,7 @@ mod cli;
 mod cmd_completions;
 mod cmd_doctor;
 mod cmd_netproxy;
+mod cmd_prune;
 mod cmd_run;
 mod cmd_runs;
 mod cmd_validate;

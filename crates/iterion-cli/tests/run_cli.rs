@@ -91,6 +91,7 @@ impl Ws {
 impl Drop for Ws {
     fn drop(&mut self) {
         for id in self.run_ids() {
+            remove_images_of(&id);
             for c in containers_of(&id) {
                 if let Some(sock) = engine_socket() {
                     let _ = request(
@@ -104,6 +105,40 @@ impl Drop for Ws {
                 }
             }
         }
+    }
+}
+
+/// Force-removes the images labelled with `run_id` (what its builds put in the build cache).
+fn remove_images_of(run_id: &str) {
+    let Some(sock) = engine_socket() else { return };
+    let filter = iterion_test_support::docker_http::encode_component(&format!(
+        "{{\"label\":[\"iterion.io/run-id={run_id}\"]}}"
+    ));
+    let Ok(list) = request(
+        &sock,
+        "GET",
+        &format!("/images/json?filters={filter}"),
+        None,
+        b"",
+        Duration::from_secs(10),
+    ) else {
+        return;
+    };
+    let images: Value = serde_json::from_slice(&list.body).unwrap_or_default();
+    for id in images
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["Id"].as_str())
+    {
+        let _ = request(
+            &sock,
+            "DELETE",
+            &format!("/images/{id}?force=1"),
+            None,
+            b"",
+            Duration::from_secs(10),
+        );
     }
 }
 
@@ -176,6 +211,91 @@ fn demo_runs_in_the_container_writes_the_workspace_and_reports_the_denial() {
     assert_eq!(doc["sandbox"]["driver"], json!("docker"));
     assert!(containers_of(&id).is_empty());
     assert!(!ws.store().join("runs").join(&id).join("net").exists());
+}
+
+/// The default pull policy is `missing`: a present local image (tagged `latest`, which the old default
+/// refreshed from its registry on every run) starts without a pull attempt and without a warning.
+#[test]
+fn a_present_local_image_starts_without_a_pull_or_a_warning_by_default() {
+    if !engine_required("present_local_image_default_policy") || !image_ready() {
+        return;
+    }
+    let ws = Ws::demo();
+    let out = ws
+        .cmd(&["run", "demo.bot"], &[])
+        .env_remove("ITERION_SANDBOX_PULL_POLICY")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let id = ws.run_ids().pop().unwrap();
+    let ev = ws.events(&id);
+    let ready = first(&ev, "sandbox_image_ready");
+    assert_eq!(ready["data"]["image"], json!("iterion-test/busybox:latest"));
+    assert_eq!(ready["data"]["pulled"], json!(false));
+    let log = std::fs::read_to_string(ws.store().join("runs").join(&id).join("run.log")).unwrap();
+    for text in [log.as_str(), &*stderr] {
+        assert!(!text.contains("WARN"), "a warning:\n{text}");
+        assert!(!text.contains("pull"), "a pull attempt:\n{text}");
+    }
+}
+
+/// A `sandbox.build:` whose context is the workspace, with the run store inside it: the store is never sent to
+/// the engine (the image has no `.iterion`), so a second run reuses the image (`cache: hit`); a changed context
+/// file builds again, and so does `--rebuild`.
+#[test]
+fn a_build_is_reused_by_the_next_run_and_rebuilt_when_its_context_changes() {
+    if !engine_required("build_cache_across_runs") || !image_ready() {
+        return;
+    }
+    let ws = Ws::with_workflow(
+        "tool look:\n  command: `test ! -e /ctx/.iterion && cat /ctx/input`\n\nworkflow demo:\n  entry: look\n  sandbox:\n    build:\n      dockerfile: \"Dockerfile\"\n      context: \".\"\n  look -> done\n",
+    );
+    std::fs::write(
+        ws.path().join("Dockerfile"),
+        "FROM iterion-test/busybox:latest\nCOPY . /ctx\n",
+    )
+    .unwrap();
+    let nonce = iterion_test_support::conformance::unique_name();
+    std::fs::write(ws.path().join("input"), format!("{{\"n\": \"{nonce}\"}}")).unwrap();
+    let build = |args: &[&str]| {
+        let before = ws.run_ids();
+        let mut argv = vec!["run", "demo.bot"];
+        argv.extend_from_slice(args);
+        let out = ws.run(&argv, &[]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let id = ws.run_ids().into_iter().find(|i| !before.contains(i)).unwrap();
+        let ev = ws.events(&id);
+        let started = first(&ev, "sandbox_build_started")["data"]["cache"].clone();
+        let finished = first(&ev, "sandbox_build_finished")["data"].clone();
+        let output = ev
+            .iter()
+            .find(|e| e["type"] == "node_finished" && e["node_id"] == "look")
+            .map(|e| e["data"]["output"]["n"].clone())
+            .unwrap();
+        (
+            started,
+            finished["cache"].clone(),
+            finished["target"].clone(),
+            output,
+        )
+    };
+    let (s1, f1, tag1, out1) = build(&[]);
+    assert_eq!((s1, f1, out1), (json!("miss"), json!("miss"), json!(nonce)));
+    let (s2, f2, tag2, _) = build(&[]);
+    assert_eq!(
+        (s2, f2),
+        (json!("hit"), json!("hit")),
+        "the second run reuses the image"
+    );
+    assert_eq!(tag2, tag1);
+    std::fs::write(ws.path().join("input"), "{\"n\": \"changed\"}").unwrap();
+    let (s3, f3, tag3, out3) = build(&[]);
+    assert_eq!((s3, f3, out3), (json!("miss"), json!("miss"), json!("changed")));
+    assert_ne!(tag3, tag1);
+    let (s4, f4, tag4, _) = build(&["--rebuild"]);
+    assert_eq!((s4, f4), (json!("miss"), json!("miss")), "--rebuild builds");
+    assert_eq!(tag4, tag3);
 }
 
 #[test]

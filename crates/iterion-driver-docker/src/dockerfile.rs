@@ -486,6 +486,51 @@ pub fn from_images(text: &str, args: &BTreeMap<String, String>) -> Vec<ExternalI
     out
 }
 
+/// Every image the Dockerfile names — the `FROM` images of [`from_images`] and the `COPY --from` images —
+/// with the build arguments applied as far as they are known before the build (a reference that cannot be
+/// substituted is returned as written). The build cache key records what each one is on this host, so a
+/// changed base image is a new key.
+pub fn referenced_images(text: &str, args: &BTreeMap<String, String>) -> Vec<String> {
+    let mut out: Vec<String> = from_images(text, args).into_iter().map(|i| i.reference).collect();
+    let (instructions, escape) = parse(text);
+    let mut meta = Meta {
+        scope: Scope::default(),
+    };
+    let mut seen_from = false;
+    let mut stages: Vec<String> = Vec::new();
+    for ins in &instructions {
+        match ins.keyword.as_str() {
+            "ARG" if !seen_from => meta.declare(&ins.args, args, escape),
+            "FROM" => {
+                seen_from = true;
+                let (_, rest) = flags(&ins.args);
+                let mut w = rest.split_whitespace();
+                w.next();
+                if let Some(name) = stage_name(w) {
+                    stages.push(name);
+                }
+            }
+            "COPY" => {
+                let (fl, _) = flags(&ins.args);
+                let Some(from) = fl.into_iter().find(|(k, _)| k == "from").and_then(|(_, v)| v) else {
+                    continue;
+                };
+                let from = process_word(&from, &meta.scope, escape).unwrap_or(from);
+                let lower = from.to_ascii_lowercase();
+                if !lower.chars().all(|c| c.is_ascii_digit())
+                    && !stages.contains(&lower)
+                    && !out.contains(&from)
+                {
+                    out.push(from);
+                }
+            }
+            _ => {}
+        }
+    }
+    out.truncate(MAX_IMAGES);
+    out
+}
+
 /// Checks a Dockerfile for a build without network: refuses any line that would make the engine download
 /// something itself (a remote `ADD`, also through a variable or an `ONBUILD` trigger, of this file or of a base
 /// image) and any `FROM` of an image not in `bases` (which the engine would pull), and returns the images

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PullPolicy {
     /// Pull when missing, and refresh `edge` / `latest` / untagged references.
-    #[default]
     Auto,
-    /// Pull only when missing.
+    /// Pull only when missing (the default).
+    #[default]
     Missing,
     /// Always pull.
     Always,
@@ -139,6 +139,8 @@ pub struct LocalImage {
     pub env: Vec<String>,
     /// Its `ONBUILD` triggers.
     pub onbuild: Vec<String>,
+    /// Its labels.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// The outcome of [`ensure_image`].
@@ -168,6 +170,7 @@ pub async fn inspect(engine: &Engine, reference: &str) -> Result<Option<LocalIma
                 arch: i.architecture,
                 env: config.env.unwrap_or_default(),
                 onbuild: config.on_build.unwrap_or_default(),
+                labels: config.labels.unwrap_or_default().into_iter().collect(),
             }))
         }
         Err(e) if status_of(&e) == Some(404) => Ok(None),

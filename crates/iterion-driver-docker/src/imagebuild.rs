@@ -227,6 +227,17 @@ fn io_err(what: &'static str, p: &Path) -> impl FnOnce(std::io::Error) -> Error 
 /// always kept), sockets, FIFOs and devices skipped. `dockerfile_rel` is the Dockerfile's name inside the
 /// context when it lies there.
 pub fn context_entries(context: &Path, dockerfile_rel: Option<&str>) -> Result<Vec<ContextEntry>> {
+    context_entries_excluding(context, dockerfile_rel, &[])
+}
+
+/// [`context_entries`] without the subtrees `excluded` (paths relative to the context, `/`-separated): the run
+/// store when it lies inside the context, whose records are never sent to the engine (they change on every
+/// run, and a `COPY .` would put them in the image).
+pub fn context_entries_excluding(
+    context: &Path,
+    dockerfile_rel: Option<&str>,
+    excluded: &[String],
+) -> Result<Vec<ContextEntry>> {
     let ignore_path = context.join(".dockerignore");
     let ignore = match read_regular(&ignore_path, MAX_FILE_BYTES) {
         FileRead::Found(t) => DockerIgnore::parse(&String::from_utf8_lossy(&t)),
@@ -252,6 +263,9 @@ pub fn context_entries(context: &Path, dockerfile_rel: Option<&str>) -> Result<V
             } else {
                 format!("{rel}/{name}")
             };
+            if excluded.contains(&child_rel) {
+                continue;
+            }
             let path = e.path();
             let md = std::fs::symlink_metadata(&path).map_err(io_err("stat", &path))?;
             let always = child_rel == ".dockerignore" || Some(child_rel.as_str()) == dockerfile_rel;
@@ -446,6 +460,10 @@ pub struct BuildInput {
     pub args: BTreeMap<String, String>,
     /// Tag to give the image.
     pub tag: String,
+    /// Labels of the image besides iterion's build labels (owner, cache key).
+    pub labels: BTreeMap<String, String>,
+    /// Host directories never sent to the engine when they lie inside the context (the run store).
+    pub exclude: Vec<PathBuf>,
     /// Run id (label).
     pub run_id: String,
     /// `pull=1` (pull policy always); never sent with [`BuildNetwork::None`].
@@ -467,6 +485,8 @@ impl BuildInput {
             target: None,
             args: BTreeMap::new(),
             tag,
+            labels: BTreeMap::new(),
+            exclude: Vec::new(),
             run_id,
             pull: false,
             network: BuildNetwork::None,
@@ -575,17 +595,30 @@ pub async fn check_offline(
     Ok(())
 }
 
-/// Builds the image and returns its tag. Progress lines go to `progress`.
-pub async fn build(
-    engine: &Engine,
-    input: &BuildInput,
-    progress: &(dyn Fn(&str) + Send + Sync),
-) -> Result<String> {
+/// A build whose paths were checked (and, without network, whose Dockerfile was), with its context listed:
+/// what the engine will receive, so the cache key can be computed from the same entries.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// The canonical context directory.
+    pub context: PathBuf,
+    /// The Dockerfile as the request names it.
+    pub display: String,
+    /// The Dockerfile's name inside the archive.
+    pub dockerfile_name: String,
+    /// The Dockerfile added to the archive when it lies outside the context (name, bytes).
+    pub extra: Option<(String, Vec<u8>)>,
+    /// The context entries, sorted, `.dockerignore` applied.
+    pub entries: Vec<ContextEntry>,
+}
+
+/// Checks containment, then (for a build without network) the Dockerfile, and lists the context. Every check
+/// of a build runs here, before any cache lookup.
+pub async fn plan(engine: &Engine, input: &BuildInput) -> Result<Planned> {
     let root = std::fs::canonicalize(&input.root).map_err(io_err("canonicalize", &input.root))?;
     let context = contained(&input.context, &root, "build.context")?;
     let dockerfile = contained(&input.dockerfile, &root, "build.dockerfile")?;
-    let df_display = input.dockerfile.display().to_string();
-    let (df_name, extra) = match dockerfile.strip_prefix(&context) {
+    let display = input.dockerfile.display().to_string();
+    let (dockerfile_name, extra) = match dockerfile.strip_prefix(&context) {
         Ok(rel) => (rel.to_string_lossy().into_owned(), None),
         Err(_) => {
             let data = read_regular(&dockerfile, MAX_FILE_BYTES)
@@ -598,12 +631,60 @@ pub async fn build(
             (name.clone(), Some((name, data)))
         }
     };
-    let offline = input.network == BuildNetwork::None;
-    if offline {
-        check_offline(engine, &dockerfile, &df_display, &input.args).await?;
+    if input.network == BuildNetwork::None {
+        check_offline(engine, &dockerfile, &display, &input.args).await?;
     }
-    let entries = context_entries(&context, extra.is_none().then_some(df_name.as_str()))?;
+    let excluded: Vec<String> = input
+        .exclude
+        .iter()
+        .filter_map(|x| std::fs::canonicalize(x).ok())
+        .filter_map(|x| {
+            x.strip_prefix(&context)
+                .ok()
+                .map(|r| r.to_string_lossy().into_owned())
+        })
+        .filter(|r| !r.is_empty())
+        .collect();
+    let entries = context_entries_excluding(
+        &context,
+        extra.is_none().then_some(dockerfile_name.as_str()),
+        &excluded,
+    )?;
+    Ok(Planned {
+        context,
+        display,
+        dockerfile_name,
+        extra,
+        entries,
+    })
+}
 
+/// Builds the image and returns its tag. Progress lines go to `progress`.
+pub async fn build(
+    engine: &Engine,
+    input: &BuildInput,
+    progress: &(dyn Fn(&str) + Send + Sync),
+) -> Result<String> {
+    let planned = plan(engine, input).await?;
+    build_planned(engine, input, planned, progress).await
+}
+
+/// Sends a planned build to the engine, tagged `input.tag` and labelled with `input.labels` plus iterion's
+/// build labels.
+pub async fn build_planned(
+    engine: &Engine,
+    input: &BuildInput,
+    planned: Planned,
+    progress: &(dyn Fn(&str) + Send + Sync),
+) -> Result<String> {
+    let Planned {
+        context,
+        display: df_display,
+        dockerfile_name: df_name,
+        extra,
+        entries,
+    } = planned;
+    let offline = input.network == BuildNetwork::None;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(16);
     let producer = tokio::task::spawn_blocking(move || {
         let w = ChanWriter(tx);
@@ -616,14 +697,13 @@ pub async fn build(
     });
     let body = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
 
-    let labels: HashMap<String, String> = [
-        ("iterion.io/managed", "true".to_string()),
-        ("iterion.io/component", "build".to_string()),
-        ("iterion.io/run-id", crate::names::label_value(&input.run_id)),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
+    let mut labels: HashMap<String, String> = input.labels.clone().into_iter().collect();
+    labels.insert("iterion.io/managed".into(), "true".into());
+    labels.insert("iterion.io/component".into(), "build".into());
+    labels.insert(
+        "iterion.io/run-id".into(),
+        crate::names::label_value(&input.run_id),
+    );
     let buildargs: HashMap<String, String> = input.args.clone().into_iter().collect();
     let mut opts = BuildImageOptionsBuilder::default()
         .t(&input.tag)
@@ -767,6 +847,24 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn an_excluded_subtree_is_not_listed() {
+        let d = tree();
+        std::fs::create_dir_all(d.path().join(".iterion/runs/r1")).expect("mkdir");
+        std::fs::write(d.path().join(".iterion/runs/r1/run.json"), "{}").expect("write");
+        let names = |x: &[String]| -> Vec<String> {
+            context_entries_excluding(d.path(), Some("Dockerfile"), x)
+                .expect("entries")
+                .iter()
+                .map(|e| e.name().to_string())
+                .collect()
+        };
+        assert!(names(&[]).contains(&".iterion/runs/r1/run.json".to_string()));
+        let without = names(&[".iterion".to_string()]);
+        assert!(!without.iter().any(|n| n.starts_with(".iterion")), "{without:?}");
+        assert!(without.contains(&"src/deep/a.txt".to_string()));
     }
 
     #[test]

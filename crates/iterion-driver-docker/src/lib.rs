@@ -10,12 +10,13 @@
 //!   [`engine_http`]: the one raw HTTP/1.1 client of the engine socket (async and blocking), bollard-free.
 //! - [`image`]: presence, pull with a bound and error classification (§5.2, §16.9); [`imagebuild`]: builds
 //!   with a deterministic, streamed context (§6), without network under a filtering policy, after
-//!   [`dockerfile`] has refused whatever the engine would fetch itself.
+//!   [`dockerfile`] has refused whatever the engine would fetch itself; [`buildcache`]: built images tagged by
+//!   a content hash of their inputs and reused.
 //! - [`mounts`]: host state, warm caches, protected paths, UID remap, HOME tmpfs layering (§8.3–8.6).
 //! - [`relay`]: installing and checking the static egress relay (§7.2); [`names`]: run tags (§16.3).
 //!
 //! Module order (each imports only modules before it): `error`, `names`, `endpoint`, [`engine_http`], `auth`,
-//! `dockerfile` → `mounts`, `relay` → `engine` → `image` → `imagebuild` → `container` (the state a run shares
+//! `dockerfile` → `mounts`, `relay` → `engine` → `image` → `imagebuild` → `buildcache` → `container` (the state a run shares
 //! with its execs) → `dexec` → `run` → `driver` (`settings` → `plan` → `create` → `start`; `network`).
 //!
 //! ```no_run
@@ -33,6 +34,7 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+pub mod buildcache;
 mod container;
 mod dexec;
 pub mod dockerfile;

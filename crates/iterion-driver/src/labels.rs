@@ -23,6 +23,15 @@ pub const STORE: &str = "iterion.io/store";
 pub const SANDBOX_KEY: &str = "iterion.io/sandbox-key";
 /// The image reference as declared.
 pub const IMAGE: &str = "iterion.io/image";
+/// On a cached build image: the content hash of its build inputs (its tag is derived from it).
+pub const BUILD_KEY: &str = "iterion.io/build-key";
+/// On a cached build image: host name of the process that built it. Cached images outlive their run, so they
+/// name their builder with these instead of the owner labels, which a reaper removes by.
+pub const BUILDER_HOST: &str = "iterion.io/builder-host";
+/// On a cached build image: pid of the process that built it.
+pub const BUILDER_PID: &str = "iterion.io/builder-pid";
+/// On a cached build image: start time of the process that built it, Unix seconds.
+pub const BUILDER_START: &str = "iterion.io/builder-start";
 /// The iterion version.
 pub const ITERION_VERSION: &str = "iterion.io/iterion-version";
 

@@ -155,10 +155,11 @@ impl EngineInfo {
 /// Image pull policy (05 §4.8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum PullPolicy {
-    /// Pull when missing; `latest` tags follow the engine default.
-    #[default]
+    /// Pull when missing, and also refresh `edge` / `latest` / untagged references (contacts the registry
+    /// on every run of such an image).
     Auto,
-    /// Pull only when missing.
+    /// Pull only when missing: a present image is used as is, without contacting a registry (the default).
+    #[default]
     Missing,
     /// Always pull.
     Always,
@@ -204,6 +205,8 @@ pub enum DriverEvent {
         target: String,
         /// The network the build gets.
         network: BuildNetwork,
+        /// Whether an image built earlier from the same inputs is reused.
+        cache: BuildCache,
     },
     /// A build finished (`sandbox_build_finished`).
     BuildFinished {
@@ -215,6 +218,8 @@ pub enum DriverEvent {
         duration_ms: u64,
         /// The network the build had.
         network: BuildNetwork,
+        /// Whether an image built earlier from the same inputs was reused.
+        cache: BuildCache,
     },
     /// A build failed (`sandbox_build_failed`).
     BuildFailed {
@@ -292,7 +297,7 @@ impl PrepareRequest {
     pub fn new(sandbox: ResolvedSandbox) -> Self {
         PrepareRequest {
             sandbox,
-            pull_policy: PullPolicy::Auto,
+            pull_policy: PullPolicy::Missing,
             pull_timeout: Duration::from_secs(600),
             events: EventSink::discard(),
         }
@@ -313,6 +318,10 @@ pub struct BuildRequest {
     pub pull_policy: PullPolicy,
     /// Whether the build may use the network.
     pub network: BuildNetwork,
+    /// The process the built image is labelled with (`iterion sandbox prune` reads it).
+    pub owner: Option<OwnerInfo>,
+    /// Build even when an image built from the same inputs is present (`ITERION_SANDBOX_REBUILD`).
+    pub rebuild: bool,
     /// Event sink.
     pub events: EventSink,
 }
@@ -324,8 +333,10 @@ impl BuildRequest {
             run_id: run_id.into(),
             spec_key: None,
             build_timeout: Duration::from_secs(1800),
-            pull_policy: PullPolicy::Auto,
+            pull_policy: PullPolicy::Missing,
             network: BuildNetwork::None,
+            owner: None,
+            rebuild: false,
             events: EventSink::discard(),
         }
     }
@@ -359,6 +370,25 @@ impl BuildNetwork {
 impl fmt::Display for BuildNetwork {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// Whether a build reused an image built earlier from the same inputs (`cache` of `sandbox_build_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BuildCache {
+    /// An image with the same build inputs was present and is used; nothing was built.
+    Hit,
+    /// No such image (or a rebuild was asked for): the engine builds.
+    Miss,
+}
+
+impl BuildCache {
+    /// The word used in events: `hit` or `miss`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BuildCache::Hit => "hit",
+            BuildCache::Miss => "miss",
+        }
     }
 }
 
@@ -881,6 +911,9 @@ pub struct StartReport {
     pub limits_ignored: Vec<String>,
     /// Host binds dropped (kubernetes).
     pub host_binds_dropped: Vec<String>,
+    /// Whether `bash` is on the shell's `PATH` in the started container, when the driver's own shell probe
+    /// found out (`None`: not probed; the runtime probes itself).
+    pub bash: Option<bool>,
 }
 
 /// Image of a start report.

@@ -44,7 +44,7 @@ use iterion_spec::resolve::ModeChoice;
 
 use crate::error::{Error, Result};
 use crate::exec::ExecBounds;
-use crate::lifecycle::reaper::Reaped;
+use crate::lifecycle::reaper::{Pruned, Reaped};
 use crate::lifecycle::{
     Cancel, Config, DriverChoice, Drivers, HostFacts, Launch, NoObserver, Observer, Outcome, Resume,
     SandboxFlags, Settings,
@@ -451,6 +451,28 @@ impl Runtime {
     /// Resumes a run (05 §9).
     pub async fn resume(&self, resume: Resume) -> Result<Outcome> {
         crate::lifecycle::resume(&self.cfg, resume).await
+    }
+
+    /// `iterion sandbox prune`: the reaper's predicate over the container driver's managed resources, build
+    /// cache included; `apply` false is a dry run that writes and removes nothing. Bounded to 60 s. An error
+    /// when there is no container driver or it cannot list.
+    pub async fn prune(&self, apply: bool) -> std::result::Result<Vec<Pruned>, String> {
+        let drivers: Vec<Arc<dyn Driver>> = match &self.cfg.drivers.container {
+            DriverChoice::Container(d) => vec![d.clone()],
+            DriverChoice::Unavailable { reason } => {
+                return Err(format!("no container engine answers: {reason}"));
+            }
+            DriverChoice::ForcedUnavailable { message } => return Err(message.clone()),
+            DriverChoice::ForcedNoop => return Err("the noop driver creates nothing to prune".into()),
+        };
+        crate::lifecycle::reaper::prune(
+            &drivers,
+            &self.cfg.owner,
+            self.cfg.record_key.as_ref(),
+            apply,
+            std::time::Duration::from_secs(60),
+        )
+        .await
     }
 
     /// One reaper pass over the container driver (05 §8.4), bounded to 10 s.

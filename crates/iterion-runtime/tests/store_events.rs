@@ -159,6 +159,7 @@ fn catalogue() -> Vec<Event> {
             context: s(".devcontainer"),
             target: None,
             network: s("none"),
+            cache: s("miss"),
             node_id: some("lint"),
         }
         .into(),
@@ -167,6 +168,7 @@ fn catalogue() -> Vec<Event> {
             target: s("iterion-sandbox-build:r-5f0c1a2b"),
             duration_ms: 30000,
             network: s("none"),
+            cache: s("miss"),
             node_id: some("lint"),
         }
         .into(),

@@ -174,12 +174,48 @@ impl Drop for Hostile {
                     );
                 }
             }
+            // the images its builds left in the build cache
+            remove_images_of(&id);
         }
         // Containers may leave root-owned files in the repository; removal is best effort.
         let _ = Command::new("chmod")
             .args(["-R", "u+rwX"])
             .arg(self.dir.path())
             .output();
+    }
+}
+
+/// Force-removes the images labelled with `run_id` (what the run's builds put in the build cache).
+fn remove_images_of(run_id: &str) {
+    let Some(sock) = engine_socket() else { return };
+    let filter = iterion_test_support::docker_http::encode_component(&format!(
+        "{{\"label\":[\"iterion.io/run-id={run_id}\"]}}"
+    ));
+    let Ok(list) = request(
+        &sock,
+        "GET",
+        &format!("/images/json?filters={filter}"),
+        None,
+        b"",
+        Duration::from_secs(10),
+    ) else {
+        return;
+    };
+    let images: serde_json::Value = serde_json::from_slice(&list.body).unwrap_or_default();
+    for id in images
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["Id"].as_str())
+    {
+        let _ = request(
+            &sock,
+            "DELETE",
+            &format!("/images/{id}?force=1"),
+            None,
+            b"",
+            Duration::from_secs(10),
+        );
     }
 }
 

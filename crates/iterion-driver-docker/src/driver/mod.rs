@@ -2,9 +2,11 @@
 //!
 //! A start is a list of named steps, one module each, every module importing only those before it:
 //! `settings` → `plan` (mounts, user, tmpfs) → `create` (create options, the create with its conflict and
-//! limit retries) → `start` (start, post-start checks, report); `network` holds the proxy socket directory.
+//! limit retries) → `start` (start, post-start checks, report); `network` holds the proxy socket directory,
+//! `build` the image build with its cache.
 //! This file composes them and implements the `Driver` trait.
 
+mod build;
 mod create;
 mod network;
 mod plan;
@@ -20,7 +22,6 @@ use crate::endpoint::Family;
 use crate::engine::Engine;
 use crate::error::status_of;
 use crate::image::{self, PullPolicy as ImgPolicy};
-use crate::imagebuild::{self, BuildInput};
 use crate::names;
 use async_trait::async_trait;
 use bollard::query_parameters::{
@@ -30,14 +31,13 @@ use iterion_driver::Driver as _;
 use iterion_driver::labels;
 use iterion_driver::owner::{HostProcesses, owner_liveness};
 use iterion_driver::{
-    BuildNetwork, BuildRequest, Capabilities, DriverEvent, DriverKind, EgressPlacement, EngineInfo,
-    Error as DError, ImageRef, Liveness, LogLevel, ManagedResource, NetworkLease, NetworkRequest,
-    PrepareRequest, Prepared, ProxyListen, PullPolicy, RemoveOutcome, ResourceKind, SetupPhase, StartRequest,
-    Started,
+    BuildRequest, Capabilities, DriverEvent, DriverKind, EgressPlacement, EngineInfo, Error as DError,
+    ImageRef, Liveness, LogLevel, ManagedResource, NetworkLease, NetworkRequest, PrepareRequest, Prepared,
+    ProxyListen, PullPolicy, RemoveOutcome, ResourceKind, SetupPhase, StartRequest, Started,
 };
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The Docker / Podman driver.
 #[derive(Debug)]
@@ -248,8 +248,8 @@ impl DockerDriver {
             user: user.remap.user.clone(),
             kind,
         };
-        let run = start::start_and_check(docker, &facts, &container, req).await?;
-        let report = start::start_report(start::Outcome {
+        let (run, bash) = start::start_and_check(docker, &facts, &container, req).await?;
+        let mut report = start::start_report(start::Outcome {
             created: &container,
             node: spec_key.is_some(),
             mounts,
@@ -259,6 +259,7 @@ impl DockerDriver {
             limits: &req.limits,
             limits_ignored,
         });
+        report.bash = Some(bash);
         Ok(Started {
             run: Box::new(run),
             report,
@@ -353,81 +354,17 @@ impl iterion_driver::Driver for DockerDriver {
     async fn build(&self, prepared: Prepared, req: BuildRequest) -> iterion_driver::Result<Prepared> {
         prepared.check_kind(self.kind())?;
         let engine = self.engine().await?;
-        let Some(b) = prepared.sandbox.build.clone() else {
+        if prepared.sandbox.build.is_none() {
             return Ok(prepared);
-        };
-        let dockerfile = PathBuf::from(&b.dockerfile);
-        let context = PathBuf::from(&b.context);
-        let root = common_ancestor(&dockerfile, &context);
-        let tag = names::build_tag(&req.run_id, req.spec_key.as_deref());
-        let mut input = BuildInput::new(
-            dockerfile.clone(),
-            context.clone(),
-            root,
-            tag.clone(),
-            req.run_id.clone(),
-        );
-        input.target = b.target.clone();
-        input.args = b.args.clone();
-        input.network = req.network;
-        input.pull = req.pull_policy == PullPolicy::Always && req.network == BuildNetwork::Open;
-        if req.pull_policy == PullPolicy::Always && req.network == BuildNetwork::None {
-            req.events.log(
-                LogLevel::Warn,
-                format!(
-                    "build of {}: base images are not pulled (pull policy always) because the build has no \
-                     network under this network policy; the images present on this host are used",
-                    b.dockerfile
-                ),
-            );
         }
-        input.timeout = req.build_timeout;
-        let kind = self.kind();
-        req.events.emit(DriverEvent::BuildStarted {
-            driver: kind,
-            dockerfile: b.dockerfile.clone(),
-            context: b.context.clone(),
-            target: b.target.clone().unwrap_or_default(),
-            network: req.network,
-        });
-        let started = Instant::now();
-        let events = req.events.clone();
-        let progress = move |s: &str| events.log(LogLevel::Info, format!("build: {s}"));
-        match imagebuild::build(engine, &input, &progress).await {
-            Ok(tag) => {
-                req.events.emit(DriverEvent::BuildFinished {
-                    driver: kind,
-                    target: tag.clone(),
-                    duration_ms: ms(started.elapsed()),
-                    network: req.network,
-                });
-                let local = image::inspect(engine, &tag).await?;
-                let mut p = prepared;
-                p.sandbox.build = None;
-                p.sandbox.image = Some(tag.clone());
-                p.image = Some(ImageRef {
-                    reference: tag,
-                    digest: None,
-                    id: local.map(|l| l.id),
-                });
-                Ok(p)
-            }
-            Err(e) => {
-                let e: DError = match e {
-                    crate::Error::SetupTimeout { after, .. } => DError::SetupTimeout {
-                        phase: SetupPhase::Build,
-                        after,
-                        subject: Some(b.dockerfile.clone()),
-                    },
-                    other => other.into(),
-                };
-                req.events.emit(DriverEvent::BuildFailed {
-                    driver: kind,
-                    error: e.to_string(),
-                });
-                Err(e)
-            }
-        }
+        build::build(
+            engine,
+            self.kind(),
+            &self.settings.iterion_version,
+            prepared,
+            &req,
+        )
+        .await
     }
 
     async fn network(&self, req: NetworkRequest) -> iterion_driver::Result<NetworkLease> {

@@ -42,7 +42,7 @@ pub(super) async fn start_and_check(
     facts: &EngineFacts,
     c: &Created<'_>,
     req: &StartRequest,
-) -> Result<DockerRun, DError> {
+) -> Result<(DockerRun, bool), DError> {
     if let Err(e) = docker.start_container(c.id, None).await {
         return Err(DError::StartFailed {
             reason: format!("start {}: {}", c.name, engine_error(e)),
@@ -70,7 +70,7 @@ pub(super) async fn start_and_check(
         c.kind,
     );
     let run = DockerRun::new(inner);
-    shell_probe(&run, c.image).await?;
+    let bash = shell_probe(&run, c.image).await?;
     match tokio::time::timeout(Duration::from_secs(10), run.record_infrastructure()).await {
         Ok(Ok(_)) => {}
         Ok(Err(e)) => req.events.log(
@@ -82,22 +82,24 @@ pub(super) async fn start_and_check(
             "listing the sandbox's processes did not finish within 10s; processes a step leaves behind will not be killed".to_string(),
         ),
     }
-    Ok(run)
+    Ok((run, bash))
 }
 
-/// Shell probe (03 §8.8 step 5): `true` runs within 10 s, else the image has no usable shell.
-async fn shell_probe(run: &DockerRun, image: &ImageRef) -> Result<(), DError> {
+/// Shell probe (03 §8.8 step 5): a command runs within 10 s, else the image has no usable shell. The command
+/// is `sh -c 'command -v bash'`, so the same exec also says whether `bash` is there (the start report carries
+/// it, and the runtime needs no probe of its own).
+async fn shell_probe(run: &DockerRun, image: &ImageRef) -> Result<bool, DError> {
     let probe = async {
         let ex = run
             .exec(
-                ExecRequest::new(["true"])
+                ExecRequest::new(["sh", "-c", "command -v bash"])
                     .outputs(iterion_driver::Output::Discard, iterion_driver::Output::Discard),
             )
             .await?;
         ex.wait().await
     };
     match tokio::time::timeout(Duration::from_secs(10), probe).await {
-        Ok(Ok(_)) => Ok(()),
+        Ok(Ok(status)) => Ok(status.code == 0),
         Ok(Err(DError::ExecStart { .. })) => Err(DError::ShellMissing {
             image: image.reference.clone(),
         }),

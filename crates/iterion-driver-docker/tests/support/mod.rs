@@ -86,7 +86,37 @@ pub fn containers_with_label(label: &str, value: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Removes every container of a run id when dropped.
+/// Images carrying `label=value` (their ids).
+pub fn images_with_label(label: &str, value: &str) -> Vec<String> {
+    let filter = format!("{{\"label\":[\"{label}={value}\"]}}");
+    let v = engine_get(&format!(
+        "/images/json?filters={}",
+        iterion_test_support::docker_http::encode_component(&filter)
+    ));
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|c| c["Id"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Force-removes an image by id or reference.
+pub fn force_remove_image(id: &str) {
+    if let Some(s) = iterion_test_support::engine_socket() {
+        let _ = iterion_test_support::docker_http::request(
+            &s,
+            "DELETE",
+            &format!("/images/{id}?force=1"),
+            None,
+            &[],
+            Duration::from_secs(30),
+        );
+    }
+}
+
+/// Removes every container of a run id, then every image it built, when dropped.
 #[derive(Debug)]
 pub struct RunGuard(pub String);
 
@@ -94,6 +124,9 @@ impl Drop for RunGuard {
     fn drop(&mut self) {
         for id in containers_with_label("iterion.io/run-id", &self.0) {
             force_remove(&id);
+        }
+        for id in images_with_label("iterion.io/run-id", &self.0) {
+            force_remove_image(&id);
         }
     }
 }

@@ -326,6 +326,8 @@ pub struct SandboxBuildStarted {
     pub target: Option<String>,
     /// The network of the build: `none` under `allowlist`/`denylist`, `open` under `open`.
     pub network: String,
+    /// `hit` when an image built earlier from the same inputs is reused, `miss` when the engine builds.
+    pub cache: String,
     /// Node of a node container spec.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,
@@ -346,6 +348,8 @@ pub struct SandboxBuildFinished {
     pub duration_ms: u64,
     /// The network the build had (`none` or `open`).
     pub network: String,
+    /// `hit` when an image built earlier from the same inputs was reused, `miss` when the engine built.
+    pub cache: String,
     /// Node of a node container spec.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,
@@ -481,7 +485,7 @@ pub struct SandboxStopped {
     pub network_removed: bool,
     /// Whether the proxy was stopped.
     pub proxy_stopped: bool,
-    /// Images removed.
+    /// Images removed: 0, since built images are the build cache, kept across runs.
     pub images_removed: u64,
     /// Duration in milliseconds.
     pub duration_ms: u64,

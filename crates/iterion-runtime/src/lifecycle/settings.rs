@@ -41,10 +41,13 @@ pub struct Settings {
     pub post_create_timeout: Bound,
     /// Probe bound (60s, not configurable).
     pub probe_timeout: Bound,
-    /// `ITERION_SANDBOX_PULL_POLICY` (`auto`).
+    /// `ITERION_SANDBOX_PULL_POLICY` (`missing`: a present image is used without contacting a registry).
     pub pull_policy: PullPolicy,
-    /// `ITERION_SANDBOX_KEEP_BUILD_IMAGES`.
+    /// `ITERION_SANDBOX_KEEP_BUILD_IMAGES`: no effect since built images are cached (kept across runs, removed
+    /// by `iterion sandbox prune`); still read so that a setting of it is not reported as unknown.
     pub keep_build_images: bool,
+    /// `ITERION_SANDBOX_REBUILD` (`iterion run --rebuild`): build even when the cache has the image.
+    pub rebuild: bool,
     /// `ITERION_SANDBOX_REQUIRE_ENFORCED_EGRESS`.
     pub require_enforced_egress: bool,
     /// `ITERION_SANDBOX_SILENT_DENY`: `None` = the proxy's default list.
@@ -97,15 +100,15 @@ impl Settings {
             .map(|v| v.trim().to_ascii_lowercase())
             .as_deref()
         {
-            Some("missing") => PullPolicy::Missing,
+            Some("missing") | Some("") | None => PullPolicy::Missing,
             Some("always") => PullPolicy::Always,
             Some("never") => PullPolicy::Never,
-            Some("auto") | Some("") | None => PullPolicy::Auto,
+            Some("auto") => PullPolicy::Auto,
             Some(other) => {
                 warnings.push(format!(
-                    "invalid ITERION_SANDBOX_PULL_POLICY '{other}' (want auto, missing, always or never); using auto"
+                    "invalid ITERION_SANDBOX_PULL_POLICY '{other}' (want missing, always, never or auto); using missing"
                 ));
-                PullPolicy::Auto
+                PullPolicy::Missing
             }
         };
         let silent_deny = env.get("ITERION_SANDBOX_SILENT_DENY").map(|v| {
@@ -125,6 +128,7 @@ impl Settings {
             probe_timeout: Bound::default_of("60s"),
             pull_policy,
             keep_build_images: truthy(env, "ITERION_SANDBOX_KEEP_BUILD_IMAGES"),
+            rebuild: truthy(env, "ITERION_SANDBOX_REBUILD"),
             require_enforced_egress: truthy(env, "ITERION_SANDBOX_REQUIRE_ENFORCED_EGRESS"),
             silent_deny,
             container,
@@ -152,7 +156,7 @@ mod tests {
         assert_eq!(s.start_timeout.duration, Duration::from_secs(300));
         assert_eq!(s.post_create_timeout.duration, Duration::from_secs(1800));
         assert_eq!(s.probe_timeout.duration, Duration::from_secs(60));
-        assert_eq!(s.pull_policy, PullPolicy::Auto);
+        assert_eq!(s.pull_policy, PullPolicy::Missing);
         assert!(s.warnings.is_empty());
     }
 
@@ -173,6 +177,15 @@ mod tests {
         assert_eq!(s.start_timeout.duration, Duration::from_secs(5400));
         assert_eq!(s.pull_policy, PullPolicy::Never);
         assert!(s.keep_build_images);
+        for (v, p) in [
+            ("auto", PullPolicy::Auto),
+            ("Always", PullPolicy::Always),
+            (" missing ", PullPolicy::Missing),
+            ("", PullPolicy::Missing),
+        ] {
+            let s = Settings::from_env(&env(&[("ITERION_SANDBOX_PULL_POLICY", v)]));
+            assert_eq!((s.pull_policy, s.warnings.len()), (p, 0), "{v:?}");
+        }
         assert_eq!(s.warnings.len(), 2, "{:?}", s.warnings);
         assert!(s.warnings[0].contains("ITERION_SANDBOX_PULL_TIMEOUT"));
     }

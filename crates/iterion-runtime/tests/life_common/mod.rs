@@ -111,6 +111,7 @@ impl Driver for FakeDriver {
             context: b.context.clone(),
             target: "iterion-sandbox-build:x".into(),
             network: req.network,
+            cache: iterion_driver::BuildCache::Miss,
         });
         if let Some(e) = &self.faults.build {
             req.events.emit(DriverEvent::BuildFailed {

@@ -2,7 +2,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use iterion_driver::{Driver, NetworkLease, Run};
+use iterion_driver::{NetworkLease, Run};
 use iterion_netproxy::RunningProxy;
 use tokio_util::sync::CancellationToken;
 
@@ -13,13 +13,10 @@ use crate::store::LogLevel;
 
 #[derive(Default)]
 pub(super) struct Res {
-    pub(super) driver: Option<Arc<dyn Driver>>,
     pub(super) containers: Vec<Arc<dyn Run>>,
     pub(super) host_runs: Vec<Arc<dyn Run>>,
     pub(super) proxy: Option<RunningProxy>,
     pub(super) lease: Option<Arc<NetworkLease>>,
-    pub(super) images: Vec<String>,
-    pub(super) keep_images: bool,
 }
 
 /// Owns the run's sandbox resources. [`Guard::cleanup`] releases them (05 §8.1); dropping the guard without a
@@ -47,16 +44,13 @@ impl Guard {
     pub(crate) async fn cleanup(&mut self, em: &Emitter, force: CancellationToken) -> SandboxStopped {
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        let (driver, containers, host_runs, proxy, lease, images, keep) = {
+        let (containers, host_runs, proxy, lease) = {
             let mut r = Self::lock(&self.res);
             (
-                r.driver.clone(),
                 std::mem::take(&mut r.containers),
                 std::mem::take(&mut r.host_runs),
                 r.proxy.take(),
                 r.lease.take(),
-                std::mem::take(&mut r.images),
-                r.keep_images,
             )
         };
         let mut errors = Vec::new();
@@ -117,19 +111,6 @@ impl Guard {
             }
             None => false,
         };
-        let mut images_removed = 0u64;
-        if !keep
-            && !forced
-            && let Some(d) = &driver
-        {
-            for img in images {
-                match tokio::time::timeout_at(deadline, d.remove_image(&img)).await {
-                    Ok(Ok(())) => images_removed += 1,
-                    Ok(Err(e)) => errors.push(format!("remove image {img}: {e}")),
-                    Err(_) => errors.push(format!("remove image {img}: timed out")),
-                }
-            }
-        }
         for e in &errors {
             em.log(LogLevel::Warn, &format!("sandbox: cleanup: {e}"));
         }
@@ -139,7 +120,8 @@ impl Guard {
             containers: removed,
             network_removed,
             proxy_stopped,
-            images_removed,
+            // built images are the build cache, kept across runs (`iterion sandbox prune` removes them)
+            images_removed: 0,
             duration_ms: ms(started.elapsed()),
             errors,
         }

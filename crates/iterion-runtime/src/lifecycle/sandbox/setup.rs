@@ -387,8 +387,6 @@ impl Setup<'_> {
         {
             let k = kind.clone();
             em.update(|d| d.sandbox.driver = Some(k));
-            Guard::lock(&guard.res).driver = Some(driver.clone());
-            Guard::lock(&guard.res).keep_images = cfg.settings.keep_build_images;
         }
         guard.driver_name = kind.clone();
         let caps = driver.capabilities();

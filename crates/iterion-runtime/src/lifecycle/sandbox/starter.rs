@@ -107,12 +107,14 @@ impl Starter {
                 context,
                 target,
                 network,
+                cache,
             } => em.emit(crate::events::SandboxBuildStarted {
                 driver: driver.to_string(),
                 dockerfile,
                 context,
                 target: Some(target),
                 network: network.as_str().to_owned(),
+                cache: cache.as_str().to_owned(),
                 node_id: node_id.clone(),
             }),
             DriverEvent::BuildFinished {
@@ -120,11 +122,13 @@ impl Starter {
                 target,
                 duration_ms,
                 network,
+                cache,
             } => em.emit(crate::events::SandboxBuildFinished {
                 driver: driver.to_string(),
                 target,
                 duration_ms,
                 network: network.as_str().to_owned(),
+                cache: cache.as_str().to_owned(),
                 node_id: node_id.clone(),
             }),
             DriverEvent::BuildFailed { driver, error } => em.emit(crate::events::SandboxBuildFailed {
@@ -272,6 +276,8 @@ impl Starter {
             NetworkMode::Open => BuildNetwork::Open,
             NetworkMode::Allowlist | NetworkMode::Denylist => BuildNetwork::None,
         };
+        breq.owner = Some(self.owner.clone());
+        breq.rebuild = s.rebuild;
         breq.events = self.sink(node_id.map(str::to_owned));
         let built =
             match tokio::time::timeout(s.build_timeout.duration, self.driver.build(prepared, breq)).await {
@@ -279,9 +285,8 @@ impl Starter {
                 Ok(Err(e)) => return Err(driver_failure(&self.cfg, &e, FailurePhase::Build)),
                 Ok(Ok(p)) => p,
             };
-        if let Some(img) = &built.image {
-            Guard::lock(&self.res).images.push(img.reference.clone());
-        }
+        // The built image is the build cache (tagged by its inputs, reused by later runs): cleanup keeps it,
+        // `iterion sandbox prune` removes it.
         Ok(built)
     }
 
@@ -407,7 +412,7 @@ impl Starter {
             }
         }
         // 4.12 probes
-        let shell = self.probe_shell(run.as_ref()).await?;
+        let shell = self.shell_of(spec, &report, run.as_ref()).await?;
         if let Some(program) = &claw_runner {
             self.probe_runner(run.as_ref(), program).await?;
         }
@@ -431,12 +436,22 @@ impl Starter {
         })
     }
 
-    /// 4.12: `command -v bash` decides the shell of tool nodes.
-    async fn probe_shell(&self, run: &dyn Run) -> Result<Shell, Failure> {
+    /// 4.12 the shell probe: the driver's own probe already says whether bash is there, unless a post_create
+    /// ran since (it may have installed it).
+    async fn shell_of(
+        &self,
+        spec: &ResolvedSandbox,
+        report: &StartReport,
+        run: &dyn Run,
+    ) -> Result<Shell, Failure> {
+        match report.bash.filter(|_| spec.post_create.is_empty()) {
+            Some(true) => return Ok(Shell::Bash),
+            Some(false) => return Ok(Shell::Sh),
+            None => {}
+        }
         let probe = ExecRequest::new(["sh", "-c", "command -v bash"]);
-        let bound = self.cfg.settings.probe_timeout.duration;
         match tokio::time::timeout(
-            bound,
+            self.cfg.settings.probe_timeout.duration,
             iterion_driver::exec_collect(run, probe, OutputLimits::default()),
         )
         .await
