@@ -223,7 +223,11 @@ fn a_present_local_image_starts_without_a_pull_or_a_warning_by_default() {
     let ws = Ws::demo();
     // a repository, so the only warning there could be is about the image (a work dir outside any
     // repository is warned about on its own)
-    let init = Command::new("git").args(["init", "-q"]).current_dir(ws.path()).status().unwrap();
+    let init = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(ws.path())
+        .status()
+        .unwrap();
     assert!(init.success());
     let out = ws
         .cmd(&["run", "demo.bot"], &[])
