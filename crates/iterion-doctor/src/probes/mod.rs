@@ -119,7 +119,7 @@ const INITS: &[&str] = &["docker-init", "tini", "catatonit", "podman-init", "dum
 const HINT_TIMEOUT: &str =
     "re-run with a larger ITERION_SANDBOX_DOCTOR_TIMEOUT, or check that the engine is not overloaded";
 const HINT_ADVISORY: &str = "egress is advisory on this engine: processes that ignore HTTPS_PROXY bypass the proxy; use a Linux engine for enforcement";
-const HINT_ENFORCED: &str = "the sandbox has a network path around the proxy: the driver must start it with NetworkMode none and the relay (03 §7.2)";
+const HINT_ENFORCED: &str = "the sandbox has a network path around the proxy: the driver must start it with NetworkMode none and the egress relay";
 
 mod verdicts;
 

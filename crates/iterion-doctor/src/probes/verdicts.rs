@@ -673,7 +673,7 @@ pub(super) fn hardening_check(f: &Facts, a: &Answer) -> Check {
             Status::Fail,
             bad.join("; "),
             Some(
-                "the sandbox is not hardened as 03 §8.7 requires; check the driver and the engine's security options",
+                "the sandbox is not hardened as iterion requires (capabilities dropped, no-new-privileges); check the driver and the engine's security options",
             ),
         );
     }
