@@ -35,6 +35,7 @@
 
 mod agent;
 pub mod check;
+mod check_flow;
 pub mod claw;
 mod context;
 mod graph;
@@ -42,6 +43,7 @@ mod node;
 pub mod output;
 pub mod render;
 mod tool;
+pub mod topology;
 pub mod vars;
 pub mod worktree;
 
