@@ -374,7 +374,8 @@ mod tests {
         check("INTERNAL_ERROR", Resumable);
         check("STORE_WRITE_FAILED", Deterministic);
         check("CANCELLED", Cancellation);
-        assert_eq!(FailureCode::ALL.len(), 34);
+        check("WORKSPACE_SAFETY", Resumable);
+        assert_eq!(FailureCode::ALL.len(), 35);
     }
 
     #[test]

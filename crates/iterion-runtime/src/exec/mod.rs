@@ -29,6 +29,7 @@
 //!     ExecOutcome::Finished { .. } => { /* status finished, emit run_finished */ }
 //!     ExecOutcome::Failed { failure, checkpoint } => { /* failed / failed_resumable by failure.code */ }
 //!     ExecOutcome::Cancelled { checkpoint } => { /* status cancelled */ }
+//!     ExecOutcome::Paused { checkpoint } => { /* status paused_waiting_human, resumable with answers */ }
 //! }
 //! # }
 //! ```
