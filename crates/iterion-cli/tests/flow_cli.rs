@@ -290,3 +290,51 @@ fn json_mode_ends_with_the_pause_and_string_answers_do_not_satisfy_a_boolean_edg
     let out = run(&["resume", &id, "--answer", "nokey", "--sandbox", "none"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 }
+
+#[test]
+fn on_a_terminal_run_asks_each_question_and_continues() {
+    // HU6: `script` gives the command a terminal whose input is this test's pipe
+    if Command::new("script").arg("--version").output().is_err() {
+        panic!("the `script` program (util-linux) is required for the terminal test");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let wf = "compute c:\n  expr:\n    s: \"'the diff'\"\n\nhuman h:\n  interaction: human\n\nworkflow w:\n  entry: c\n  c -> h with { summary: \"{{outputs.c.s}}\" }\n  h -> done\n";
+    std::fs::write(dir.path().join("w.bot"), wf).unwrap();
+    let store = dir.path().join("store");
+    let cmdline = format!("{BIN} run w.bot --sandbox none --store-dir {}", store.display());
+    let mut child = Command::new("script")
+        .args(["-qec", &cmdline, "/dev/null"])
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        // give the run time to reach the prompt, then answer
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        stdin.write_all(b"yes\n").unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
+    let out = child.wait_with_output().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(shown.contains("Human input required"), "{shown}");
+    assert!(shown.contains("summary: the diff"), "{shown}");
+    assert!(shown.contains("Status: FINISHED"), "{shown}");
+    let runs: Vec<_> = std::fs::read_dir(store.join("runs")).unwrap().flatten().collect();
+    assert_eq!(runs.len(), 1);
+    let doc: Value =
+        serde_json::from_slice(&std::fs::read(runs[0].path().join("run.json")).unwrap()).unwrap();
+    assert_eq!(doc["status"], "finished");
+    let ev = std::fs::read_to_string(runs[0].path().join("events.jsonl")).unwrap();
+    let recorded: Vec<Value> = ev
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "human_answers_recorded")
+        .collect();
+    assert_eq!(recorded[0]["data"]["answers"], json!({"summary": "yes"}));
+}
