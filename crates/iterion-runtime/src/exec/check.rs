@@ -134,7 +134,7 @@ pub fn check_executable(workflow: &Workflow, env: &BTreeMap<String, String>) -> 
     let mut out = Vec::new();
     for node in &workflow.nodes {
         match node.kind {
-            NodeKind::Router => super::check_flow::router(workflow, node, &mut out),
+            NodeKind::Router => super::check_flow::router(workflow, node, env, &mut out),
             NodeKind::Human => super::check_flow::human(workflow, node, &mut out),
             NodeKind::Agent | NodeKind::Judge => check_agent(workflow, node, env, &mut out),
             NodeKind::Tool | NodeKind::Compute => {}

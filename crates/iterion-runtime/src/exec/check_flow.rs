@@ -1,5 +1,5 @@
 //! The executability check of routers, fan-outs and human nodes.
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use iterion_spec::diag::Diagnostic;
 use iterion_spec::model::{Node, NodeKind, Workflow};
@@ -46,7 +46,12 @@ fn mode(node: &Node) -> &str {
 
 /// Routers: `llm` is refused; a `fan_out_all` is checked statically (duplicate targets, what its branches hold,
 /// workspace safety).
-pub(super) fn router(workflow: &Workflow, node: &Node, out: &mut Vec<Diagnostic>) {
+pub(super) fn router(
+    workflow: &Workflow,
+    node: &Node,
+    env: &BTreeMap<String, String>,
+    out: &mut Vec<Diagnostic>,
+) {
     let file = workflow.file.as_str();
     let id = node.name.value.as_str();
     match mode(node) {
@@ -59,7 +64,7 @@ pub(super) fn router(workflow: &Workflow, node: &Node, out: &mut Vec<Diagnostic>
             )
             .with_hint("use a judge node with a `when` field and a condition router, or mode fan_out_all / round_robin"),
         ),
-        "fan_out_all" => fan_out(workflow, node, out),
+        "fan_out_all" => fan_out(workflow, node, env, out),
         "round_robin" => {
             for e in workflow.edges.iter().filter(|e| e.from.value == id) {
                 if let Some(l) = &e.loop_spec {
@@ -79,7 +84,7 @@ pub(super) fn router(workflow: &Workflow, node: &Node, out: &mut Vec<Diagnostic>
     }
 }
 
-fn fan_out(workflow: &Workflow, node: &Node, out: &mut Vec<Diagnostic>) {
+fn fan_out(workflow: &Workflow, node: &Node, env: &BTreeMap<String, String>, out: &mut Vec<Diagnostic>) {
     let file = workflow.file.as_str();
     let id = node.name.value.as_str();
     let edges: Vec<_> = workflow.edges.iter().filter(|e| e.from.value == id).collect();
@@ -142,14 +147,14 @@ fn fan_out(workflow: &Workflow, node: &Node, out: &mut Vec<Diagnostic>) {
             }
         }
     }
-    let mutating = mutating_branches(workflow, &targets, conv.as_deref());
+    let mutating = mutating_branches(workflow, &targets, conv.as_deref(), env);
     if mutating.len() > 1 {
         let writers: Vec<String> = mutating
             .iter()
             .map(|s| {
                 let nodes: Vec<&str> = branch_nodes(workflow, s, conv.as_deref())
                     .into_iter()
-                    .filter(|n| is_mutating(n))
+                    .filter(|n| is_mutating(workflow, n, env))
                     .map(|n| n.name.as_str())
                     .collect();
                 format!("{s} ({})", nodes.join(", "))

@@ -4,6 +4,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use iterion_spec::model::{Node, NodeKind, Workflow};
 
+use super::check::node_backend;
+
 /// Tool names that only read (the reference's read-only list and the claude CLI's reading tools).
 pub const READ_ONLY_TOOLS: &[&str] = &[
     "git_diff",
@@ -52,8 +54,9 @@ pub fn convergence_point(wf: &Workflow, targets: &[&str]) -> Option<String> {
 }
 
 /// Whether one node may write to the workspace: a tool always; an agent or judge unless `readonly: true` or
-/// its non-empty `tools` only read (an empty list means every tool of the backend).
-pub fn is_mutating(node: &Node) -> bool {
+/// its `tools` only read. Without `tools`, a claw agent has no tool at all while a `claude_code` agent has
+/// every tool of the CLI.
+pub fn is_mutating(wf: &Workflow, node: &Node, env: &BTreeMap<String, String>) -> bool {
     match node.kind {
         NodeKind::Tool => true,
         NodeKind::Agent | NodeKind::Judge => {
@@ -62,7 +65,7 @@ pub fn is_mutating(node: &Node) -> bool {
             }
             match &node.tools {
                 Some(t) if !t.is_empty() => t.iter().any(|t| !READ_ONLY_TOOLS.contains(&t.value.as_str())),
-                _ => true,
+                _ => node_backend(wf, node, env).0 != "claw",
             }
         }
         _ => false,
@@ -90,11 +93,16 @@ pub fn branch_nodes<'w>(wf: &'w Workflow, start: &'w str, conv: Option<&str>) ->
 }
 
 /// The start nodes of the branches (of `starts`) that contain a mutating node.
-pub fn mutating_branches<'s>(wf: &Workflow, starts: &[&'s str], conv: Option<&str>) -> Vec<&'s str> {
+pub fn mutating_branches<'s>(
+    wf: &Workflow,
+    starts: &[&'s str],
+    conv: Option<&str>,
+    env: &BTreeMap<String, String>,
+) -> Vec<&'s str> {
     starts
         .iter()
         .copied()
-        .filter(|s| branch_nodes(wf, s, conv).iter().any(|n| is_mutating(n)))
+        .filter(|s| branch_nodes(wf, s, conv).iter().any(|n| is_mutating(wf, n, env)))
         .collect()
 }
 
@@ -121,6 +129,22 @@ mod tests {
     #[test]
     fn two_tool_branches_are_both_mutating() {
         let w = wf(FO);
-        assert_eq!(mutating_branches(&w, &["a", "b"], Some("m")), ["a", "b"]);
+        let env = BTreeMap::new();
+        assert_eq!(mutating_branches(&w, &["a", "b"], Some("m"), &env), ["a", "b"]);
+    }
+
+    #[test]
+    fn agents_without_tools_write_only_on_claude_code() {
+        let src = |backend: &str| {
+            format!(
+                "agent a:\n  model: \"m\"\n  backend: \"{backend}\"\n\nagent b:\n  model: \"m\"\n  backend: \"{backend}\"\n\nrouter fan:\n  mode: fan_out_all\n\nworkflow w:\n  entry: fan\n  fan -> a\n  fan -> b\n  a -> done\n  b -> done\n"
+            )
+        };
+        let env = BTreeMap::new();
+        assert!(mutating_branches(&wf(&src("claw")), &["a", "b"], Some("done"), &env).is_empty());
+        assert_eq!(
+            mutating_branches(&wf(&src("claude_code")), &["a", "b"], Some("done"), &env),
+            ["a", "b"]
+        );
     }
 }

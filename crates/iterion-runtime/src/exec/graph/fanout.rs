@@ -123,7 +123,7 @@ impl<'a> Engine<'a> {
         let wf = self.wf;
         let targets: Vec<&str> = fan.edges.iter().map(|e| e.to.as_str()).collect();
         let conv = convergence_point(wf, &targets);
-        let mutating = mutating_branches(wf, &targets, conv.as_deref());
+        let mutating = mutating_branches(wf, &targets, conv.as_deref(), &self.ctx.host_env);
         if mutating.len() > 1 {
             return Err(self.failed(
                 RunFailed::new(
