@@ -25,6 +25,10 @@ pub struct RunsArgs {
 #[derive(Debug, clap::Subcommand)]
 enum RunsCommand {
     /// List the runs of a store, newest first (id, name, status, failure code, workflow, started, duration).
+    #[command(
+        after_help = "EXAMPLES:\n  iterion runs list\n  iterion runs list --status failed_resumable --limit 5\n  \
+iterion runs list --json | jq -r .id\n\nEXIT CODES:\n  0 listed (also an empty store); 1 the store cannot be read; 2 a usage error"
+    )]
     List {
         /// Run store directory (default: the store of the current project).
         #[arg(long, value_name = "DIR")]
@@ -99,6 +103,10 @@ EXIT CODES:\n  0 printed (with --follow: the run is no longer running); 1 the ru
         json: bool,
     },
     /// Show the run document of one run (and its events).
+    #[command(
+        after_help = "EXAMPLES:\n  iterion runs show brisk-otter-d894\n  iterion runs show 01a2320f --events\n  \
+iterion runs show RUN --json | jq .status\n\nEXIT CODES:\n  0 shown; 1 the run was not found or cannot be read; 2 a usage error"
+    )]
     Show {
         /// The run: its id, its name, or a unique prefix of its id.
         #[arg(value_name = "RUN")]
