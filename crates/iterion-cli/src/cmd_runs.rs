@@ -130,6 +130,14 @@ pub fn run(args: RunsArgs, env: &BTreeMap<String, String>) -> ExitCode {
         Ok(c) => c,
         Err(e) => return fail(1, &format!("cannot read the current directory: {e}")),
     };
+    let json = match &args.command {
+        RunsCommand::List { json, .. }
+        | RunsCommand::Rm { json, .. }
+        | RunsCommand::Prune { json, .. }
+        | RunsCommand::Logs { json, .. }
+        | RunsCommand::Show { json, .. } => *json,
+    };
+    JSON_ERRORS.store(json, std::sync::atomic::Ordering::Relaxed);
     let out = std::io::stdout();
     let mut out = out.lock();
     let code = match args.command {
@@ -346,8 +354,15 @@ struct Filter {
     status: Option<String>,
 }
 
+/// Set when the command prints JSON: a failure then also prints `{"error", "exit"}` on stdout, so a program
+/// reading stdout always gets a JSON document.
+static JSON_ERRORS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn fail(code: u8, message: &str) -> ExitCode {
     eprintln!("error: {}", clean(message));
+    if JSON_ERRORS.load(std::sync::atomic::Ordering::Relaxed) {
+        println!("{}", serde_json::json!({"error": message, "exit": code}));
+    }
     ExitCode::from(code)
 }
 

@@ -285,6 +285,15 @@ fn unknown_run_exits_1_and_usage_errors_exit_2() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("run nope not found in"), "{}", stderr(&o));
     assert_eq!(stdout(&o), "");
+    // with --json, stdout always carries a JSON document
+    let o = iterion(&["runs", "show", "nope", "--json", "--store-dir", s], tmp.path());
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["exit"], 1);
+    assert!(v["error"].as_str().unwrap().contains("run nope not found"), "{v}");
+    let o = iterion(&["runs", "logs", "nope", "--json", "--store-dir", s], tmp.path());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(serde_json::from_str::<serde_json::Value>(stdout(&o).trim()).is_ok());
 
     let o = iterion(&["runs", "show", "../a", "--store-dir", s], tmp.path());
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
