@@ -38,6 +38,7 @@ pub mod check;
 pub mod claw;
 mod context;
 mod graph;
+pub mod mcp;
 mod node;
 pub mod output;
 pub mod render;

@@ -279,7 +279,14 @@ pub async fn resume(cfg: &Config, req: Resume) -> Result<Outcome> {
     let Some(checkpoint) = doc.checkpoint.clone() else {
         return Err(resume_invalid(&req, "the run has no checkpoint".into()));
     };
-    let (workflow, hash) = resumable_workflow(&req, &doc)?;
+    let (mut workflow, hash) = resumable_workflow(&req, &doc)?;
+    let file = req.file.clone().unwrap_or_else(|| PathBuf::from(&doc.file_path));
+    if let Some(d) = crate::exec::mcp::load_project(&mut workflow, &file, &cfg.env)
+        .iter()
+        .find(|d| d.is_error())
+    {
+        return Err(resume_invalid(&req, format!("MCP servers: {}", d.message)));
+    }
     // Recorded inputs, with the flags given to resume replacing them.
     let (requested, operator_env) = resume_requested(cfg, &doc, &req.sandbox)?;
     let work_dir = PathBuf::from(&doc.work_dir);
@@ -659,6 +666,10 @@ async fn execute(
     .with_bounds(cfg.exec_bounds);
     if let Some(c) = &input.resume {
         ctx = ctx.with_resume(c.clone());
+    }
+    // MCP servers answer before the first node (09 §6.3), where the nodes using them run.
+    if let Err(e) = crate::exec::mcp::health_check(&input.workflow, ctx.sandboxes.as_ref(), &cfg.env).await {
+        return End::Failed(Failure::new(FailureCode::ExecutionFailed, e), Some(stub));
     }
     let wf = input.workflow.clone();
     // A panic in the executor must not skip the final status or cleanup (05 §8.2): it runs in its own task.
