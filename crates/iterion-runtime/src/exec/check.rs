@@ -6,6 +6,11 @@
 //! see `iterion_claw::provider::COMPATIBLE`) and only runner builtin tools (`X006`); any other backend, e.g.
 //! `codex`, is refused with `X002`.
 //!
+//! Sessions other than `fresh` and MCP servers are executed on `claude_code` nodes (stdio servers only); on
+//! claw nodes they stay refused (`X003` for `session`, `X004` for a non-empty MCP active set), as do http/sse
+//! servers and `auth` blocks (`X004`). Unknown MCP server names are the compiler's `C025`, reported by
+//! [`super::mcp::load_project`] with the project's `.mcp.json`.
+//!
 //! ```
 //! use std::collections::BTreeMap;
 //! let src = "compute c:\n  expr:\n    x: \"1\"\n\nworkflow w:\n  entry: c\n  c -> done\n";

@@ -366,13 +366,15 @@ pub(crate) async fn remove_config(env: &NodeEnv<'_>, file: ConfigFile) {
     }
 }
 
-/// The health check before the first node: every stdio server of the workflow active set that a
-/// `claude_code` node will start is spawned where that node runs (once per sandbox), sent `initialize` and
-/// `ping`, and must answer both within [`HEALTH_TIMEOUT`]. Skipped when `ITERION_MCP_HEALTHCHECK` is
-/// `0`/`false` or the workflow set is empty. Servers of no `claude_code` node's set are not started: nothing
-/// would use them (MCP servers on claw nodes are refused before the run). `Err` is the run's error text.
+/// The health check before the first node: every stdio server of the workflow active set that one of the
+/// `claude_code` nodes `claude_nodes` (`agent_cli_nodes`) will start is spawned where that node runs
+/// (once per sandbox), sent `initialize` and `ping`, and must answer both within [`HEALTH_TIMEOUT`]. Skipped
+/// when `ITERION_MCP_HEALTHCHECK` is `0`/`false` or the workflow set is empty. Servers of no `claude_code`
+/// node's set are not started: nothing would use them (MCP servers on claw nodes are refused before the run).
+/// `Err` is the run's error text.
 pub async fn health_check(
     workflow: &Workflow,
+    claude_nodes: &[String],
     sandboxes: &dyn NodeSandboxes,
     host_env: &BTreeMap<String, String>,
 ) -> Result<(), String> {
@@ -384,10 +386,9 @@ pub async fn health_check(
         return Ok(());
     }
     let cat = catalog(workflow);
-    let claude: Vec<String> = super::agent::agent_cli_nodes(workflow, host_env);
     // (sandbox, node whose exec env is used, servers) — one entry per distinct sandbox
     let mut plans: Vec<(NodeSandbox, String, Vec<McpEntry>)> = Vec::new();
-    for name in &claude {
+    for name in claude_nodes {
         let Some(node) = workflow.node(name) else {
             continue;
         };

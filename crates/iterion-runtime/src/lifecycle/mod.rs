@@ -668,7 +668,10 @@ async fn execute(
         ctx = ctx.with_resume(c.clone());
     }
     // MCP servers answer before the first node (09 §6.3), where the nodes using them run.
-    if let Err(e) = crate::exec::mcp::health_check(&input.workflow, ctx.sandboxes.as_ref(), &cfg.env).await {
+    let claude_nodes = crate::exec::agent_cli_nodes(&input.workflow, &cfg.env);
+    let health =
+        crate::exec::mcp::health_check(&input.workflow, &claude_nodes, ctx.sandboxes.as_ref(), &cfg.env);
+    if let Err(e) = health.await {
         return End::Failed(Failure::new(FailureCode::ExecutionFailed, e), Some(stub));
     }
     let wf = input.workflow.clone();
