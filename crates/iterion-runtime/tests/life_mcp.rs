@@ -180,3 +180,39 @@ fn mc1_unknown_server_refused_before_any_run_record() {
         "a run record was created"
     );
 }
+
+#[test]
+fn project_servers_are_read_again_on_resume() {
+    let fx = Fixture::new("agent a:\n  backend: \"claude_code\"\n\nworkflow w:\n  entry: a\n  a -> done\n");
+    fx.write(".mcp.json", r#"{"mcpServers": {"proj": {"command": "true"}}}"#);
+    let (bin, calls) = agent_cli(fx.dir.path());
+    let env = [("ITERION_CLAUDE_BIN", bin.as_str())];
+    let o = rt()
+        .block_on(
+            fx.runtime(DriverChoice::ForcedNoop, &env, false)
+                .run(&fx.file, RunOptions::new(&fx.work)),
+        )
+        .unwrap();
+    assert_eq!(o.status, RunStatus::FailedResumable, "{o:?}");
+    assert!(
+        o.error
+            .unwrap()
+            .starts_with("MCP health check failed: server 'proj'")
+    );
+    // the project file is fixed; the resume reads it again
+    let mark = fx.dir.path().join("started");
+    fx.write(
+        ".mcp.json",
+        &serde_json::json!({"mcpServers": {"proj": {"command": "sh", "args": [server_script(), mark]}}})
+            .to_string(),
+    );
+    let o = rt()
+        .block_on(
+            fx.runtime(DriverChoice::ForcedNoop, &env, false)
+                .resume(iterion_runtime::lifecycle::Resume::new(&o.run_id, &fx.store)),
+        )
+        .unwrap();
+    assert_eq!(o.status, RunStatus::Finished, "{o:?}");
+    assert_eq!(std::fs::read_to_string(&mark).unwrap(), "started\n");
+    assert!(std::fs::read_to_string(&calls).unwrap().contains("--mcp-config"));
+}
