@@ -462,6 +462,40 @@ mod tests {
     }
 
     #[test]
+    fn fingerprints() {
+        let fp = |url: &str| {
+            let env = std::collections::BTreeMap::from([("ANTHROPIC_BASE_URL".to_string(), url.to_string())]);
+            session_fingerprint(&env)
+        };
+        assert_eq!(session_fingerprint(&Default::default()), "anthropic-direct");
+        assert_eq!(fp(""), "anthropic-direct");
+        assert_eq!(fp("https://Gateway.example.com/v1"), "facade:gateway.example.com");
+        assert_eq!(fp("http://u:p@127.0.0.1:8080"), "facade:127.0.0.1");
+        assert_eq!(fp("http://[::1]:4000/x"), "facade:::1");
+        assert_eq!(fp("proxy.local:9000"), "facade:proxy.local");
+    }
+
+    #[test]
+    fn session_table() {
+        let input = serde_json::json!({"_session_id": "abc", "_session_fingerprint": "anthropic-direct"});
+        let flags =
+            |mode: &str, input: &Value| session_flags(mode, input, "anthropic-direct", "n").0.join(" ");
+        assert_eq!(flags("fresh", &input), "");
+        assert_eq!(flags("artifacts_only", &input), "");
+        assert_eq!(flags("inherit", &input), "--resume abc");
+        assert_eq!(flags("inherit_if_available", &input), "--resume abc");
+        assert_eq!(flags("fork", &input), "--resume abc --fork-session");
+        let empty = serde_json::json!({"_session_id": "", "_session_fingerprint": "anthropic-direct"});
+        for mode in ["inherit", "inherit_if_available", "fork"] {
+            assert_eq!(flags(mode, &empty), "", "{mode}");
+        }
+        // fork without an id is fresh, silently; inherit without one warns
+        assert!(session_flags("fork", &empty, "anthropic-direct", "n").1.is_none());
+        let (_, note) = session_flags("inherit", &serde_json::json!({}), "anthropic-direct", "n");
+        assert_eq!(note.unwrap().0, LogLevel::Warn);
+    }
+
+    #[test]
     fn cli_results() {
         check(
             r#"{"result":"hi","is_error":false,"usage":{"input_tokens":10,"output_tokens":5},"total_cost_usd":0.01}"#,
