@@ -36,6 +36,11 @@ pub const READ: &[(&str, &str, &str)] = &[
         "0 or false: do not check that the workflow's stdio MCP servers answer before the first node",
     ),
     (
+        "ITERION_DEFAULT_SUPERVISOR_MODEL",
+        "anthropic/claude-sonnet-4-6",
+        "the model of an llm router that names none (the claude CLI gets it without the anthropic/ prefix)",
+    ),
+    (
         "ITERION_CLAUDE_BIN",
         "claude",
         "the Claude Code CLI that claude_code nodes run",

@@ -20,7 +20,7 @@ fn check(src: &str, env: &[(&str, &str)], expect: &[&str]) {
 const CC: &str = "  backend: \"claude_code\"\n";
 
 #[test]
-fn xc1_compute_nodes_run_and_llm_routers_are_refused() {
+fn xc1_compute_nodes_and_llm_routers_run_on_executable_backends() {
     check(
         "tool t:\n  command: `true`\n\ncompute c:\n  expr:\n    x: \"1 + 1\"\n\nworkflow w:\n  entry: t\n  t -> c\n  c -> done\n",
         &[],
@@ -29,7 +29,12 @@ fn xc1_compute_nodes_run_and_llm_routers_are_refused() {
     check(
         "agent x:\n  backend: \"claude_code\"\n\nagent y:\n  backend: \"claude_code\"\n\nrouter r:\n  mode: llm\n  model: \"m\"\n\nworkflow w:\n  entry: r\n  r -> x\n  r -> y\n  x -> done\n  y -> done\n",
         &[],
-        &["test.bot:8:9: error[X001]: router 'r': mode 'llm' is not executable in this version"],
+        &[],
+    );
+    check(
+        "agent x:\n  backend: \"claude_code\"\n\nagent y:\n  backend: \"claude_code\"\n\nrouter r:\n  mode: llm\n  backend: \"codex\"\n\nworkflow w:\n  entry: r\n  r -> x\n  r -> y\n  x -> done\n  y -> done\n",
+        &[],
+        &["test.bot:9:12: error[X002]: llm router 'r': backend 'codex' is not supported by this runtime"],
     );
 }
 

@@ -6,7 +6,7 @@ use iterion_spec::model::{Node, Workflow};
 use iterion_spec::template::{EnvContext, expand_env};
 use serde_json::Value;
 
-use super::node::{NodeEnv, NodeError, NodeRun, NodeSuccess, driver_error, ms, run_collect, tail};
+use super::node::{CallShape, NodeEnv, NodeError, NodeRun, NodeSuccess, driver_error, ms, run_collect, tail};
 use super::output::{agent_output, stamp_session};
 use super::render::{Mode, Scope, render};
 use crate::events::{DelegateError, DelegateFinished, DelegateStarted, DelegateVia, PlacementKind};
@@ -206,23 +206,32 @@ pub(crate) fn invocation(
     workflow: &Workflow,
     node: &Node,
     scope: &Scope<'_>,
+    shape: &CallShape,
 ) -> ClaudeInvocation {
     let lookup = |n: &str| env.host_env.get(n).cloned();
     let program = agent_cli_program(env.host_env);
     let mut argv = vec![program, "-p".into(), "--output-format".into(), "json".into()];
-    if let Some(m) = &node.model {
-        let model = expand_env(&m.value, EnvContext::NodeField, &lookup);
-        if !model.is_empty() {
-            argv.extend(["--model".into(), model]);
-        }
+    let model = node
+        .model
+        .as_ref()
+        .map(|m| expand_env(&m.value, EnvContext::NodeField, &lookup))
+        .filter(|m| !m.is_empty())
+        .or_else(|| shape.model.clone());
+    if let Some(model) = model {
+        argv.extend(["--model".into(), model]);
     }
-    if let Some(s) = &node.system {
-        let system = prompt_text(env, workflow, &s.value, scope);
-        if !system.is_empty() {
-            argv.extend(["--append-system-prompt".into(), system]);
-        }
+    let mut system = node
+        .system
+        .as_ref()
+        .map(|s| prompt_text(env, workflow, &s.value, scope))
+        .unwrap_or_default();
+    if let Some(suffix) = &shape.system_suffix {
+        system.push_str(suffix);
     }
-    let tools: Option<String> = if node.readonly == Some(true) {
+    if !system.is_empty() {
+        argv.extend(["--append-system-prompt".into(), system]);
+    }
+    let tools: Option<String> = if node.readonly == Some(true) || shape.readonly {
         Some("Read,Glob,Grep".into())
     } else {
         node.tools.as_ref().filter(|t| !t.is_empty()).map(|t| {
@@ -251,15 +260,22 @@ pub(crate) fn invocation(
     if let Some((level, message)) = note {
         env.sink.log(level, &message);
     }
-    let mut prompt = match &node.user {
-        Some(u) => prompt_text(env, workflow, &u.value, scope),
-        None => serde_json::to_string(scope.input).unwrap_or_default(),
+    let mut prompt = match (&node.user, &shape.user_fallback) {
+        (Some(u), _) => prompt_text(env, workflow, &u.value, scope),
+        (None, Some(f)) => f.clone(),
+        (None, None) => serde_json::to_string(scope.input).unwrap_or_default(),
     };
-    if let Some(schema) = node.output.as_ref().and_then(|o| workflow.schema(&o.value)) {
+    let schema = shape.output_schema.clone().or_else(|| {
+        node.output
+            .as_ref()
+            .and_then(|o| workflow.schema(&o.value))
+            .map(|s| s.to_json_schema())
+    });
+    if let Some(schema) = schema {
         prompt.push_str(
             "\n\nAnswer with only a JSON object (no prose, no code fence) that is valid against this JSON Schema:\n",
         );
-        prompt.push_str(&schema.to_json_schema().to_string());
+        prompt.push_str(&schema.to_string());
     }
     ClaudeInvocation { argv, prompt }
 }
@@ -323,9 +339,10 @@ pub(crate) async fn run_claude_code(
     workflow: &Workflow,
     node: &Node,
     scope: &Scope<'_>,
+    shape: &CallShape,
 ) -> NodeRun {
     let id = env.node_id;
-    let inv = invocation(env, workflow, node, scope);
+    let inv = invocation(env, workflow, node, scope, shape);
     env.sink.emit(
         DelegateStarted {
             node_id: id.into(),
