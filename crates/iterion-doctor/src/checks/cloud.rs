@@ -400,7 +400,8 @@ pub(super) fn driver_capabilities(ctx: &Ctx<'_>) -> Check {
     let c = ctx.capabilities();
     let mut missing: BTreeSet<&str> = BTreeSet::new();
     for (_, s) in &ctx.specs {
-        if s.build.is_some() && !c.build {
+        // under the cloud target build_context and k8s_spec_compatible already fail a build
+        if s.build.is_some() && !c.build && !ctx.cloud {
             missing.insert("build");
         }
         if !s.post_create.is_empty() && !c.post_create {

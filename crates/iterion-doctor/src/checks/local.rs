@@ -172,7 +172,12 @@ pub(super) fn driver_available(ctx: &Ctx<'_>) -> Check {
                 sel.unavailable_summary()
             )
         };
-        return warn(ID, m, "cross-host check: install Docker or Podman to run here");
+        let hint = if ctx.cloud {
+            "runs here need Docker or Podman: check this workflow with --target local"
+        } else {
+            "cross-host check: install Docker or Podman to run here"
+        };
+        return warn(ID, m, hint);
     }
     if sel.kind == DriverKind::Noop {
         if ctx.forced_noop() {
@@ -558,6 +563,12 @@ pub(super) async fn image_resolvable(ctx: &Ctx<'_>) -> Check {
                 format!(
                     "cannot verify {image} without credentials; iterion run will use the engine's credentials"
                 ),
+            ),
+            // where the image must be found: in the local engine, or (a cluster) in its registry only
+            RegistryAnswer::Unreachable(m) if !local_engine => warn(
+                ID,
+                format!("{image}: its registry is unreachable from here, so the cluster's access to it is not verified: {m}"),
+                format!("cannot verify {image} offline"),
             ),
             RegistryAnswer::Unreachable(m) => warn(
                 ID,
