@@ -173,6 +173,7 @@ fn workflows_below(dir: &Path, out: &mut Vec<PathBuf>) {
 /// Runs the command, writing results to stdout and problems with files to stderr.
 pub fn run(args: ValidateArgs, env: &BTreeMap<String, String>) -> ExitCode {
     let stdout = std::io::stdout();
+    let colour = render::colour_on(std::io::IsTerminal::is_terminal(&stdout), env);
     let mut out = stdout.lock();
     let mut worst = 0u8;
     let mut files = Vec::new();
@@ -229,7 +230,7 @@ pub fn run(args: ValidateArgs, env: &BTreeMap<String, String>) -> ExitCode {
                 .and_then(|line| writeln!(out, "{line}"))
         } else {
             let text = std::str::from_utf8(&bytes).ok();
-            write_human(&mut out, &label, text, &checked.diagnostics, failed)
+            write_human(&mut out, &label, text, &checked.diagnostics, failed, colour)
         };
         if let Err(e) = result {
             // stdout closed (for example piped into `head`): nothing more can be reported there.
@@ -249,12 +250,17 @@ fn write_human(
     text: Option<&str>,
     diags: &[Diagnostic],
     failed: bool,
+    colour: bool,
 ) -> std::io::Result<()> {
     // The parser strips a BOM and turns CR LF into LF before counting lines and columns; do the same here
     // so the excerpt shows the line the diagnostic counts.
     let normalised = text.map(|t| t.strip_prefix('\u{feff}').unwrap_or(t).replace("\r\n", "\n"));
     for d in diags.iter().take(MAX_SHOWN) {
-        writeln!(out, "{}", render::render(d, normalised.as_deref()))?;
+        writeln!(
+            out,
+            "{}",
+            render::render_coloured(d, normalised.as_deref(), colour)
+        )?;
     }
     if diags.len() > MAX_SHOWN {
         writeln!(out, "… and {} more", diags.len() - MAX_SHOWN)?;

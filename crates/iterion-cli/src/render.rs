@@ -63,6 +63,52 @@ pub fn render(diag: &Diagnostic, source: Option<&str>) -> String {
     out
 }
 
+/// Whether to colour output written to a stream: on a terminal, unless `NO_COLOR` is set (non-empty).
+pub fn colour_on(is_terminal: bool, env: &std::collections::BTreeMap<String, String>) -> bool {
+    is_terminal && env.get("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// [`render`], with the severity, the carets and `hint` coloured (as rustc and cargo do) when `colour`.
+pub fn render_coloured(diag: &Diagnostic, source: Option<&str>, colour: bool) -> String {
+    let text = render(diag, source);
+    if !colour {
+        return text;
+    }
+    let (sev, code) = if diag.is_error() {
+        ("error", "1;31")
+    } else {
+        ("warning", "1;33")
+    };
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = if i == 0 {
+            // the first "<severity>[" after the position is the severity; the message follows
+            match line.find(&format!(": {sev}[")) {
+                Some(at) => {
+                    let start = at + 2;
+                    let end = line[start..].find(']').map_or(line.len(), |e| start + e + 1);
+                    format!(
+                        "{}\x1b[{code}m{}\x1b[0m{}",
+                        &line[..start],
+                        &line[start..end],
+                        &line[end..]
+                    )
+                }
+                None => line.to_string(),
+            }
+        } else if let Some(rest) = line.strip_prefix("  hint:") {
+            format!("  \x1b[1;36mhint\x1b[0m:{rest}")
+        } else if line.trim_end().ends_with('^') && line.contains(" | ") {
+            let at = line.find('^').unwrap_or(line.len());
+            format!("{}\x1b[{code}m{}\x1b[0m", &line[..at], &line[at..])
+        } else {
+            line.to_string()
+        };
+        out.push(line);
+    }
+    out.join("\n")
+}
+
 /// The 1-based line `n` of `source`, without its line terminator.
 fn line_of(source: &str, n: u32) -> Option<&str> {
     if n == 0 {
@@ -77,6 +123,26 @@ mod tests {
 
     fn check(src: &str, d: Diagnostic, expect: &str) {
         assert_eq!(render(&d, Some(src)), expect);
+    }
+
+    #[test]
+    fn colours_only_when_asked() {
+        let d = Diagnostic::error("E001", "wf.bot", 1, 3, "unexpected '.'").with_hint("quote it");
+        let plain = render_coloured(&d, Some("a.b\n"), false);
+        assert!(!plain.contains('\x1b'));
+        let c = render_coloured(&d, Some("a.b\n"), true);
+        assert!(
+            c.starts_with("wf.bot:1:3: \x1b[1;31merror[E001]\x1b[0m: unexpected"),
+            "{c:?}"
+        );
+        assert!(c.contains("\x1b[1;31m^\x1b[0m"), "{c:?}");
+        assert!(c.contains("\x1b[1;36mhint\x1b[0m: quote it"), "{c:?}");
+        assert!(!colour_on(
+            true,
+            &[("NO_COLOR".to_string(), "1".to_string())].into_iter().collect()
+        ));
+        assert!(colour_on(true, &Default::default()));
+        assert!(!colour_on(false, &Default::default()));
     }
 
     #[test]

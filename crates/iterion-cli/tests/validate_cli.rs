@@ -213,3 +213,30 @@ fn mcp_servers_run_on_claude_code_nodes_only() {
     let o = iterion(&["validate", file.to_str().expect("utf-8")], &[]);
     assert_eq!(code(&o), 0, "{}", stdout(&o));
 }
+
+#[test]
+fn diagnostics_are_coloured_on_a_terminal_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.bot");
+    std::fs::write(&bad, "workflow w:\n  entry: a\n  a -> don\n").expect("write");
+    let on_tty = |no_color: Option<&str>| {
+        let mut c = std::process::Command::new("script");
+        c.args([
+            "-qec",
+            &format!("{} validate {}", env!("CARGO_BIN_EXE_iterion"), bad.display()),
+            "/dev/null",
+        ]);
+        c.env_remove("NO_COLOR");
+        if let Some(v) = no_color {
+            c.env("NO_COLOR", v);
+        }
+        String::from_utf8_lossy(&c.output().expect("script (util-linux)").stdout).into_owned()
+    };
+    let coloured = on_tty(None);
+    assert!(coloured.contains("\x1b[1;31merror["), "{coloured:?}");
+    let plain = on_tty(Some("1"));
+    assert!(plain.contains("error[") && !plain.contains('\x1b'), "{plain:?}");
+    // piped: never
+    let o = iterion(&["validate", bad.to_str().expect("utf-8")], &[]);
+    assert!(!stdout(&o).contains('\x1b'), "{}", stdout(&o));
+}
