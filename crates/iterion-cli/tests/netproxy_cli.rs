@@ -19,6 +19,12 @@ fn check(args: &[&str], expect: &str, code: i32) {
     full.extend_from_slice(args);
     let out = iterion(&full);
     let text = if code == 2 { &out.stderr } else { &out.stdout };
+    // usage errors are printed one per line, each with the `error: ` prefix of every iterion command
+    let expect = if code == 2 {
+        expect.lines().map(|l| format!("error: {l}")).collect::<Vec<_>>().join("\n")
+    } else {
+        expect.to_string()
+    };
     assert_eq!(String::from_utf8_lossy(text).trim_end(), expect, "args {args:?}");
     assert_eq!(out.status.code(), Some(code), "args {args:?}");
 }

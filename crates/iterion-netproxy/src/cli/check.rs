@@ -21,7 +21,7 @@ pub(super) fn check(a: CheckArgs) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("iterion: error: cannot start the async runtime: {e}");
+            eprintln!("error: cannot start the async runtime: {e}");
             return ExitCode::from(2);
         }
     };
@@ -32,7 +32,7 @@ pub(super) fn check(a: CheckArgs) -> ExitCode {
         let (allowed, line) = match line {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("iterion: error: {e}");
+                eprintln!("error: {e}");
                 return ExitCode::from(2);
             }
         };

@@ -12,7 +12,7 @@ use std::time::Duration;
 /// Print every usage error on stderr; exit code 2.
 pub(super) fn usage_errors(errors: &[String]) -> ExitCode {
     for e in errors {
-        eprintln!("{e}");
+        eprintln!("error: {e}");
     }
     ExitCode::from(2)
 }

@@ -41,7 +41,7 @@ pub(super) fn serve(a: ServeArgs, env: &BTreeMap<String, String>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("iterion: error: cannot start the async runtime: {e}");
+            eprintln!("error: cannot start the async runtime: {e}");
             return ExitCode::from(1);
         }
     };
@@ -58,7 +58,7 @@ pub(super) fn serve(a: ServeArgs, env: &BTreeMap<String, String>) -> ExitCode {
     match runtime.block_on(run(config, announce, events, a.json)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("iterion: error: {e}");
+            eprintln!("error: {e}");
             ExitCode::from(1)
         }
     }
