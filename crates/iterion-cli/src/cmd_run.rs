@@ -675,6 +675,8 @@ fn print_outcome(p: &Printer, o: &Outcome) {
         _ => {}
     }
     for l in lines {
+        // a multi-line error (a node's stderr tail) stays under its label
+        let l = l.replace('\n', "\n          ");
         let _ = writeln!(out, "  {}", clean(&l));
     }
 }

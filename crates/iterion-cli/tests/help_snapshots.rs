@@ -120,6 +120,132 @@ fn run_a_one_tool_workflow_without_sandbox() {
     }
 }
 
+/// A workspace `ws` (holding `w.bot` = `workflow`) and a home beside it, in a temporary directory.
+fn scratch(workflow: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let ws = tmp.path().join("ws");
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&ws).expect("mkdir ws");
+    std::fs::create_dir_all(&home).expect("mkdir home");
+    std::fs::write(ws.join("w.bot"), workflow).expect("write the workflow");
+    (tmp, ws, home)
+}
+
+/// `HH:MM:SS ` at the start of a log line.
+fn redact_clock(text: &str) -> String {
+    text.lines()
+        .map(|l| {
+            let b = l.as_bytes();
+            let clock = b.len() > 9
+                && [0, 1, 3, 4, 6, 7].iter().all(|i| b[*i].is_ascii_digit())
+                && b[2] == b':'
+                && b[5] == b':'
+                && b[8] == b' ';
+            if clock {
+                format!("[CLOCK]{}\n", &l[8..])
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn run_outcomes_human() {
+    // a node failing, retried once, then failing the run
+    let (tmp, ws, home) =
+        scratch("tool t:\n  command: `echo oops >&2; exit 3`\n\nworkflow w:\n  entry: t\n  t -> done\n");
+    let o = iterion(&["run", "--sandbox", "none", "w.bot"], &ws, &home);
+    insta::assert_snapshot!(
+        "run_failure_with_retry_human",
+        redact_clock(&redact(&transcript(&o), tmp.path())),
+        "iterion run --sandbox none w.bot (a tool that exits 3)"
+    );
+    // a human node: paused, with the resume line
+    let (tmp, ws, home) = scratch(
+        "compute c:\n  expr:\n    n: \"1 + 1\"\n\nhuman h:\n  interaction: human\n\nworkflow w:\n  entry: c\n  c -> h with { n: \"{{outputs.c.n}}\" }\n  h -> done\n",
+    );
+    let o = iterion(
+        &["run", "--sandbox", "none", "--no-interactive", "w.bot"],
+        &ws,
+        &home,
+    );
+    insta::assert_snapshot!(
+        "run_paused_human",
+        redact_clock(&redact(&transcript(&o), tmp.path())),
+        "iterion run --sandbox none --no-interactive w.bot (a human node)"
+    );
+    // setup failure: an inline sandbox and no engine answering
+    let (tmp, ws, home) = scratch(
+        "tool t:\n  command: `true`\n\nworkflow w:\n  entry: t\n  sandbox:\n    image: \"alpine:3\"\n  t -> done\n",
+    );
+    let nowhere = format!("unix://{}", tmp.path().join("absent.sock").display());
+    let mut c = Command::new(env!("CARGO_BIN_EXE_iterion"));
+    c.args(["run", "w.bot"])
+        .current_dir(&ws)
+        .env("HOME", &home)
+        .env("DOCKER_HOST", &nowhere)
+        .env("CONTAINER_HOST", &nowhere);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("ITERION_") || k == "COLUMNS" || k == "LINES" {
+            c.env_remove(k);
+        }
+    }
+    let o = c.output().expect("run iterion");
+    insta::assert_snapshot!(
+        "run_setup_failure_human",
+        redact_clock(&redact(&transcript(&o), tmp.path())),
+        "iterion run w.bot (sandbox inline, no engine)"
+    );
+}
+
+#[test]
+fn run_cancelled_human() {
+    let (tmp, ws, home) = scratch("tool t:\n  command: `sleep 30`\n\nworkflow w:\n  entry: t\n  t -> done\n");
+    let store = tmp.path().join("store");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_iterion"));
+    c.args(["run", "--sandbox", "none", "--store-dir"])
+        .arg(&store)
+        .arg("w.bot")
+        .current_dir(&ws)
+        .env("HOME", &home)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("ITERION_") || k == "COLUMNS" || k == "LINES" {
+            c.env_remove(k);
+        }
+    }
+    let child = c.spawn().expect("spawn");
+    // cancel once the node runs
+    let started = std::time::Instant::now();
+    loop {
+        let events = std::fs::read_dir(store.join("runs"))
+            .ok()
+            .and_then(|mut rd| rd.next())
+            .and_then(|e| std::fs::read_to_string(e.ok()?.path().join("events.jsonl")).ok())
+            .unwrap_or_default();
+        if events.contains("\"tool_started\"") {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "the node never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let o = child.wait_with_output().expect("wait");
+    assert_eq!(o.status.code(), Some(130));
+    insta::assert_snapshot!(
+        "run_cancelled_human",
+        redact_clock(&redact(&transcript(&o), tmp.path())),
+        "iterion run --sandbox none w.bot, then SIGINT"
+    );
+}
+
 /// Replaces what differs between two runs: the temporary directory (also as a store project key), run
 /// ids, the run name, timestamps and durations.
 fn redact(text: &str, tmp: &Path) -> String {

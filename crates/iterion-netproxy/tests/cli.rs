@@ -22,7 +22,11 @@ fn check(args: &[&str], expect: &str, code: i32) {
     let text = if code == 2 { &out.stderr } else { &out.stdout };
     // usage errors are printed one per line, each with the `error: ` prefix of every iterion command
     let expect = if code == 2 {
-        expect.lines().map(|l| format!("error: {l}")).collect::<Vec<_>>().join("\n")
+        expect
+            .lines()
+            .map(|l| format!("error: {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
     } else {
         expect.to_string()
     };

@@ -550,7 +550,11 @@ pub(crate) fn host_fallback<'s>(
     };
     let forced_noop = matches!(choice, DriverChoice::ForcedNoop);
     if scopes.any(|s| fail.is_some() || (!forced_noop && !s.degrade_allowed)) {
-        let message = fail.unwrap_or_else(|| inline_needs_container(env, inline_floor));
+        let selection = match choice {
+            DriverChoice::Unavailable { reason } => Some(reason.as_str()),
+            _ => None,
+        };
+        let message = fail.unwrap_or_else(|| inline_needs_container(env, inline_floor, selection));
         return Err(Failure::new(FailureCode::SandboxDriverUnavailable, message).phase(FailurePhase::Driver));
     }
     Ok((driver_label, reason))
@@ -580,15 +584,24 @@ fn no_runtime(env: &BTreeMap<String, String>, selection: Option<&str>) -> String
 
 /// Why an inline scope cannot run, with only the ways out that exist here: no `--sandbox none` under the
 /// inline floor, no "install Docker" on a cloud host.
-fn inline_needs_container(env: &BTreeMap<String, String>, inline_floor: bool) -> String {
-    let cause = if cloud_mode(env) {
-        "this workflow needs a container and ITERION_MODE=cloud selects the kubernetes driver, which this version does not build; unset ITERION_MODE to use Docker or Podman"
-    } else {
-        "this workflow pins a container (sandbox inline); install or start Docker or Podman"
+fn inline_needs_container(
+    env: &BTreeMap<String, String>,
+    inline_floor: bool,
+    selection: Option<&str>,
+) -> String {
+    let docker_host = selection
+        .filter(|r| r.starts_with("DOCKER_HOST="))
+        .and_then(|r| r.split(" did not answer").next());
+    let cause = match docker_host {
+        _ if cloud_mode(env) => "this workflow needs a container and ITERION_MODE=cloud selects the kubernetes driver, which this version does not build; unset ITERION_MODE to use Docker or Podman".to_owned(),
+        Some(h) => format!(
+            "this workflow pins a container (sandbox inline) and {h} does not answer; fix or unset DOCKER_HOST (or pass --sandbox-driver podman)"
+        ),
+        None => "this workflow pins a container (sandbox inline); install or start Docker or Podman".to_owned(),
     };
     if inline_floor {
         format!("{cause} (the inline floor, ITERION_SANDBOX_FLOOR=inline, forbids running on the host)")
-    } else if cloud_mode(env) {
+    } else if cloud_mode(env) || docker_host.is_some() {
         format!("{cause}, or run with --sandbox none to execute on the host")
     } else {
         INLINE_NEEDS_CONTAINER.to_owned()
@@ -664,12 +677,14 @@ mod tests {
 
     #[test]
     fn the_inline_refusal_offers_only_ways_out_that_exist() {
-        let local = inline_needs_container(&env(&[]), false);
+        let local = inline_needs_container(&env(&[]), false, None);
         assert_eq!(local, INLINE_NEEDS_CONTAINER);
-        let floor = inline_needs_container(&env(&[("ITERION_SANDBOX_FLOOR", "inline")]), true);
+        let dh = inline_needs_container(&env(&[]), false, Some("DOCKER_HOST=unix:///x did not answer; …"));
+        assert!(dh.contains("DOCKER_HOST=unix:///x does not answer"), "{dh}");
+        let floor = inline_needs_container(&env(&[("ITERION_SANDBOX_FLOOR", "inline")]), true, None);
         assert!(!floor.contains("--sandbox none"), "{floor}");
         assert!(floor.contains("ITERION_SANDBOX_FLOOR=inline"), "{floor}");
-        let cloud = inline_needs_container(&env(&[("ITERION_MODE", "cloud")]), true);
+        let cloud = inline_needs_container(&env(&[("ITERION_MODE", "cloud")]), true, None);
         assert!(!cloud.contains("install or start Docker"), "{cloud}");
         assert!(!cloud.contains("--sandbox none"), "{cloud}");
     }
