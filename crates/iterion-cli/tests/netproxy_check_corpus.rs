@@ -26,6 +26,18 @@ fn text(bytes: &[u8]) -> String {
 #[track_caller]
 fn check(args: &[&str], expect: &str, code: i32) {
     let out = iterion(args);
+    // usage errors: one per line, each with the `error: ` prefix of every iterion command
+    let prefixed: String;
+    let expect = if code == 2 {
+        prefixed = expect
+            .lines()
+            .map(|l| format!("error: {l}"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        prefixed.as_str()
+    } else {
+        expect
+    };
     let (got, other) = if code == 2 {
         (text(&out.stderr), text(&out.stdout))
     } else {

@@ -24,6 +24,11 @@ fn refused(args: &[&str], env: &[(&str, &str)], expect: &str) {
     let mut full = vec!["netproxy", "serve", "--listen", "127.0.0.1:0"];
     full.extend_from_slice(args);
     let out = iterion(&full, env);
+    let expect = expect
+        .lines()
+        .map(|l| format!("error: {l}"))
+        .collect::<Vec<_>>()
+        .join("\n");
     assert_eq!(
         String::from_utf8_lossy(&out.stderr).trim_end(),
         expect,

@@ -24,8 +24,8 @@ use iterion_spec::diag::Diagnostic;
 use iterion_spec::model::{LoopCap, Node, NodeKind, Span, Spanned, Workflow};
 use iterion_spec::template::{EnvContext, expand_env, placeholders};
 
-/// The backends [`check_executable`] accepts.
-pub const EXECUTABLE_BACKENDS: &[&str] = &["claw", "claude_code"];
+use super::backends::at;
+pub use super::backends::{EXECUTABLE_BACKENDS, node_backend};
 
 /// Agent and judge nodes whose backend (after `${…}` expansion) is `claw`.
 pub fn claw_nodes(workflow: &Workflow, env: &BTreeMap<String, String>) -> std::collections::BTreeSet<String> {
@@ -90,28 +90,6 @@ fn check_claw(file: &str, node: &Node, env: &BTreeMap<String, String>, out: &mut
             );
         }
     }
-}
-
-/// The backend of an agent or judge node after `${…}` expansion (node `backend` → workflow
-/// `default_backend` → `claw`), with the span to blame.
-pub fn node_backend(workflow: &Workflow, node: &Node, env: &BTreeMap<String, String>) -> (String, Span) {
-    let lookup = |n: &str| env.get(n).cloned();
-    let (raw, span) = match (&node.backend, &workflow.default_backend) {
-        (Some(b), _) => (b.value.as_str(), b.span),
-        (None, Some(b)) => (b.value.as_str(), b.span),
-        (None, None) => ("claw", node.name.span),
-    };
-    let b = expand_env(raw, EnvContext::NodeField, &lookup);
-    let b = if b.is_empty() { "claw".to_string() } else { b };
-    (b, span)
-}
-
-pub(super) fn at(code: &'static str, file: &str, span: Span, msg: String) -> Diagnostic {
-    Diagnostic::error(code, file, span.line, span.col, msg).with_end(span.end_line, span.end_col)
-}
-
-pub(super) fn warn_at(code: &'static str, file: &str, span: Span, msg: String) -> Diagnostic {
-    Diagnostic::warning(code, file, span.line, span.col, msg).with_end(span.end_line, span.end_col)
 }
 
 fn unsupported_prop(file: &str, span: Span, prop: &str, value: &str, node: &str) -> Diagnostic {

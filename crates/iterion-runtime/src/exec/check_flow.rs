@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use iterion_spec::diag::Diagnostic;
 use iterion_spec::model::{Node, NodeKind, Workflow};
 
-use super::check::{EXECUTABLE_BACKENDS, at, node_backend, warn_at};
+use super::backends::{EXECUTABLE_BACKENDS, at, node_backend, warn_at};
 use super::topology::{branch_nodes, convergence_point, is_mutating, mutating_branches};
 
 /// The interaction mode of a human node: its own, else the workflow's when not `none`, else `human`.

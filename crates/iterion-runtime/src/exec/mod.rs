@@ -36,6 +36,7 @@
 //! ```
 
 mod agent;
+mod backends;
 pub mod check;
 pub(crate) mod check_flow;
 pub mod claw;

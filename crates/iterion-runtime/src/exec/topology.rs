@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use iterion_spec::model::{Node, NodeKind, Workflow};
 
-use super::check::node_backend;
+use super::backends::node_backend;
 
 /// Tool names that only read (the reference's read-only list and the claude CLI's reading tools).
 pub const READ_ONLY_TOOLS: &[&str] = &[

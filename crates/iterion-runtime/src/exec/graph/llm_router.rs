@@ -154,73 +154,10 @@ impl<'a> Engine<'a> {
         if let Some(out) = self.check_budget(&id, None) {
             return Err(out);
         }
-        let (backend, _) = node_backend(wf, node, &self.ctx.host_env);
-        let lookup = |n: &str| self.ctx.host_env.get(n).cloned();
-        let default_model = self
-            .ctx
-            .host_env
-            .get("ITERION_DEFAULT_SUPERVISOR_MODEL")
-            .map(|m| expand_env(m, EnvContext::NodeField, &lookup))
-            .filter(|m| !m.is_empty())
-            .unwrap_or_else(|| DEFAULT_ROUTER_MODEL.to_string());
-        let default_model = match backend.as_str() {
-            // the claude CLI takes model names without the provider prefix
-            "claude_code" => default_model
-                .strip_prefix("anthropic/")
-                .unwrap_or(&default_model)
-                .to_string(),
-            _ => default_model,
-        };
-        let shape = CallShape {
-            system_suffix: Some(routing_instruction(&candidates)),
-            output_schema: Some(selection_schema(&candidates, multi)),
-            user_fallback: Some(serde_json::to_string(&cleaned).unwrap_or_default()),
-            model: Some(default_model),
-            readonly: true,
-            resume_session: None,
-        };
-        let cancel = self.ctx.cancel.child_token();
-        let env = NodeEnv {
-            run_id: &self.ctx.run_id,
-            node_id: &id,
-            sandbox: &sandbox,
-            exec_env: self.ctx.sandboxes.exec_env(&id),
-            host_env: &self.ctx.host_env,
-            sink: &*self.ctx.sink,
-            cancel: cancel.clone(),
-            warned_env: &self.warned_env,
-        };
-        let loops = self.st.loops();
-        let sc = scope(&self.st, &cleaned, &loops, &self.ctx.run_id);
         let t0 = Instant::now();
-        let (result, stop) = {
-            let fut = async {
-                match backend.as_str() {
-                    "claude_code" => run_claude_code(&env, wf, node, &sc, &shape).await,
-                    _ => run_claw(&env, wf, node, &sc, &shape).await,
-                }
-            };
-            with_deadlines(fut, &cancel, self.budget_deadline, self.timeout_deadline).await
-        };
-        self.ctx.sandboxes.node_ended(&id, &sandbox).await;
-        self.st.usage.iterations += 1;
-        let success = match (result, stop) {
-            (NodeRun::Ok(s), _) => s,
-            (_, Some(super::Stop::Deadline(super::DeadlineKind::Budget))) => {
-                return Err(self.budget_exceeded_duration(&id, None));
-            }
-            (_, Some(super::Stop::Deadline(super::DeadlineKind::Timeout))) => {
-                return Err(self.timed_out(&id, None));
-            }
-            (NodeRun::Cancelled, _) | (_, Some(super::Stop::Cancelled)) => {
-                return Err(ExecOutcome::Cancelled {
-                    checkpoint: self.st.checkpoint(&id, None),
-                });
-            }
-            (NodeRun::Err(e), None) => {
-                return Err(self.fail_code(e.code, e.message, &id));
-            }
-        };
+        let success = self
+            .route_call(node, &sandbox, &candidates, multi, &cleaned)
+            .await?;
         if let Some(t) = success.tokens {
             self.st.usage.tokens = self.st.usage.tokens.saturating_add(t);
         }
@@ -275,6 +212,82 @@ impl<'a> Engine<'a> {
             round_robin_index: None,
         });
         Ok(to)
+    }
+
+    /// The router's model call through its backend, with the routing instruction and the selection schema.
+    #[allow(clippy::result_large_err)]
+    async fn route_call(
+        &mut self,
+        node: &'a Node,
+        sandbox: &crate::exec::context::NodeSandbox,
+        candidates: &[String],
+        multi: bool,
+        cleaned: &Value,
+    ) -> Result<crate::exec::node::NodeSuccess, ExecOutcome> {
+        let id = node.name.value.clone();
+        let wf = self.wf;
+        let (backend, _) = node_backend(wf, node, &self.ctx.host_env);
+        let lookup = |n: &str| self.ctx.host_env.get(n).cloned();
+        let default_model = self
+            .ctx
+            .host_env
+            .get("ITERION_DEFAULT_SUPERVISOR_MODEL")
+            .map(|m| expand_env(m, EnvContext::NodeField, &lookup))
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| DEFAULT_ROUTER_MODEL.to_string());
+        let default_model = match backend.as_str() {
+            // the claude CLI takes model names without the provider prefix
+            "claude_code" => default_model
+                .strip_prefix("anthropic/")
+                .unwrap_or(&default_model)
+                .to_string(),
+            _ => default_model,
+        };
+        let shape = CallShape {
+            system_suffix: Some(routing_instruction(candidates)),
+            output_schema: Some(selection_schema(candidates, multi)),
+            user_fallback: Some(serde_json::to_string(cleaned).unwrap_or_default()),
+            model: Some(default_model),
+            readonly: true,
+            resume_session: None,
+        };
+        let cancel = self.ctx.cancel.child_token();
+        let env = NodeEnv {
+            run_id: &self.ctx.run_id,
+            node_id: &id,
+            sandbox,
+            exec_env: self.ctx.sandboxes.exec_env(&id),
+            host_env: &self.ctx.host_env,
+            sink: &*self.ctx.sink,
+            cancel: cancel.clone(),
+            warned_env: &self.warned_env,
+        };
+        let loops = self.st.loops();
+        let sc = scope(&self.st, cleaned, &loops, &self.ctx.run_id);
+        let (result, stop) = {
+            let fut = async {
+                match backend.as_str() {
+                    "claude_code" => run_claude_code(&env, wf, node, &sc, &shape).await,
+                    _ => run_claw(&env, wf, node, &sc, &shape).await,
+                }
+            };
+            with_deadlines(fut, &cancel, self.budget_deadline, self.timeout_deadline).await
+        };
+        self.ctx.sandboxes.node_ended(&id, sandbox).await;
+        self.st.usage.iterations += 1;
+        match (result, stop) {
+            (NodeRun::Ok(s), _) => Ok(s),
+            (_, Some(super::Stop::Deadline(super::DeadlineKind::Budget))) => {
+                Err(self.budget_exceeded_duration(&id, None))
+            }
+            (_, Some(super::Stop::Deadline(super::DeadlineKind::Timeout))) => {
+                return Err(self.timed_out(&id, None));
+            }
+            (NodeRun::Cancelled, _) | (_, Some(super::Stop::Cancelled)) => Err(ExecOutcome::Cancelled {
+                checkpoint: self.st.checkpoint(&id, None),
+            }),
+            (NodeRun::Err(e), None) => Err(self.fail_code(e.code, e.message, &id)),
+        }
     }
 }
 
