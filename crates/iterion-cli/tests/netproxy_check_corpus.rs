@@ -307,7 +307,7 @@ fn bad_rules_are_listed_and_nothing_is_decided() {
     for r in ["10.0.0.0/08", "010.0.0.0/8", "fe80::1%eth0", "[1.2.3.4]", "[::1]x", "a..b.com", "exa$mple.com"] {
         let out = iterion(&["--rule", r, "--no-resolve", "x.com"]);
         assert_eq!(out.status.code(), Some(2), "rule {r:?}: {out:?}");
-        assert!(text(&out.stderr).starts_with(&format!("invalid network rule '{r}': ")), "rule {r:?}: {out:?}");
+        assert!(text(&out.stderr).starts_with(&format!("error: invalid network rule '{r}': ")), "rule {r:?}: {out:?}");
         assert_eq!(text(&out.stdout), "", "rule {r:?}");
     }
     // Every error is listed, in order; the mode error too.
