@@ -9,6 +9,7 @@ use iterion_driver::Run;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::attachments::AttachmentValues;
 use crate::events::{Event, PlacementKind, RunFailed};
 use crate::failure::{FailureCode, FailurePhase};
 use crate::store::Checkpoint;
@@ -148,6 +149,8 @@ pub struct ExecContext {
     pub resume: Option<Checkpoint>,
     /// Deadlines and retry timing.
     pub bounds: ExecBounds,
+    /// What `{{attachments.…}}` renders to (empty values for every declared attachment by default).
+    pub attachments: Arc<AttachmentValues>,
 }
 
 impl std::fmt::Debug for ExecContext {
@@ -180,7 +183,14 @@ impl ExecContext {
             cancel: CancellationToken::new(),
             resume: None,
             bounds: ExecBounds::default(),
+            attachments: Arc::default(),
         }
+    }
+
+    /// Sets the attachment values.
+    pub fn with_attachments(mut self, attachments: AttachmentValues) -> Self {
+        self.attachments = Arc::new(attachments);
+        self
     }
 
     /// Sets the cancellation token.

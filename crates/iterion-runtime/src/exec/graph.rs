@@ -162,11 +162,13 @@ impl State {
     }
 }
 
+/// The scope of templates rendered for node `node` (attachment paths as that node sees them).
 fn scope<'a>(
     st: &'a State,
     input: &'a Value,
     loops: &'a BTreeMap<String, LoopView>,
-    run_id: &'a str,
+    ctx: &'a ExecContext,
+    node: &str,
 ) -> Scope<'a> {
     Scope {
         input,
@@ -175,7 +177,8 @@ fn scope<'a>(
         history: &st.history,
         loops,
         artifacts: &st.artifacts,
-        run_id,
+        run_id: &ctx.run_id,
+        attachments: ctx.attachments.seen_by(node),
     }
 }
 
@@ -401,7 +404,7 @@ impl<'a> Engine<'a> {
                 continue;
             }
             mapped = true;
-            let sc = scope(&self.st, src_out, &loops, &self.ctx.run_id);
+            let sc = scope(&self.st, src_out, &loops, self.ctx, node);
             for (k, t) in e.with.iter() {
                 input.insert(k.to_string(), with_value(t, &sc));
             }
@@ -559,7 +562,7 @@ impl<'a> Engine<'a> {
                 warned_env: &self.warned_env,
             };
             let loops = self.st.loops();
-            let sc = scope(&self.st, input, &loops, &self.ctx.run_id);
+            let sc = scope(&self.st, input, &loops, self.ctx, &id);
             let t0 = Instant::now();
             let result = {
                 let fut = dispatch(&env, self.wf, node, &sc);
@@ -651,7 +654,7 @@ impl<'a> Engine<'a> {
                 .ok_or_else(|| n.to_string())?,
             LoopCap::Template(t) => {
                 let loops = self.st.loops();
-                let v = with_value(t, &scope(&self.st, output, &loops, &self.ctx.run_id));
+                let v = with_value(t, &scope(&self.st, output, &loops, self.ctx, ""));
                 let parsed = match &v {
                     Value::Number(n) => n.as_u64(),
                     Value::String(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
@@ -713,7 +716,7 @@ impl<'a> Engine<'a> {
                 },
                 Some(Condition::Expr { text }) => {
                     let loops = self.st.loops();
-                    let sc = scope(&self.st, output, &loops, &self.ctx.run_id);
+                    let sc = scope(&self.st, output, &loops, self.ctx, from);
                     let run_id = Value::from(self.ctx.run_id.clone());
                     let loops_v = serde_json::to_value(
                         loops

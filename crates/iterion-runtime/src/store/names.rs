@@ -15,3 +15,5 @@ pub const SESSIONS: &str = "sessions";
 pub const ARTIFACT_FILES: &str = "artifact_files";
 /// Egress proxy socket directory.
 pub const NET: &str = "net";
+/// Attachments supplied at launch, one directory per name (mounted read-only at `/run/iterion/attachments`).
+pub const ATTACHMENTS: &str = "attachments";

@@ -70,6 +70,8 @@ pub(super) struct Starter {
     pub(super) owner: OwnerInfo,
     pub(super) net: Option<Arc<Net>>,
     pub(super) artifact_dir: Option<PathBuf>,
+    /// The run's attachments directory, mounted read-only at `/run/iterion/attachments` (09 §7.4).
+    pub(super) attachments_dir: Option<PathBuf>,
     pub(super) res: Arc<Mutex<Res>>,
     /// Claw nodes placed in the run container.
     pub(super) claw_run_nodes: Vec<String>,
@@ -312,6 +314,14 @@ impl Starter {
                 host_path: dir.clone(),
                 container_path: "/iterion/artifact-files".into(),
                 read_only: false,
+            });
+        }
+        if let Some(dir) = &self.attachments_dir {
+            req.aux_mounts.push(AuxMount {
+                kind: AuxMountKind::Attachments,
+                host_path: dir.clone(),
+                container_path: crate::attachments::CONTAINER_DIR.into(),
+                read_only: true,
             });
         }
         let h = &self.cfg.host;
