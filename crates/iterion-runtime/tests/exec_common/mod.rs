@@ -177,6 +177,7 @@ pub struct Harness {
     pub cancel: tokio_util::sync::CancellationToken,
     pub run: Option<Arc<dyn Run>>,
     pub claw_runner: Option<String>,
+    pub attachments: Option<iterion_runtime::attachments::AttachmentValues>,
 }
 
 impl Harness {
@@ -199,6 +200,7 @@ impl Harness {
             cancel: tokio_util::sync::CancellationToken::new(),
             run: None,
             claw_runner: None,
+            attachments: None,
         }
     }
 
@@ -257,6 +259,9 @@ impl Harness {
             .with_cancel(self.cancel.clone());
         if let Some(cp) = self.resume.clone() {
             ctx = ctx.with_resume(cp);
+        }
+        if let Some(a) = self.attachments.clone() {
+            ctx = ctx.with_attachments(a);
         }
         execute(&wf, ctx).await
     }
