@@ -206,6 +206,34 @@ fn dry_run_accepts_attachments_and_creates_nothing() {
     let pdf = format!("spec={}", ws.pdf().display());
     let out = ws.run(&["run", "w.bot", "--sandbox", "none", "--dry-run", "--attach", &pdf]);
     assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let source = std::fs::canonicalize(ws.pdf()).unwrap();
+    assert!(
+        stdout.contains(&format!(
+            "  Attachments:   spec ← {} (application/pdf, {} bytes)\n",
+            source.display(),
+            PDF.len()
+        )),
+        "{stdout}"
+    );
+    let out = ws.run(&[
+        "run",
+        "w.bot",
+        "--sandbox",
+        "none",
+        "--dry-run",
+        "--json",
+        "--attach",
+        &pdf,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        doc["attachments"],
+        json!([{"name": "spec", "source": source.to_string_lossy(), "mime": "application/pdf",
+                "size": PDF.len()}])
+    );
+    assert_eq!(doc["could_start"], json!(true));
     assert!(!ws.store().join("runs").exists() || ws.run_ids().is_empty());
 }
 

@@ -265,8 +265,26 @@ fn at3_a_driver_without_host_binds_refuses_before_any_node() {
         "{:?}",
         fake.calls()
     );
+    // a dry run says the same, and lists the attachment
+    let launch = prepare(
+        &fx,
+        container(&fake),
+        RunOptions::new(&fx.work).attach("spec", &src),
+    )
+    .unwrap();
+    let d = fx.runtime(container(&fake), &[], false).dry_run(&launch).unwrap();
+    assert!(!d.could_start());
+    let r = d.refused.clone().unwrap();
+    assert_eq!(r.code, FailureCode::SandboxSpecInvalid);
+    assert_eq!(d.attachments.len(), 1);
+    assert_eq!(d.attachments[0].name, "spec");
+    // with host bind mounts it could start
+    fake.host_binds = true;
+    let d = fx.runtime(container(&fake), &[], false).dry_run(&launch).unwrap();
+    assert!(d.could_start(), "{:?}", d.refused);
 
     // the same driver runs a workflow that has no attachments
+    fake.host_binds = false;
     let fx = Fixture::new(
         "tool t:\n  command: `echo '{}'`\n\nworkflow w:\n  entry: t\n  sandbox:\n    image: \"alpine:3\"\n  t -> done\n",
     );
@@ -318,4 +336,38 @@ fn resume_uses_the_stored_copy_never_the_original() {
             String::from_utf8_lossy(PDF).trim_end()
         ))
     );
+}
+
+#[test]
+fn node_containers_get_the_mount_too() {
+    let fx = Fixture::new(
+        "attachments:\n  spec: file\n\ntool t:\n  command: `printf '%s' {{attachments.spec}}`\n  sandbox:\n    image: \"node:20\"\n\nworkflow w:\n  entry: t\n  sandbox:\n    image: \"alpine:3\"\n  t -> done\n",
+    );
+    let src = source(&fx);
+    let fake = FakeDriver::new(Faults::default());
+    let launch = prepare(
+        &fx,
+        container(&fake),
+        RunOptions::new(&fx.work).attach("spec", &src),
+    )
+    .unwrap();
+    let o = rt()
+        .block_on(fx.runtime(container(&fake), &[], false).launch(launch))
+        .unwrap();
+    assert_eq!(o.status, RunStatus::Finished, "{o:?}");
+    let ev = fx.events(&o);
+    assert_eq!(first(&ev, "node_started").data["placement"], json!("own"));
+    assert_eq!(result_of(&fx, &o), "/run/iterion/attachments/spec/my spec's.pdf");
+    let aux = fake.aux_seen.lock().unwrap().clone();
+    assert_eq!(aux.len(), 2, "the run container and the node's");
+    for mounts in aux {
+        assert_eq!(
+            mounts
+                .iter()
+                .filter(|a| a.kind == AuxMountKind::Attachments && a.read_only)
+                .count(),
+            1,
+            "{mounts:?}"
+        );
+    }
 }

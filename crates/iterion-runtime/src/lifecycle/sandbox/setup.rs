@@ -599,15 +599,20 @@ fn attachments_mount(em: &Emitter, host_binds: bool) -> Result<Option<PathBuf>, 
         return Ok(None);
     }
     if !host_binds {
-        return Err(Failure::new(
-            FailureCode::SandboxSpecInvalid,
-            "attachments need a host bind mount or pod copy, which this driver does not provide",
-        )
-        .phase(FailurePhase::Resolve)
-        .with(|e| e.detail("attachments"))
-        .hint(Some(
-            "run the workflow on Docker or Podman, or with --sandbox none".to_owned(),
-        )));
+        return Err(attachments_unsupported());
     }
     Ok(Some(run.dir().join(crate::store::names::ATTACHMENTS)))
+}
+
+/// The refusal of a run with attachments by a driver without host bind mounts.
+pub(crate) fn attachments_unsupported() -> Failure {
+    Failure::new(
+        FailureCode::SandboxSpecInvalid,
+        "attachments need a host bind mount or pod copy, which this driver does not provide",
+    )
+    .phase(FailurePhase::Resolve)
+    .with(|e| e.detail("attachments"))
+    .hint(Some(
+        "run the workflow on Docker or Podman, or with --sandbox none".to_owned(),
+    ))
 }
