@@ -292,6 +292,16 @@ impl Starter {
         Ok(built)
     }
 
+    /// The run's attachments directory, read-only at `/run/iterion/attachments` (09 §7.4), when it has any.
+    fn attachments_mount(&self) -> Option<AuxMount> {
+        self.attachments_dir.as_ref().map(|dir| AuxMount {
+            kind: AuxMountKind::Attachments,
+            host_path: dir.clone(),
+            container_path: crate::attachments::CONTAINER_DIR.into(),
+            read_only: true,
+        })
+    }
+
     /// 4.10–4.12: start, post-create, probes.
     pub(super) async fn start(
         &self,
@@ -316,14 +326,7 @@ impl Starter {
                 read_only: false,
             });
         }
-        if let Some(dir) = &self.attachments_dir {
-            req.aux_mounts.push(AuxMount {
-                kind: AuxMountKind::Attachments,
-                host_path: dir.clone(),
-                container_path: crate::attachments::CONTAINER_DIR.into(),
-                read_only: true,
-            });
-        }
+        req.aux_mounts.extend(self.attachments_mount());
         let h = &self.cfg.host;
         req.host_state = crate::lifecycle::assembly::host_state_plan(
             spec,
