@@ -470,6 +470,36 @@ fn copy_one(c: &CheckedAttachment, to: &Path) -> Result<(u64, String)> {
     Ok((size, hex::encode(hasher.finalize())))
 }
 
+/// Checks that the stored copies under `<run_dir>/attachments` are still what `records` says (regular files,
+/// never through a symlink, same size and SHA-256): a resume uses them as the launch did. The reason when not.
+pub fn verify_stored(run_dir: &Path, records: &[AttachmentRecord]) -> std::result::Result<(), String> {
+    for r in records {
+        let (name, file) = match (
+            validate_component("attachment name", &r.name),
+            validate_component("attachment file name", &r.original_filename),
+        ) {
+            (Ok(n), Ok(f)) => (n, f),
+            _ => return Err(format!("attachment '{}' has an unusable recorded name", r.name)),
+        };
+        let path = run_dir.join(names::ATTACHMENTS).join(name).join(file);
+        let changed = |why: String| format!("attachment '{}' ({}) {why}", r.name, path.display());
+        let (mut f, meta) =
+            open_regular_nofollow(&path).map_err(|e| changed(format!("cannot be read: {e}")))?;
+        if !meta.is_file() {
+            return Err(changed(format!("is {}", kind_of(meta.file_type()))));
+        }
+        if meta.len() != r.size {
+            return Err(changed("changed since the run started".into()));
+        }
+        let mut hasher = Sha256::new();
+        std::io::copy(&mut f, &mut hasher).map_err(|e| changed(format!("cannot be read: {e}")))?;
+        if hex::encode(hasher.finalize()) != r.sha256 {
+            return Err(changed("changed since the run started".into()));
+        }
+    }
+    Ok(())
+}
+
 /// The value of one attachment as templates see it.
 fn value_of(path: String, r: Option<&AttachmentRecord>) -> Value {
     let mut m = Map::new();
@@ -797,6 +827,36 @@ mod tests {
         let e = stage(&store, "r1", &checked, "t").unwrap_err();
         assert!(e.to_string().contains("changed type since it was checked"), "{e}");
         assert_eq!(std::fs::read_dir(&store).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn stored_copies_are_verified() {
+        let w = wf(DECL);
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("a.pdf");
+        std::fs::write(&src, b"%PDF-1.7\nv1").unwrap();
+        let checked = check_supplied(&w, &[("spec".into(), src)], d.path()).unwrap();
+        let run_dir = d.path().join("store/runs/r1");
+        std::fs::create_dir_all(&run_dir).unwrap();
+        let records = stage(&d.path().join("store"), "r1", &checked, "t")
+            .unwrap()
+            .commit(&run_dir)
+            .unwrap();
+        assert_eq!(verify_stored(&run_dir, &records), Ok(()));
+        let stored = run_dir.join("attachments/spec/a.pdf");
+        // same size, other bytes
+        std::fs::write(&stored, b"%PDF-1.7\nv2").unwrap();
+        let e = verify_stored(&run_dir, &records).unwrap_err();
+        assert!(e.ends_with("changed since the run started"), "{e}");
+        // a symlink is never followed
+        std::fs::remove_file(&stored).unwrap();
+        std::fs::write(d.path().join("elsewhere"), b"%PDF-1.7\nv1").unwrap();
+        std::os::unix::fs::symlink(d.path().join("elsewhere"), &stored).unwrap();
+        let e = verify_stored(&run_dir, &records).unwrap_err();
+        assert!(e.contains("cannot be read"), "{e}");
+        std::fs::remove_file(&stored).unwrap();
+        let e = verify_stored(&run_dir, &records).unwrap_err();
+        assert!(e.contains("cannot be read"), "{e}");
     }
 
     #[test]

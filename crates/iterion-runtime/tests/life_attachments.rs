@@ -371,3 +371,34 @@ fn node_containers_get_the_mount_too() {
         );
     }
 }
+
+#[test]
+fn a_stored_copy_changed_after_the_launch_refuses_the_resume() {
+    let fx = Fixture::new(&workflow(
+        "if [ ! -f marker ]; then exit 3; fi; cat {{attachments.spec}}",
+        "",
+    ));
+    let src = source(&fx);
+    let launch = prepare(&fx, no_driver(), RunOptions::new(&fx.work).attach("spec", &src)).unwrap();
+    let o = rt()
+        .block_on(fx.runtime(no_driver(), &[], false).launch(launch))
+        .unwrap();
+    assert_eq!(o.status, RunStatus::FailedResumable, "{o:?}");
+    let stored = o.run_dir.join("attachments/spec/my spec's.pdf");
+    std::fs::write(&stored, b"%PDF-1.7\nsomething else").unwrap();
+    std::fs::write(fx.work.join("marker"), "").unwrap();
+    let before = std::fs::read(o.run_dir.join("run.json")).unwrap();
+    let e = rt()
+        .block_on(
+            fx.runtime(no_driver(), &[], false)
+                .resume(Resume::new(&o.run_id, &fx.store)),
+        )
+        .unwrap_err();
+    assert!(matches!(e, iterion_runtime::Error::ResumeInvalid { .. }), "{e}");
+    assert!(
+        e.to_string().contains("attachment 'spec' (")
+            && e.to_string().ends_with("changed since the run started"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read(o.run_dir.join("run.json")).unwrap(), before);
+}

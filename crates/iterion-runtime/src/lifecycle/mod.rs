@@ -300,6 +300,7 @@ pub async fn resume(cfg: &Config, req: Resume) -> Result<Outcome> {
         return Err(resume_invalid(&req, "the run has no checkpoint".into()));
     };
     let (workflow, hash) = resumable_workflow(&req, &doc)?;
+    crate::attachments::verify_stored(run.dir(), &doc.attachments).map_err(|r| resume_invalid(&req, r))?;
     // Recorded inputs, with the flags given to resume replacing them.
     let (requested, operator_env) = resume_requested(cfg, &doc, &req.sandbox)?;
     let work_dir = PathBuf::from(&doc.work_dir);
