@@ -20,10 +20,32 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Parse and compile workflow files; print every diagnostic.
+    #[command(
+        after_help = "EXAMPLES:\n  iterion validate review.bot\n  iterion validate --json workflows/*.bot\n  \
+iterion validate --syntax-only review.bot     # the language only, not what this version executes\n\n\
+EXIT CODES:\n  0 no file has an error; 1 a file has an error; 2 a file cannot be read, or a usage error"
+    )]
     Validate(crate::cmd_validate::ValidateArgs),
     /// Run a workflow.
+    #[command(
+        after_help = "EXAMPLES:\n  iterion run review.bot\n  iterion run review.bot --var pr=42 --timeout 30m\n  \
+iterion run review.bot --attach doc=a.pdf      # a file the workflow declares under attachments:\n  \
+iterion run review.bot --dry-run               # what the run would do, without doing it\n  \
+iterion run review.bot --sandbox none          # on the host, visibly unsandboxed\n  \
+iterion run review.bot --json | jq .type       # the events as they are recorded\n\n\
+EXIT CODES:\n  0 finished, or paused waiting for human input; 1 failed, cancelled, refused (compile or executability errors, \
+setup failures); 2 a usage error; 130/143/129 cancelled by SIGINT/SIGTERM/SIGHUP"
+    )]
     Run(crate::cmd_run::RunArgs),
-    /// Resume a failed_resumable or cancelled run.
+    /// Resume a failed_resumable or cancelled run, or answer a run waiting for human input.
+    #[command(
+        after_help = "EXAMPLES:\n  iterion resume brisk-otter-d894\n  iterion resume 01a2320f --timeout 1h\n  \
+iterion resume RUN --answers-file answers.json # answers for a paused run: {\"approved\": true}\n  \
+iterion resume RUN --answer note=LGTM          # a string answer\n  \
+iterion resume RUN --force                     # accept a changed workflow or devcontainer.json\n\n\
+EXIT CODES:\n  0 finished, or paused again; 1 failed, cancelled, or the resume was refused; 2 a usage error \
+(a paused run without answers among them); 130/143/129 cancelled by a signal"
+    )]
     Resume(crate::cmd_run::ResumeArgs),
     /// Inspect the runs of a store.
     Runs(crate::cmd_runs::RunsArgs),

@@ -27,6 +27,13 @@ pub struct SandboxArgs {
 #[derive(Debug, clap::Subcommand)]
 pub enum SandboxCommand {
     /// Report what this host offers, or (--strict) check the spec a run would use.
+    #[command(
+        after_help = "EXAMPLES:\n  iterion sandbox doctor                          # what this host offers\n  \
+iterion sandbox doctor --strict review.bot      # check the sandbox a run of review.bot would use\n  \
+iterion sandbox doctor --strict --probe         # also try the boundaries in a throwaway sandbox\n  \
+iterion sandbox doctor --strict --json | jq '.checks[] | select(.status != \"pass\")'\n\n\
+EXIT CODES:\n  0 report mode, or no check failed; 1 a check failed; 2 a usage error or an unreadable workflow"
+    )]
     Doctor(DoctorArgs),
     /// List (or with --yes remove) the containers, networks and cached build images whose owner is gone.
     Prune(crate::cmd_prune::PruneArgs),

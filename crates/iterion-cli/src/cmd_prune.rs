@@ -19,8 +19,10 @@ use crate::terminal::clean;
 #[command(
     after_help = "A resource is removed when the iterion process that created it is gone and its run is over \
                   (the rule the reaper applies at the start of every run), cached build images included; a \
-                  cached image a live run's sandbox uses is kept.\n\nExit codes: 0 listed, or every removal \
-                  succeeded; 1 no engine answers, or a removal was refused or failed; 2 usage error."
+                  cached image a live run's sandbox uses is kept.\n\nEXAMPLES:\n  iterion sandbox prune            \
+                  # list what would be removed, and why\n  iterion sandbox prune --yes\n  iterion sandbox prune \
+                  --json | jq '.resources[].reason'\n\nEXIT CODES:\n  0 listed, or every removal succeeded; 1 no engine \
+                  answers, or a removal was refused or failed; 2 a usage error"
 )]
 pub struct PruneArgs {
     /// Remove them (without it, only list what would be removed and why).

@@ -100,6 +100,9 @@ pub struct RunArgs {
     /// Print the run's events as JSON lines (with --dry-run: one JSON document).
     #[arg(long)]
     pub json: bool,
+    /// Never ask on the terminal: a human node leaves the run paused (exit 0) with a resume hint.
+    #[arg(long)]
+    pub no_interactive: bool,
     /// Decide everything up to the first side effect and print it, without creating a run record, a
     /// worktree, an image or a container: exit 0 when the run could start, 1 when it would be refused.
     #[arg(long)]
@@ -134,6 +137,16 @@ pub struct ResumeArgs {
     /// Log level.
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
+    /// Answers for a run waiting for human input: a JSON object of key → answer.
+    #[arg(long, value_name = "FILE")]
+    pub answers_file: Option<PathBuf>,
+    /// One answer for a run waiting for human input (repeatable; a string value; applied after
+    /// --answers-file).
+    #[arg(long = "answer", value_name = "KEY=VALUE")]
+    pub answers: Vec<String>,
+    /// Never ask on the terminal: a human node leaves the run paused (exit 0) with a resume hint.
+    #[arg(long)]
+    pub no_interactive: bool,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
     /// Print the run's events as JSON lines.
@@ -142,13 +155,13 @@ pub struct ResumeArgs {
 }
 
 /// A usage error (exit 2) or another error before the run record exists (exit 1).
-struct Early {
+pub(crate) struct Early {
     code: u8,
     message: String,
     diagnostics: Option<(Vec<Diagnostic>, String)>,
 }
 
-fn usage(message: impl Into<String>) -> Early {
+pub(crate) fn usage(message: impl Into<String>) -> Early {
     Early {
         code: 2,
         message: message.into(),
@@ -156,7 +169,7 @@ fn usage(message: impl Into<String>) -> Early {
     }
 }
 
-fn fail1(message: impl Into<String>) -> Early {
+pub(crate) fn fail1(message: impl Into<String>) -> Early {
     Early {
         code: 1,
         message: message.into(),
@@ -494,8 +507,11 @@ impl Observer for Printer {
         {
             v.run_id = r.run_id;
         }
-        let node = event.node_id().unwrap_or_default().to_owned();
-        match event {
+        let node = match event.branch_id() {
+            Some(b) => format!("{} [{b}]", event.node_id().unwrap_or_default()),
+            None => event.node_id().unwrap_or_default().to_owned(),
+        };
+        match event.inner() {
             Event::SandboxResolved(d) => {
                 if !d.active {
                     v.sandbox = Some(format!("none ({})", d.source));
@@ -590,6 +606,13 @@ impl Observer for Printer {
 
 fn print_outcome(p: &Printer, o: &Outcome) {
     if p.json {
+        if let Some(paused) = &o.paused {
+            let _ = writeln!(
+                std::io::stdout().lock(),
+                "{}",
+                crate::human::paused_json(o, paused)
+            );
+        }
         return;
     }
     let mut v = p.view.lock().unwrap_or_else(|e| e.into_inner());
@@ -610,6 +633,13 @@ fn print_outcome(p: &Printer, o: &Outcome) {
     let mut lines = Vec::new();
     match o.status {
         RunStatus::Finished => lines.push("Status: FINISHED".to_owned()),
+        RunStatus::PausedWaitingHuman => {
+            lines.push("Status: PAUSED (waiting for human input)".to_owned());
+            if let Some(paused) = &o.paused {
+                lines.extend(crate::human::question_lines(paused));
+            }
+            lines.push(format!("Resume: {resume_line} --answers-file <file>"));
+        }
         RunStatus::Cancelled => {
             lines.push("Status: CANCELLED".to_owned());
             lines.push(format!("Detail: {err}"));
@@ -657,7 +687,8 @@ fn print_outcome(p: &Printer, o: &Outcome) {
 /// 0 finished; [`signal_exit`] for a run cancelled by a signal; 1 otherwise.
 fn exit_of(o: &Outcome) -> ExitCode {
     match o.status {
-        RunStatus::Finished => ExitCode::SUCCESS,
+        // a pause is a normal outcome
+        RunStatus::Finished | RunStatus::PausedWaitingHuman => ExitCode::SUCCESS,
         RunStatus::Cancelled => ExitCode::from(o.error.as_deref().and_then(signal_exit).unwrap_or(1)),
         _ => ExitCode::from(1),
     }
@@ -827,6 +858,7 @@ fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, 
     }
     // The project anchor: the repository root of the work dir decides the store and the devcontainer.
     let anchor = iterion_host::repo_root(&work_dir);
+    let interactive = crate::human::interactive(args.json, args.no_interactive);
     // Regular files only, bounded (the same reader as `validate`); before any driver is selected.
     let compiled = iterion_runtime::api::compile(&args.file, &p.cwd, &p.env).map_err(|e| match e {
         iterion_runtime::Error::Io { path, source, .. } => {
@@ -937,7 +969,10 @@ fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, 
             let mut v = printer.view.lock().unwrap_or_else(|e| e.into_inner());
             v.store = store_dir.to_string_lossy().into_owned();
         }
-        runtime.launch(launch).await.map(Ok).map_err(runtime_early)
+        let outcome = runtime.launch(launch).await.map_err(runtime_early)?;
+        crate::human::answer_on_terminal(&runtime, outcome, &store_dir, interactive)
+            .await
+            .map(Ok)
     });
     shut_down(rt);
     let outcome = match outcome? {
@@ -948,7 +983,7 @@ fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, 
     Ok(exit_of(&outcome))
 }
 
-fn runtime_early(e: iterion_runtime::Error) -> Early {
+pub(crate) fn runtime_early(e: iterion_runtime::Error) -> Early {
     use iterion_runtime::Error as E;
     match e {
         E::InvalidVar { .. }
@@ -956,7 +991,8 @@ fn runtime_early(e: iterion_runtime::Error) -> Early {
         | E::UnknownPreset { .. }
         | E::InvalidLaunch { .. }
         | E::InvalidAttachment { .. }
-        | E::InvalidRunId { .. } => usage(e.to_string()),
+        | E::InvalidRunId { .. }
+        | E::AnswersRequired { .. } => usage(e.to_string()),
         E::CancelledBeforeStart { ref reason } => Early {
             code: signal_exit(reason).unwrap_or(1),
             message: e.to_string(),
@@ -1000,6 +1036,8 @@ fn resume_inner(args: ResumeArgs, env: &BTreeMap<String, String>) -> Result<Exit
         },
     )?;
     let flags = flags_of(&args.sandbox, &p.env)?;
+    let answers = crate::human::answers_of(args.answers_file.as_deref(), &args.answers, &p.cwd)?;
+    let interactive = crate::human::interactive(args.json, args.no_interactive);
     // The record decides the workflow file, the work dir and the sandbox inputs: check its integrity tag
     // before reading anything from it.
     let key = store::RecordKey::load_or_create(&host.data_dir).map_err(|e| fail1(e.to_string()))?;
@@ -1040,7 +1078,11 @@ fn resume_inner(args: ResumeArgs, env: &BTreeMap<String, String>) -> Result<Exit
         r.file = args.file.as_ref().map(|f| store::absolutize(f, &p.cwd));
         r.force = args.force;
         r.sandbox = flags;
-        runtime.resume(r).await.map(Ok).map_err(runtime_early)
+        r.answers = answers;
+        let outcome = runtime.resume(r).await.map_err(runtime_early)?;
+        crate::human::answer_on_terminal(&runtime, outcome, &store_dir, interactive)
+            .await
+            .map(Ok)
     });
     shut_down(rt);
     let outcome = match outcome? {

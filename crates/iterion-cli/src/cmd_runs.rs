@@ -25,6 +25,10 @@ pub struct RunsArgs {
 #[derive(Debug, clap::Subcommand)]
 enum RunsCommand {
     /// List the runs of a store, newest first (id, name, status, failure code, workflow, started, duration).
+    #[command(
+        after_help = "EXAMPLES:\n  iterion runs list\n  iterion runs list --status failed_resumable --limit 5\n  \
+iterion runs list --json | jq -r .id\n\nEXIT CODES:\n  0 listed (also an empty store); 1 the store cannot be read; 2 a usage error"
+    )]
     List {
         /// Run store directory (default: the store of the current project).
         #[arg(long, value_name = "DIR")]
@@ -78,7 +82,31 @@ EXIT CODES:\n  0 listed, or every selected run removed; 1 a run could not be rem
         #[arg(long)]
         json: bool,
     },
+    /// Print the events of a run as they are recorded; with --follow, keep printing until the run stops.
+    #[command(
+        after_help = "EXAMPLES:\n  iterion runs logs brisk-otter-d894\n  iterion runs logs -f 01a2320f            # a run in progress, until it ends\n  \
+iterion runs logs --json RUN | jq .type    # the stored event lines\n\n\
+EXIT CODES:\n  0 printed (with --follow: the run is no longer running); 1 the run was not found or its record cannot be read; 2 a usage error"
+    )]
+    Logs {
+        /// The run: its id, its name, or a unique prefix of its id.
+        #[arg(value_name = "RUN")]
+        run_id: String,
+        /// Keep printing new events until the run is no longer running.
+        #[arg(short, long)]
+        follow: bool,
+        /// Run store directory (default: the store of the current project).
+        #[arg(long, value_name = "DIR")]
+        store_dir: Option<PathBuf>,
+        /// Print the stored event lines (JSON), byte for byte.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show the run document of one run (and its events).
+    #[command(
+        after_help = "EXAMPLES:\n  iterion runs show brisk-otter-d894\n  iterion runs show 01a2320f --events\n  \
+iterion runs show RUN --json | jq .status\n\nEXIT CODES:\n  0 shown; 1 the run was not found or cannot be read; 2 a usage error"
+    )]
     Show {
         /// The run: its id, its name, or a unique prefix of its id.
         #[arg(value_name = "RUN")]
@@ -102,6 +130,14 @@ pub fn run(args: RunsArgs, env: &BTreeMap<String, String>) -> ExitCode {
         Ok(c) => c,
         Err(e) => return fail(1, &format!("cannot read the current directory: {e}")),
     };
+    let json = match &args.command {
+        RunsCommand::List { json, .. }
+        | RunsCommand::Rm { json, .. }
+        | RunsCommand::Prune { json, .. }
+        | RunsCommand::Logs { json, .. }
+        | RunsCommand::Show { json, .. } => *json,
+    };
+    JSON_ERRORS.store(json, std::sync::atomic::Ordering::Relaxed);
     let out = std::io::stdout();
     let mut out = out.lock();
     let code = match args.command {
@@ -135,6 +171,15 @@ pub fn run(args: RunsArgs, env: &BTreeMap<String, String>) -> ExitCode {
                 Ok(f) => prune(&store, &f, yes, env, json, &mut out),
                 Err(m) => fail(2, &m),
             }
+        }
+        RunsCommand::Logs {
+            run_id,
+            follow,
+            store_dir,
+            json,
+        } => {
+            let store = Store::at(resolve_store(store_dir.as_deref(), env, &cwd));
+            logs(&store, &run_id, follow, json, &mut out)
         }
         RunsCommand::Show {
             run_id,
@@ -309,8 +354,15 @@ struct Filter {
     status: Option<String>,
 }
 
+/// Set when the command prints JSON: a failure then also prints `{"error", "exit"}` on stdout, so a program
+/// reading stdout always gets a JSON document.
+static JSON_ERRORS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn fail(code: u8, message: &str) -> ExitCode {
     eprintln!("error: {}", clean(message));
+    if JSON_ERRORS.load(std::sync::atomic::Ordering::Relaxed) {
+        println!("{}", serde_json::json!({"error": message, "exit": code}));
+    }
     ExitCode::from(code)
 }
 
@@ -491,6 +543,89 @@ fn show(store: &Store, query: &str, with_events: bool, json: bool, out: &mut imp
     ExitCode::SUCCESS
 }
 
+/// How often `runs logs --follow` looks for new events.
+const FOLLOW_POLL: Duration = Duration::from_millis(250);
+
+fn logs(store: &Store, query: &str, follow: bool, json: bool, out: &mut impl Write) -> ExitCode {
+    if let Err(e) = store::validate_component("run id", query) {
+        return fail(2, &e.to_string());
+    }
+    let run_id = match find_run(store, query) {
+        Ok(id) => id,
+        Err((code, message)) => return fail(code, &message),
+    };
+    let path = match store.run_dir(&run_id) {
+        Ok(d) => d.join(names::EVENTS),
+        Err(e) => return fail(2, &e.to_string()),
+    };
+    let mut tail = Tail::default();
+    loop {
+        // Decided before reading: what was written before is printed by this pass. A run is over once it is
+        // no longer `running` and its process let go of the run's lock (its last events are written then).
+        let running = follow
+            && (store
+                .read_run(&run_id)
+                .is_ok_and(|d| d.status == RunStatus::Running)
+                || path
+                    .parent()
+                    .is_some_and(|d| store::RunLock::is_held(&d.join(names::LOCK)).unwrap_or(false)));
+        let lines = match tail.read(&path) {
+            Ok(l) => l,
+            Err(e) => return fail(1, &format!("cannot read {}: {e}", path.display())),
+        };
+        for line in lines {
+            let Some(rec) = EventRecord::decode(&line) else {
+                continue;
+            };
+            let shown = if json {
+                line
+            } else {
+                clean(&event_line(&rec)).into_owned()
+            };
+            if writeln!(out, "{shown}").and_then(|()| out.flush()).is_err() {
+                // the reader went away (a closed pipe): nothing more to do
+                return ExitCode::SUCCESS;
+            }
+        }
+        if !running {
+            return ExitCode::SUCCESS;
+        }
+        std::thread::sleep(FOLLOW_POLL);
+    }
+}
+
+/// Reads the complete lines appended to a file since the last call (a line still being written waits).
+#[derive(Default)]
+struct Tail {
+    offset: u64,
+    partial: Vec<u8>,
+}
+
+impl Tail {
+    fn read(&mut self, path: &Path) -> std::io::Result<Vec<String>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = match std::fs::File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        if !f.metadata()?.is_file() {
+            return Err(std::io::Error::other("not a regular file"));
+        }
+        f.seek(SeekFrom::Start(self.offset))?;
+        let mut buf = Vec::new();
+        let n = f.take(16 << 20).read_to_end(&mut buf)?;
+        self.offset += n as u64;
+        self.partial.extend_from_slice(&buf);
+        let mut lines = Vec::new();
+        while let Some(i) = self.partial.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=i).collect();
+            lines.push(String::from_utf8_lossy(&line[..line.len() - 1]).into_owned());
+        }
+        Ok(lines)
+    }
+}
+
 /// `e` with its sources, `: `-separated (library errors do not repeat their source in their own text).
 pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
@@ -558,8 +693,16 @@ fn event_line(e: &EventRecord) -> String {
         .as_deref()
         .map(|n| format!(" [{n}]"))
         .unwrap_or_default();
+    let branch = e
+        .branch_id
+        .as_deref()
+        .map(|b| format!(" ({b})"))
+        .unwrap_or_default();
     let data = serde_json::Value::Object(e.data.clone());
-    format!("  {:>4}  {}  {}{node}  {data}", e.seq, e.timestamp, e.event_type)
+    format!(
+        "  {:>4}  {}  {}{node}{branch}  {data}",
+        e.seq, e.timestamp, e.event_type
+    )
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ mod cmd_runs;
 mod cmd_validate;
 mod dry_run;
 mod environment;
+mod human;
 mod probe;
 mod render;
 mod sandbox_env;

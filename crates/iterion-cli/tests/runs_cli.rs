@@ -285,6 +285,15 @@ fn unknown_run_exits_1_and_usage_errors_exit_2() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("run nope not found in"), "{}", stderr(&o));
     assert_eq!(stdout(&o), "");
+    // with --json, stdout always carries a JSON document
+    let o = iterion(&["runs", "show", "nope", "--json", "--store-dir", s], tmp.path());
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["exit"], 1);
+    assert!(v["error"].as_str().unwrap().contains("run nope not found"), "{v}");
+    let o = iterion(&["runs", "logs", "nope", "--json", "--store-dir", s], tmp.path());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(serde_json::from_str::<serde_json::Value>(stdout(&o).trim()).is_ok());
 
     let o = iterion(&["runs", "show", "../a", "--store-dir", s], tmp.path());
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
@@ -625,4 +634,50 @@ fn show_does_not_call_a_sandbox_that_never_started_active() {
         out.contains("\n  Sandbox:         docker · never started\n"),
         "{out}"
     );
+}
+
+#[test]
+fn logs_follows_a_run_in_progress_until_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let wf = "tool slow:\n  command: `sleep 2; echo '{\"ok\": true}'`\n\nworkflow w:\n  entry: slow\n  slow -> done\n";
+    std::fs::write(dir.path().join("w.bot"), wf).unwrap();
+    let store = dir.path().join("store");
+    let store_s = store.to_string_lossy().into_owned();
+    let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_iterion"))
+        .args(["run", "w.bot", "--sandbox", "none", "--store-dir", &store_s])
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // the run's directory appears once its record exists
+    let runs = store.join("runs");
+    let id = loop {
+        if let Some(e) = std::fs::read_dir(&runs).ok().and_then(|mut rd| rd.next()) {
+            break e.unwrap().file_name().to_string_lossy().into_owned();
+        }
+        assert!(
+            run.try_wait().unwrap().is_none(),
+            "the run ended before it was seen"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let out = iterion(&["runs", "logs", "-f", &id, "--store-dir", &store_s], dir.path());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("node_finished [slow]"), "{text}");
+    assert!(text.contains("run_finished"), "{text}");
+    // followed to the very end: the cleanup report is the last event of a run
+    assert!(text.lines().last().unwrap().contains("sandbox_stopped"), "{text}");
+    assert!(run.wait().unwrap().success());
+    // without --follow: what is recorded, at once; --json: the stored lines
+    let out = iterion(
+        &["runs", "logs", "--json", &id, "--store-dir", &store_s],
+        dir.path(),
+    );
+    let stored = std::fs::read_to_string(runs.join(&id).join("events.jsonl")).unwrap();
+    assert_eq!(stdout(&out), stored);
+    let out = iterion(&["runs", "logs", "nope", "--store-dir", &store_s], dir.path());
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
 }

@@ -184,6 +184,14 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A `paused_waiting_human` run was resumed without answers; the run record is not changed (a usage error).
+    #[error(
+        "run {run_id} is waiting for human input: no answers provided; use --answers-file or --answer key=value"
+    )]
+    AnswersRequired {
+        /// The run.
+        run_id: String,
+    },
     /// The workflow does not compile or uses constructs this version cannot execute (05 §4.0); nothing was
     /// created.
     #[error("workflow {file} has errors ({} diagnostic(s))", diagnostics.len())]

@@ -96,6 +96,8 @@ failure_codes! {
     Timeout = "TIMEOUT", Resumable;
     /// A node failed after its retries.
     ExecutionFailed = "EXECUTION_FAILED", Resumable;
+    /// A fan-out would run more than one branch that writes to the workspace in parallel.
+    WorkspaceSafety = "WORKSPACE_SAFETY", Resumable;
     /// A backend reported a transient tool failure.
     ToolFailedTransient = "TOOL_FAILED_TRANSIENT", Resumable;
     /// A backend reported a permanent tool failure.
@@ -372,7 +374,8 @@ mod tests {
         check("INTERNAL_ERROR", Resumable);
         check("STORE_WRITE_FAILED", Deterministic);
         check("CANCELLED", Cancellation);
-        assert_eq!(FailureCode::ALL.len(), 34);
+        check("WORKSPACE_SAFETY", Resumable);
+        assert_eq!(FailureCode::ALL.len(), 35);
     }
 
     #[test]

@@ -67,15 +67,15 @@ impl RunStatus {
 
     /// `true` for the statuses this version writes (the others are reserved and only read).
     pub fn is_written_by_this_version(self) -> bool {
-        !matches!(
-            self,
-            RunStatus::Queued | RunStatus::PausedWaitingHuman | RunStatus::PausedOperator
-        )
+        !matches!(self, RunStatus::Queued | RunStatus::PausedOperator)
     }
 
-    /// `true` when `iterion resume` may continue a run in this status.
+    /// `true` when `iterion resume` may continue a run in this status (a paused run only with answers).
     pub fn is_resumable(self) -> bool {
-        matches!(self, RunStatus::FailedResumable | RunStatus::Cancelled)
+        matches!(
+            self,
+            RunStatus::FailedResumable | RunStatus::Cancelled | RunStatus::PausedWaitingHuman
+        )
     }
 
     /// Whether this version may move a run from `self` to `to`: a non-terminal run may reach any terminal
@@ -122,7 +122,9 @@ mod tests {
         check(Finished, Failed, false);
         check(FailedResumable, Finished, false);
         check(Running, Queued, false);
-        check(Running, PausedWaitingHuman, false);
+        check(Running, PausedWaitingHuman, true);
+        check(PausedWaitingHuman, Running, true);
+        check(Finished, PausedWaitingHuman, false);
     }
 
     #[test]

@@ -20,11 +20,16 @@ fn check(src: &str, env: &[(&str, &str)], expect: &[&str]) {
 const CC: &str = "  backend: \"claude_code\"\n";
 
 #[test]
-fn xc1_compute_node() {
+fn xc1_compute_nodes_run_and_llm_routers_are_refused() {
     check(
         "tool t:\n  command: `true`\n\ncompute c:\n  expr:\n    x: \"1 + 1\"\n\nworkflow w:\n  entry: t\n  t -> c\n  c -> done\n",
         &[],
-        &["test.bot:4:9: error[X001]: node kind 'compute' ('c') is not executable in this version"],
+        &[],
+    );
+    check(
+        "agent x:\n  backend: \"claude_code\"\n\nagent y:\n  backend: \"claude_code\"\n\nrouter r:\n  mode: llm\n  model: \"m\"\n\nworkflow w:\n  entry: r\n  r -> x\n  r -> y\n  x -> done\n  y -> done\n",
+        &[],
+        &["test.bot:8:9: error[X001]: router 'r': mode 'llm' is not executable in this version"],
     );
 }
 
@@ -151,11 +156,12 @@ fn x007_fan_out_properties_are_warnings() {
         got,
         [
             (
-                "test.bot:3:10: warning[X007]: 'await' has no effect (no fan-out in this version)".to_string(),
+                "test.bot:3:10: warning[X007]: 'await' on 'a' has no effect: it is not where a fan-out converges"
+                    .to_string(),
                 false
             ),
             (
-                "test.bot:5:10: warning[X007]: 'budget.max_parallel_branches' has no effect (no fan-out in this version)"
+                "test.bot:5:10: warning[X007]: 'budget.max_parallel_branches' has no effect: the workflow has no fan_out_all router"
                     .to_string(),
                 false
             ),

@@ -297,6 +297,7 @@ fn catalogue() -> Vec<Event> {
             expression: None,
             loop_name: some("fix"),
             iteration: Some(1),
+            round_robin_index: None,
         }
         .into(),
         // SC4
@@ -381,6 +382,39 @@ fn catalogue() -> Vec<Event> {
             version: 0,
         }
         .into(),
+        Event::from(BranchStarted { node_id: s("a") }).in_branch("branch_fan_a"),
+        Event::from(BranchFinished {
+            node_id: s("a"),
+            error: None,
+            join_node: some("m"),
+        })
+        .in_branch("branch_fan_a"),
+        JoinReady {
+            node_id: s("m"),
+            strategy: s("best_effort"),
+            failed_branches: Some(vec![FailedBranch {
+                branch_id: s("branch_fan_b"),
+                error: s("node 'b' in branch branch_fan_b: boom"),
+            }]),
+            terminal_join: None,
+            branches_total: None,
+        }
+        .into(),
+        HumanInputRequested {
+            node_id: s("h"),
+            interaction_id: s("run-1_h"),
+            questions: serde_json::json!({"summary": "the diff"}),
+            source: None,
+            backend: None,
+        }
+        .into(),
+        RunPaused {}.into(),
+        HumanAnswersRecorded {
+            node_id: s("h"),
+            interaction_id: s("run-1_h"),
+            answers: serde_json::json!({"approved": true}),
+        }
+        .into(),
     ]
 }
 
@@ -399,8 +433,8 @@ fn catalogue_covers_every_event_type() {
     let covered: BTreeSet<&str> = catalogue().iter().map(|e| e.event_type()).collect();
     let all: BTreeSet<&str> = EVENT_TYPES.iter().copied().collect();
     assert_eq!(covered, all);
-    // Section 6.1 and 6.2 list 46 types (llm_* counted one by one).
-    assert_eq!(all.len(), 46);
+    // Section 6.1 and 6.2 list 46 types (llm_* counted one by one); fan-out and human nodes add 6.
+    assert_eq!(all.len(), 52);
 }
 
 fn check_scope(event: Event, node: Option<&str>) {

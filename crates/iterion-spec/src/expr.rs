@@ -88,7 +88,7 @@ pub struct ExprError {
 }
 
 /// Namespaces a path may start with; any other first segment reads from `input`.
-pub const EXPR_NAMESPACES: &[&str] = &["input", "outputs", "vars", "loop", "run"];
+pub const EXPR_NAMESPACES: &[&str] = &["input", "outputs", "vars", "artifacts", "loop", "run"];
 
 /// A token; names borrow the expression text, string literals hold their decoded value.
 #[derive(Debug, Clone, PartialEq)]

@@ -35,6 +35,9 @@ pub(super) fn compile_policy(p: &PolicyArgs) -> Result<Policy, Vec<String>> {
         }
     }
     rules.extend(p.rules.iter().cloned());
+    for w in denylist_warnings(&p.mode, &rules) {
+        eprintln!("warning: {w}");
+    }
     let presets: Vec<&str> = p.presets.iter().map(String::as_str).collect();
     let rules: Vec<&str> = rules.iter().map(String::as_str).collect();
     match Policy::compile_str(&p.mode, &presets, &rules) {
@@ -45,6 +48,23 @@ pub(super) fn compile_policy(p: &PolicyArgs) -> Result<Policy, Vec<String>> {
             Err(problems)
         }
     }
+}
+
+/// In denylist mode a rule without `!` allows what it matches (everything is allowed anyway): almost always a
+/// rule meant to deny, so each one is named with the spelling that denies.
+fn denylist_warnings(mode: &str, rules: &[String]) -> Vec<String> {
+    if mode != "denylist" {
+        return Vec::new();
+    }
+    rules
+        .iter()
+        .filter(|r| !r.starts_with('!'))
+        .map(|r| {
+            format!(
+                "in denylist mode the rule '{r}' allows what it matches (everything not denied is allowed already); write '!{r}' to deny it"
+            )
+        })
+        .collect()
 }
 
 /// The resolver of `--dns-server`, or the system resolver.
@@ -92,6 +112,15 @@ mod tests {
 
     fn check_dur(input: &str, expect: Option<f64>) {
         assert_eq!(parse_duration(input).map(|d| d.as_secs_f64()), expect, "{input}");
+    }
+
+    #[test]
+    fn a_positive_rule_in_denylist_mode_is_named() {
+        let rules = vec!["evil.example.org".to_string(), "!bad.example".to_string()];
+        let w = denylist_warnings("denylist", &rules);
+        assert_eq!(w.len(), 1);
+        assert!(w[0].contains("'!evil.example.org'"), "{w:?}");
+        assert!(denylist_warnings("allowlist", &rules).is_empty());
     }
 
     #[test]

@@ -7,6 +7,15 @@ use super::run::*;
 use super::sandbox::*;
 use crate::error::{Error, Result};
 
+/// An event emitted on behalf of a fan-out branch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BranchScoped {
+    /// `branch_<router>_<target>`.
+    pub branch_id: String,
+    /// The event.
+    pub event: Box<Event>,
+}
+
 macro_rules! catalogue {
     ($( $variant:ident ),* $(,)?) => {
         /// Every event of the catalogue (section 6).
@@ -19,6 +28,8 @@ macro_rules! catalogue {
             )*
             /// An event forwarded from the claw runner.
             Forwarded(Forwarded),
+            /// An event emitted on behalf of a fan-out branch (its line carries `branch_id`).
+            Branch(BranchScoped),
         }
 
         $(
@@ -41,6 +52,7 @@ macro_rules! catalogue {
                 match self {
                     $(Event::$variant(_) => <$variant as EventData>::TYPE,)*
                     Event::Forwarded(f) => f.kind.as_str(),
+                    Event::Branch(b) => b.event.event_type(),
                 }
             }
 
@@ -49,6 +61,7 @@ macro_rules! catalogue {
                 match self {
                     $(Event::$variant(d) => d.node_id(),)*
                     Event::Forwarded(f) => Some(f.node_id.as_str()),
+                    Event::Branch(b) => b.event.node_id(),
                 }
                 .filter(|n| !n.is_empty())
             }
@@ -58,11 +71,38 @@ macro_rules! catalogue {
                 let value = match self {
                     $(Event::$variant(d) => serde_json::to_value(d),)*
                     Event::Forwarded(f) => return Ok(f.data.clone()),
+                    Event::Branch(b) => return b.event.data(),
                 }
                 .map_err(|source| Error::Encode { what: "event data", source })?;
                 match value {
                     Value::Object(m) => Ok(m),
                     _ => Ok(Map::new()),
+                }
+            }
+        }
+
+        impl Event {
+            /// The fan-out branch this event was emitted for.
+            pub fn branch_id(&self) -> Option<&str> {
+                match self {
+                    Event::Branch(b) => Some(b.branch_id.as_str()),
+                    _ => None,
+                }
+            }
+
+            /// The event itself, without its branch scope.
+            pub fn inner(&self) -> &Event {
+                match self {
+                    Event::Branch(b) => b.event.inner(),
+                    e => e,
+                }
+            }
+
+            /// This event, emitted on behalf of branch `branch_id`.
+            pub fn in_branch(self, branch_id: impl Into<String>) -> Event {
+                match self {
+                    Event::Branch(b) => Event::Branch(b),
+                    e => Event::Branch(BranchScoped { branch_id: branch_id.into(), event: Box::new(e) }),
                 }
             }
         }
@@ -118,6 +158,12 @@ catalogue!(
     BudgetWarning,
     BudgetExceeded,
     ArtifactWritten,
+    BranchStarted,
+    BranchFinished,
+    JoinReady,
+    HumanInputRequested,
+    RunPaused,
+    HumanAnswersRecorded,
 );
 
 #[cfg(test)]

@@ -88,6 +88,12 @@ pub enum NodeKind {
     Judge,
     /// Tool node.
     Tool,
+    /// Router node.
+    Router,
+    /// Human node.
+    Human,
+    /// Compute node.
+    Compute,
 }
 
 /// How an agent backend is driven.

@@ -49,7 +49,7 @@ pub fn limit_data(data: &mut Map<String, Value>) {
 }
 
 /// Encodes one `events.jsonl` line (without the trailing LF): keys in the order `seq`, `timestamp`, `type`,
-/// `run_id`, `node_id` (when node-scoped), `data`, with the size rules of [`limit_data`] applied.
+/// `run_id`, `node_id` (when node-scoped), `branch_id` (inside a fan-out branch), `data`, with the size rules of [`limit_data`] applied.
 pub fn encode_line(seq: u64, timestamp: &str, run_id: &str, event: &Event) -> Result<String> {
     let mut data = event.data()?;
     limit_data(&mut data);
@@ -60,6 +60,9 @@ pub fn encode_line(seq: u64, timestamp: &str, run_id: &str, event: &Event) -> Re
     line.insert("run_id".into(), Value::from(run_id));
     if let Some(node) = event.node_id() {
         line.insert("node_id".into(), Value::from(node));
+    }
+    if let Some(branch) = event.branch_id() {
+        line.insert("branch_id".into(), Value::from(branch));
     }
     line.insert("data".into(), Value::Object(data));
     serde_json::to_string(&line).map_err(|source| Error::Encode {
@@ -83,7 +86,7 @@ pub struct EventRecord {
     /// Node of a node-scoped event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,
-    /// Reserved (no fan-out in this version).
+    /// The fan-out branch the event was emitted for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch_id: Option<String>,
     /// Event data.

@@ -32,7 +32,7 @@ mod run;
 mod sandbox;
 
 pub use crate::time::{format_timestamp, now_timestamp, parse_timestamp};
-pub use catalogue::{EVENT_TYPES, Event};
+pub use catalogue::{BranchScoped, EVENT_TYPES, Event};
 pub use data::EventData;
 pub use forwarded::{Forwarded, ForwardedType};
 pub use kinds::*;

@@ -157,9 +157,18 @@ pub struct NodeStarted {
     pub kind: Option<NodeKind>,
     /// Execution count of this node in the run, from 0.
     pub iteration: u64,
-    /// PlacementKind (absent for `done`/`fail`).
+    /// PlacementKind (absent for `done`/`fail` and for nodes that run in the iterion process).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub placement: Option<PlacementKind>,
+    /// Router mode (routers only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Round-robin counter used for this selection.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub round_robin_index: Option<u64>,
+    /// Target a round-robin router selected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub selected_target: Option<String>,
 }
 impl EventData for NodeStarted {
     const TYPE: &'static str = "node_started";
@@ -174,6 +183,22 @@ impl NodeStarted {
             kind: Some(kind),
             iteration,
             placement: Some(placement),
+            mode: None,
+            round_robin_index: None,
+            selected_target: None,
+        }
+    }
+
+    /// A node that runs in the iterion process (router, compute, human): no placement.
+    pub fn in_process(node_id: impl Into<String>, kind: NodeKind, iteration: u64) -> Self {
+        NodeStarted {
+            node_id: node_id.into(),
+            kind: Some(kind),
+            iteration,
+            placement: None,
+            mode: None,
+            round_robin_index: None,
+            selected_target: None,
         }
     }
 
@@ -184,6 +209,9 @@ impl NodeStarted {
             kind: None,
             iteration,
             placement: None,
+            mode: None,
+            round_robin_index: None,
+            selected_target: None,
         }
     }
 }
@@ -206,6 +234,9 @@ pub struct NodeFinished {
     /// Cost reported by an agent.
     #[serde(rename = "_cost_usd", skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
+    /// The error of a node that failed inside a fan-out branch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 impl EventData for NodeFinished {
     const TYPE: &'static str = "node_finished";
@@ -221,6 +252,7 @@ impl NodeFinished {
             duration_ms: Some(duration_ms),
             tokens: None,
             cost_usd: None,
+            error: None,
         }
     }
 
@@ -232,6 +264,7 @@ impl NodeFinished {
             duration_ms: None,
             tokens: None,
             cost_usd: None,
+            error: None,
         }
     }
 }
@@ -258,6 +291,9 @@ pub struct EdgeSelected {
     /// Loop counter after taking the edge.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub iteration: Option<u64>,
+    /// Round-robin counter of the selection (edges leaving a round-robin router).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub round_robin_index: Option<u64>,
 }
 impl EventData for EdgeSelected {
     const TYPE: &'static str = "edge_selected";
@@ -439,5 +475,112 @@ pub struct ArtifactWritten {
 }
 impl EventData for ArtifactWritten {
     const TYPE: &'static str = "artifact_written";
+    scoped_node_id!();
+}
+
+/// `branch_started`: a fan-out branch begins at its start node (the line's `node_id`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BranchStarted {
+    /// The branch's start node.
+    #[serde(skip)]
+    pub node_id: String,
+}
+impl EventData for BranchStarted {
+    const TYPE: &'static str = "branch_started";
+    scoped_node_id!();
+}
+
+/// `branch_finished`: always the last event of a branch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BranchFinished {
+    /// The branch's start node.
+    #[serde(skip)]
+    pub node_id: String,
+    /// Why the branch failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The convergence node the branch stopped at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub join_node: Option<String>,
+}
+impl EventData for BranchFinished {
+    const TYPE: &'static str = "branch_finished";
+    scoped_node_id!();
+}
+
+/// One failed branch in `join_ready`.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct FailedBranch {
+    /// Branch id.
+    pub branch_id: String,
+    /// Its error.
+    pub error: String,
+}
+
+/// `join_ready`: every branch of a fan-out reported; execution continues at the convergence node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JoinReady {
+    /// The convergence node.
+    #[serde(skip)]
+    pub node_id: String,
+    /// `wait_all` or `best_effort`.
+    pub strategy: String,
+    /// Failed branches (best_effort).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_branches: Option<Vec<FailedBranch>>,
+    /// Every branch ended at `done` (best_effort).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub terminal_join: Option<bool>,
+    /// Number of branches (terminal join).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branches_total: Option<u64>,
+}
+impl EventData for JoinReady {
+    const TYPE: &'static str = "join_ready";
+    scoped_node_id!();
+}
+
+/// `human_input_requested`: a human node (or an agent asking through the interaction protocol) needs answers.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HumanInputRequested {
+    /// The node.
+    #[serde(skip)]
+    pub node_id: String,
+    /// `<run id>_<node id>[_<n>]`.
+    pub interaction_id: String,
+    /// The questions (key → context or question).
+    pub questions: Value,
+    /// `delegate` when an agent asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// The agent's backend when an agent asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+}
+impl EventData for HumanInputRequested {
+    const TYPE: &'static str = "human_input_requested";
+    scoped_node_id!();
+}
+
+/// `run_paused`: the run waits for human answers (status `paused_waiting_human`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunPaused {}
+impl EventData for RunPaused {
+    const TYPE: &'static str = "run_paused";
+}
+
+/// `human_answers_recorded`: the answers a resume supplied.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HumanAnswersRecorded {
+    /// The human node.
+    #[serde(skip)]
+    pub node_id: String,
+    /// The interaction answered.
+    pub interaction_id: String,
+    /// The answers, verbatim.
+    pub answers: Value,
+}
+impl EventData for HumanAnswersRecorded {
+    const TYPE: &'static str = "human_answers_recorded";
     scoped_node_id!();
 }

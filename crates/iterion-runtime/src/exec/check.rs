@@ -11,10 +11,10 @@
 //!
 //! ```
 //! use std::collections::BTreeMap;
-//! let src = "compute c:\n  expr:\n    x: \"1\"\n\nworkflow w:\n  entry: c\n  c -> done\n";
+//! let src = "agent a:\n  backend: \"codex\"\n\nworkflow w:\n  entry: a\n  a -> done\n";
 //! let wf = &iterion_spec::check(src, "w.bot").workflows[0];
 //! let d = iterion_runtime::exec::check_executable(wf, &BTreeMap::new());
-//! assert_eq!(d[0].render_header(), "w.bot:1:9: error[X001]: node kind 'compute' ('c') is not executable in this version");
+//! assert_eq!(d[0].render_header(), "w.bot:2:12: error[X002]: backend 'codex' is not supported by this runtime");
 //! ```
 use std::collections::BTreeMap;
 
@@ -104,11 +104,11 @@ pub fn node_backend(workflow: &Workflow, node: &Node, env: &BTreeMap<String, Str
     (b, span)
 }
 
-fn at(code: &'static str, file: &str, span: Span, msg: String) -> Diagnostic {
+pub(super) fn at(code: &'static str, file: &str, span: Span, msg: String) -> Diagnostic {
     Diagnostic::error(code, file, span.line, span.col, msg).with_end(span.end_line, span.end_col)
 }
 
-fn warn_at(code: &'static str, file: &str, span: Span, msg: String) -> Diagnostic {
+pub(super) fn warn_at(code: &'static str, file: &str, span: Span, msg: String) -> Diagnostic {
     Diagnostic::warning(code, file, span.line, span.col, msg).with_end(span.end_line, span.end_col)
 }
 
@@ -136,29 +136,13 @@ pub fn check_executable(workflow: &Workflow, env: &BTreeMap<String, String>) -> 
     let wspan = workflow.name.span;
     let mut out = Vec::new();
     for node in &workflow.nodes {
-        let name = node.name.value.as_str();
-        let span = node.name.span;
         match node.kind {
-            NodeKind::Router | NodeKind::Human | NodeKind::Compute => out.push(at(
-                "X001",
-                file,
-                span,
-                format!(
-                    "node kind '{}' ('{name}') is not executable in this version",
-                    node.kind.as_str()
-                ),
-            )),
+            NodeKind::Router => super::check_flow::router(workflow, node, env, &mut out),
+            NodeKind::Human => super::check_flow::human(workflow, node, &mut out),
             NodeKind::Agent | NodeKind::Judge => check_agent(workflow, node, env, &mut out),
-            NodeKind::Tool => {}
+            NodeKind::Tool | NodeKind::Compute => {}
         }
-        if let Some(a) = &node.await_mode {
-            out.push(warn_at(
-                "X007",
-                file,
-                a.span,
-                "'await' has no effect (no fan-out in this version)".into(),
-            ));
-        }
+
         if let Some(mcp) = &node.mcp {
             for s in mcp.servers.iter().flatten() {
                 out.push(at(
@@ -190,16 +174,7 @@ pub fn check_executable(workflow: &Workflow, env: &BTreeMap<String, String>) -> 
             "'mcp' is not supported in this version".into(),
         ));
     }
-    if let Some(b) = &workflow.budget
-        && b.max_parallel_branches.is_some()
-    {
-        out.push(warn_at(
-            "X007",
-            file,
-            wspan,
-            "'budget.max_parallel_branches' has no effect (no fan-out in this version)".into(),
-        ));
-    }
+    super::check_flow::fan_out_warnings(workflow, &mut out);
     iterion_spec::diag::sort(&mut out);
     out
 }

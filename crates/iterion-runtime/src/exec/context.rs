@@ -99,6 +99,11 @@ pub trait NodeSandboxes: Send + Sync {
     /// Called after every execution of a node (success, failure, cancellation or deadline), before the next
     /// one starts: revokes the execution's credential and kills the processes it left in its sandbox.
     async fn node_ended(&self, _node_id: &str, _sandbox: &NodeSandbox) {}
+
+    /// Called after an execution that ran while other nodes (fan-out siblings) may still be running in the
+    /// same sandbox: revokes the execution's credential only. The processes left behind are killed by a
+    /// [`NodeSandboxes::node_ended`] once every branch has reported.
+    async fn node_ended_concurrently(&self, _node_id: &str, _sandbox: &NodeSandbox) {}
 }
 
 /// Where the executor reports: events, log lines, checkpoints and artifacts. Implemented by the lifecycle
@@ -117,6 +122,14 @@ pub trait RunSink: Send + Sync {
     /// Stores the latest claw session snapshot of `node_id` (`sessions/<node id>.json`); an error is the sink's
     /// business, like a failed artifact write.
     fn write_session(&self, node_id: &str, snapshot: &Value) -> Result<(), String>;
+    /// Writes the interaction record `interactions/<id>.json` of a human pause (or its answered form).
+    fn write_interaction(&self, _id: &str, _record: &Value) -> Result<(), String> {
+        Err("this sink does not store interaction records".into())
+    }
+    /// Reads an interaction record written by [`RunSink::write_interaction`].
+    fn read_interaction(&self, _id: &str) -> Option<Value> {
+        None
+    }
 }
 
 /// Timing knobs of the executor.
@@ -151,6 +164,8 @@ pub struct ExecContext {
     pub bounds: ExecBounds,
     /// What `{{attachments.…}}` renders to (empty values for every declared attachment by default).
     pub attachments: Arc<AttachmentValues>,
+    /// The answers to the interaction a `paused_waiting_human` checkpoint waits for.
+    pub answers: Option<serde_json::Map<String, Value>>,
 }
 
 impl std::fmt::Debug for ExecContext {
@@ -184,6 +199,7 @@ impl ExecContext {
             resume: None,
             bounds: ExecBounds::default(),
             attachments: Arc::default(),
+            answers: None,
         }
     }
 
@@ -202,6 +218,12 @@ impl ExecContext {
     /// Resumes from a checkpoint.
     pub fn with_resume(mut self, checkpoint: Checkpoint) -> Self {
         self.resume = Some(checkpoint);
+        self
+    }
+
+    /// Answers the interaction the resumed checkpoint waits for.
+    pub fn with_answers(mut self, answers: serde_json::Map<String, Value>) -> Self {
+        self.answers = Some(answers);
         self
     }
 
@@ -230,6 +252,12 @@ pub enum ExecOutcome {
         /// Checkpoint to keep (`Some` for resumable codes; at the node to re-execute).
         checkpoint: Option<Checkpoint>,
     },
+    /// A human node (or an agent through the interaction protocol) waits for answers; status
+    /// `paused_waiting_human`, resumable only with answers.
+    Paused {
+        /// Checkpoint at the human node, with `interaction_id` and `interaction_questions`.
+        checkpoint: Checkpoint,
+    },
     /// Cancelled: the current exec was terminated; status `cancelled`.
     Cancelled {
         /// Checkpoint at the node that was running (or next).
@@ -241,7 +269,7 @@ impl ExecOutcome {
     /// The failure code, if the run did not finish.
     pub fn failure_code(&self) -> Option<FailureCode> {
         match self {
-            ExecOutcome::Finished { .. } => None,
+            ExecOutcome::Finished { .. } | ExecOutcome::Paused { .. } => None,
             ExecOutcome::Failed { failure, .. } => Some(failure.code),
             ExecOutcome::Cancelled { .. } => Some(FailureCode::Cancelled),
         }

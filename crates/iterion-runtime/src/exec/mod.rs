@@ -29,12 +29,14 @@
 //!     ExecOutcome::Finished { .. } => { /* status finished, emit run_finished */ }
 //!     ExecOutcome::Failed { failure, checkpoint } => { /* failed / failed_resumable by failure.code */ }
 //!     ExecOutcome::Cancelled { checkpoint } => { /* status cancelled */ }
+//!     ExecOutcome::Paused { checkpoint } => { /* status paused_waiting_human, resumable with answers */ }
 //! }
 //! # }
 //! ```
 
 mod agent;
 pub mod check;
+mod check_flow;
 pub mod claw;
 mod context;
 mod graph;
@@ -42,6 +44,7 @@ mod node;
 pub mod output;
 pub mod render;
 mod tool;
+pub mod topology;
 pub mod vars;
 pub mod worktree;
 

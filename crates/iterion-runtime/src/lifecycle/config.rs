@@ -185,6 +185,8 @@ pub struct Resume {
     pub force: bool,
     /// Sandbox flags replacing the recorded inputs of the same name; `operator_env` entries are added.
     pub sandbox: SandboxFlags,
+    /// Answers for a `paused_waiting_human` run (required for one; ignored otherwise).
+    pub answers: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl Resume {
@@ -196,6 +198,7 @@ impl Resume {
             file: None,
             force: false,
             sandbox: SandboxFlags::default(),
+            answers: None,
         }
     }
 }
@@ -224,6 +227,19 @@ pub struct Outcome {
     pub resumed_from: Option<RunStatus>,
     /// What became of the run's git worktree (`worktree: auto`).
     pub worktree: Option<WorktreeEnd>,
+    /// What a `paused_waiting_human` run waits for.
+    pub paused: Option<Paused>,
+}
+
+/// The interaction a paused run waits for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Paused {
+    /// `<run id>_<node id>[_<n>]`.
+    pub interaction_id: String,
+    /// The human node.
+    pub node_id: String,
+    /// The questions (key → context or question).
+    pub questions: serde_json::Value,
 }
 
 /// What became of a `worktree: auto` run's worktree.

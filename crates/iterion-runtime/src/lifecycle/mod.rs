@@ -47,7 +47,7 @@ mod store_failure_tests;
 mod worktree;
 
 pub use cancel::Cancel;
-pub use config::{ClawRunner, Config, Drivers, Launch, Outcome, Resume, SandboxFlags, WorktreeEnd};
+pub use config::{ClawRunner, Config, Drivers, Launch, Outcome, Paused, Resume, SandboxFlags, WorktreeEnd};
 pub use host::{DriverChoice, HostFacts};
 pub use settings::Settings;
 pub use sink::{NoObserver, Observer};
@@ -56,6 +56,7 @@ use step_failure::Failure;
 /// How [`drive`] ends before cleanup.
 enum End {
     Finished,
+    Paused(Checkpoint),
     Failed(Failure, Option<Checkpoint>),
     Cancelled(String, Option<Checkpoint>),
 }
@@ -265,6 +266,7 @@ pub(crate) async fn launch_with(
         plan,
         vars,
         resume: None,
+        answers: None,
         work_dir,
         repo_root,
         operator_env: launch.sandbox.operator_env,
@@ -291,7 +293,7 @@ pub async fn resume(cfg: &Config, req: Resume) -> Result<Outcome> {
         return Err(resume_invalid(
             &req,
             format!(
-                "run {} has status {} (only failed_resumable and cancelled runs can be resumed)",
+                "run {} has status {} (only failed_resumable, cancelled and paused_waiting_human runs can be resumed)",
                 req.run_id, doc.status
             ),
         ));
@@ -299,6 +301,11 @@ pub async fn resume(cfg: &Config, req: Resume) -> Result<Outcome> {
     let Some(checkpoint) = doc.checkpoint.clone() else {
         return Err(resume_invalid(&req, "the run has no checkpoint".into()));
     };
+    if doc.status == RunStatus::PausedWaitingHuman && req.answers.is_none() {
+        return Err(Error::AnswersRequired {
+            run_id: req.run_id.clone(),
+        });
+    }
     let (workflow, hash) = resumable_workflow(&req, &doc)?;
     crate::attachments::verify_stored(run.dir(), &doc.attachments).map_err(|r| resume_invalid(&req, r))?;
     // Recorded inputs, with the flags given to resume replacing them.
@@ -343,6 +350,7 @@ pub async fn resume(cfg: &Config, req: Resume) -> Result<Outcome> {
         vars: checkpoint.vars.clone(),
         plan,
         resume: Some(checkpoint),
+        answers: req.answers.clone(),
         work_dir,
         repo_root,
         operator_env,
@@ -499,6 +507,8 @@ struct DriveInput {
     plan: std::result::Result<SandboxPlan, ResolveError>,
     vars: Map<String, Value>,
     resume: Option<Checkpoint>,
+    /// Answers for a paused checkpoint.
+    answers: Option<serde_json::Map<String, serde_json::Value>>,
     work_dir: PathBuf,
     repo_root: Option<PathBuf>,
     operator_env: Vec<SandboxEnvEntry>,
@@ -599,6 +609,15 @@ async fn drive(
         hint: outcome.1,
         resumed_from,
         worktree: worktree_end(&doc),
+        paused: doc
+            .checkpoint
+            .as_ref()
+            .filter(|_| doc.status == RunStatus::PausedWaitingHuman)
+            .map(|c| Paused {
+                interaction_id: c.interaction_id.clone().unwrap_or_default(),
+                node_id: c.node_id.clone(),
+                questions: c.interaction_questions.clone().unwrap_or(serde_json::Value::Null),
+            }),
     };
     // Whatever `run.json` could still record, an incomplete record never reports a clean end.
     if let Some(f) = em.store_failure() {
@@ -639,6 +658,7 @@ fn store_failure_end(em: &sink::Emitter, end: End) -> End {
     let mut message = f.message();
     let checkpoint = match &end {
         End::Finished => None,
+        End::Paused(c) => Some(c.clone()),
         End::Failed(prior, c) => {
             message.push_str(&format!(
                 "; the run had also failed ({}): {}",
@@ -683,11 +703,15 @@ async fn execute(
         ctx = ctx.with_resume(c.clone());
     }
     ctx = ctx.with_attachments(attachments);
+    if let Some(a) = &input.answers {
+        ctx = ctx.with_answers(a.clone());
+    }
     let wf = input.workflow.clone();
     // A panic in the executor must not skip the final status or cleanup (05 §8.2): it runs in its own task.
     let task = tokio::spawn(async move { crate::exec::execute(&wf, ctx).await });
     match task.await {
         Ok(ExecOutcome::Finished { .. }) => End::Finished,
+        Ok(ExecOutcome::Paused { checkpoint }) => End::Paused(checkpoint),
         Ok(ExecOutcome::Failed { failure, checkpoint }) => End::Failed(
             Failure {
                 event: Box::new(failure),
@@ -749,6 +773,15 @@ fn finish(
             em.emit(RunFinished {
                 duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             });
+            (None, None)
+        }
+        End::Paused(checkpoint) => {
+            if let Err(e) = em.run().transition(Transition::Pause { checkpoint }) {
+                em.store_failed(format!(
+                    "the paused status in run.json was not written: {}",
+                    sink::chain(&e)
+                ));
+            }
             (None, None)
         }
         End::Failed(f, checkpoint) => {

@@ -109,7 +109,8 @@ fn run_state(store_dir: &Path, run_id: &str, me: &Owner, key: Option<&RecordKey>
         recover_run(&store, run_id, me);
     }
     match store.read_run(run_id) {
-        Ok(d) if d.status.is_terminal() => RunState::Terminal,
+        // a run waiting for human input owns no sandbox: one left behind is an orphan
+        Ok(d) if d.status.is_terminal() || d.status == RunStatus::PausedWaitingHuman => RunState::Terminal,
         Ok(d)
             if !recover && d.status == RunStatus::Running && d.owner.liveness(&me.host) == Liveness::Dead =>
         {

@@ -279,6 +279,21 @@ impl RunSink for Emitter {
         })
     }
 
+    fn write_interaction(&self, id: &str, record: &Value) -> Result<(), String> {
+        let r = self.run().write_interaction(id, record);
+        r.map(|_| ()).map_err(|e| {
+            self.store_failed(format!(
+                "the interaction record {id} was not written: {}",
+                chain(&e)
+            ));
+            e.to_string()
+        })
+    }
+
+    fn read_interaction(&self, id: &str) -> Option<Value> {
+        self.run().read_interaction(id)
+    }
+
     fn write_session(&self, node_id: &str, snapshot: &Value) -> Result<(), String> {
         let r = self.run().write_session(node_id, snapshot);
         r.map(|_| ()).map_err(|e| {

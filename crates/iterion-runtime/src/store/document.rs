@@ -69,6 +69,21 @@ pub struct Checkpoint {
     /// The input already built for `node_id`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_input: Option<Value>,
+    /// Router id → selections made by a round-robin router in this run.
+    #[serde(default, skip_serializing_if = "is_empty_map")]
+    pub round_robin_counters: BTreeMap<String, u64>,
+    /// The interaction a paused run waits for (`paused_waiting_human`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interaction_id: Option<String>,
+    /// The questions of that interaction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interaction_questions: Option<Value>,
+    /// The agent session to continue when an agent asked (interaction protocol).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_session_id: Option<String>,
+    /// The backend of the agent that asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_name: Option<String>,
 }
 
 impl Checkpoint {

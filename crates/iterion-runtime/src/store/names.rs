@@ -11,6 +11,8 @@ pub const LOCK: &str = ".lock";
 pub const ARTIFACTS: &str = "artifacts";
 /// Claw session snapshots.
 pub const SESSIONS: &str = "sessions";
+/// Human interaction records.
+pub const INTERACTIONS: &str = "interactions";
 /// Files produced by the run.
 pub const ARTIFACT_FILES: &str = "artifact_files";
 /// Egress proxy socket directory.

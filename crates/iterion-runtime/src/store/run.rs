@@ -219,6 +219,34 @@ impl OpenRun {
         Ok(path)
     }
 
+    /// Writes `interactions/<id>.json` (mode 0600), the record of a human pause and, once answered, its answers.
+    pub fn write_interaction(&self, id: &str, record: &Value) -> Result<PathBuf> {
+        let dir = self.dir.join(names::INTERACTIONS);
+        let name = format!("{}.json", validate_component("interaction id", id)?);
+        create_private_dir(&dir)?;
+        let path = dir.join(name);
+        write_atomic(&path, pretty(record, "interaction record")?.as_bytes())?;
+        Ok(path)
+    }
+
+    /// Reads `interactions/<id>.json` (at most 4 MiB, never through a symlink); `None` when absent or unreadable.
+    pub fn read_interaction(&self, id: &str) -> Option<Value> {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let name = format!("{}.json", validate_component("interaction id", id).ok()?);
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+            .open(self.dir.join(names::INTERACTIONS).join(name))
+            .ok()?;
+        if !f.metadata().ok()?.is_file() {
+            return None;
+        }
+        let mut buf = Vec::new();
+        f.take(4 << 20).read_to_end(&mut buf).ok()?;
+        serde_json::from_slice(&buf).ok()
+    }
+
     /// `artifact_files/`, created (mode 0700) on first use; mounted at `/iterion/artifact-files`.
     pub fn artifact_files_dir(&self) -> Result<PathBuf> {
         let dir = self.dir.join(names::ARTIFACT_FILES);

@@ -37,6 +37,12 @@ pub enum Transition {
         /// current one.
         checkpoint: Option<Checkpoint>,
     },
+    /// `paused_waiting_human`: not terminal; `finished_at` and any failure cleared, the checkpoint (at the
+    /// human node, with the interaction) replaced.
+    Pause {
+        /// The checkpoint at the human node.
+        checkpoint: Checkpoint,
+    },
     /// `cancelled`: `failure_code: CANCELLED`, error `run cancelled: <reason>`, checkpoint as for
     /// `FailResumable`.
     Cancel {
@@ -56,6 +62,7 @@ impl Transition {
             Transition::Fail { .. } => RunStatus::Failed,
             Transition::FailResumable { .. } => RunStatus::FailedResumable,
             Transition::Cancel { .. } => RunStatus::Cancelled,
+            Transition::Pause { .. } => RunStatus::PausedWaitingHuman,
         }
     }
 
@@ -137,6 +144,13 @@ impl RunDocument {
                 self.failure_code = Some(code);
                 self.failure_phase = phase;
                 self.error = Some(error);
+            }
+            Transition::Pause { checkpoint } => {
+                self.checkpoint = Some(checkpoint);
+                self.finished_at = None;
+                self.failure_code = None;
+                self.failure_phase = None;
+                self.error = None;
             }
             Transition::Cancel { reason, checkpoint } => {
                 self.checkpoint = keep_or_replace(&self.checkpoint, checkpoint)?;

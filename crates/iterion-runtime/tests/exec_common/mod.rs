@@ -25,6 +25,7 @@ pub struct Recorder {
     pub checkpoints: Mutex<Vec<Checkpoint>>,
     pub artifacts: Mutex<Vec<(String, String, u64, Value)>>,
     pub sessions: Mutex<Vec<(String, Value)>>,
+    pub interactions: Mutex<BTreeMap<String, Value>>,
 }
 
 impl RunSink for Recorder {
@@ -43,6 +44,16 @@ impl RunSink for Recorder {
             .unwrap()
             .push((node_id.into(), name.into(), version, data.clone()));
         Ok(())
+    }
+    fn write_interaction(&self, id: &str, record: &Value) -> Result<(), String> {
+        self.interactions
+            .lock()
+            .unwrap()
+            .insert(id.into(), record.clone());
+        Ok(())
+    }
+    fn read_interaction(&self, id: &str) -> Option<Value> {
+        self.interactions.lock().unwrap().get(id).cloned()
     }
     fn write_session(&self, node_id: &str, snapshot: &Value) -> Result<(), String> {
         self.sessions
@@ -71,6 +82,9 @@ impl Recorder {
                 m.insert("type".into(), json!(e.event_type()));
                 if let Some(n) = e.node_id() {
                     m.insert("node_id".into(), json!(n));
+                }
+                if let Some(b) = e.branch_id() {
+                    m.insert("branch_id".into(), json!(b));
                 }
                 m.insert("data".into(), Value::Object(data));
                 Value::Object(m)
@@ -173,6 +187,7 @@ pub struct Harness {
     pub unavailable: BTreeMap<String, SandboxUnavailable>,
     pub bounds: ExecBounds,
     pub resume: Option<Checkpoint>,
+    pub answers: Option<Map<String, Value>>,
     pub vars: Map<String, Value>,
     pub cancel: tokio_util::sync::CancellationToken,
     pub run: Option<Arc<dyn Run>>,
@@ -196,6 +211,7 @@ impl Harness {
             unavailable: BTreeMap::new(),
             bounds,
             resume: None,
+            answers: None,
             vars: Map::new(),
             cancel: tokio_util::sync::CancellationToken::new(),
             run: None,
@@ -263,6 +279,9 @@ impl Harness {
         if let Some(a) = self.attachments.clone() {
             ctx = ctx.with_attachments(a);
         }
+        if let Some(a) = self.answers.clone() {
+            ctx = ctx.with_answers(a);
+        }
         execute(&wf, ctx).await
     }
 }
@@ -290,6 +309,7 @@ pub fn summary(o: &ExecOutcome) -> String {
             checkpoint.as_ref().map_or("-", |c| c.node_id.as_str())
         ),
         ExecOutcome::Cancelled { checkpoint } => format!("cancelled checkpoint={}", checkpoint.node_id),
+        ExecOutcome::Paused { checkpoint } => format!("paused checkpoint={}", checkpoint.node_id),
     }
 }
 

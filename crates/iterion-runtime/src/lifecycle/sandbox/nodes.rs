@@ -137,6 +137,12 @@ impl NodeSandboxes for Sandboxes {
         starter.mint(node_id, Some(node_id.to_owned()), policy)
     }
 
+    async fn node_ended_concurrently(&self, node_id: &str, _sandbox: &NodeSandbox) {
+        if let Some(starter) = &self.starter {
+            starter.revoke(node_id);
+        }
+    }
+
     async fn node_ended(&self, node_id: &str, sandbox: &NodeSandbox) {
         let Some(starter) = &self.starter else { return };
         if sandbox.placement == PlacementKind::Host {

@@ -507,13 +507,21 @@ impl Starter {
     /// tunnels close), then kills what the step left running in its sandbox (steps never overlap, so nothing
     /// else of the run is running there). Without a proxy there is no credential to outlive the step, and
     /// processes a step leaves behind are left alone (a background service for later nodes keeps working).
-    pub(super) async fn end_step(&self, user: &str, run: &dyn Run, what: &str) {
+    /// Revokes the proxy credential minted for `user` (one execution of a node).
+    pub(super) fn revoke(&self, user: &str) {
         if self.net.is_none() {
             return;
         }
         if let Some(proxy) = Guard::lock(&self.res).proxy.as_ref() {
             proxy.remove_credential(user);
         }
+    }
+
+    pub(super) async fn end_step(&self, user: &str, run: &dyn Run, what: &str) {
+        if self.net.is_none() {
+            return;
+        }
+        self.revoke(user);
         match tokio::time::timeout(Duration::from_secs(10), run.kill_leftovers()).await {
             Ok(Ok(Some(n))) if n > 0 => self.em.log(
                 LogLevel::Info,

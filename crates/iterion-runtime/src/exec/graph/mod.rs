@@ -73,7 +73,22 @@ fn loop_bodies(wf: &Workflow) -> BTreeMap<String, BTreeSet<String>> {
     out
 }
 
-/// Mutable execution state (what the checkpoint holds, plus per-invocation counters).
+mod compute;
+mod fanout;
+mod human;
+mod router;
+
+/// What the budget counts: shared by the branches of a fan-out.
+#[derive(Debug, Clone, Copy, Default)]
+struct Usage {
+    tokens: u64,
+    cost_usd: f64,
+    iterations: u64,
+}
+
+/// Mutable execution state (what the checkpoint holds, plus per-invocation counters). A fan-out branch works
+/// on a copy.
+#[derive(Clone)]
 struct State {
     vars: Map<String, Value>,
     outputs: Map<String, Value>,
@@ -85,10 +100,10 @@ struct State {
     artifacts: Map<String, Value>,
     node_attempts: BTreeMap<String, BTreeMap<String, u32>>,
     node_iterations: BTreeMap<String, u64>,
-    tokens: u64,
-    cost_usd: f64,
-    iterations: u64,
+    usage: Usage,
     budget_warned: BTreeSet<&'static str>,
+    /// Router id → selections made (round robin), for the whole run.
+    round_robin: BTreeMap<String, u64>,
 }
 
 impl State {
@@ -104,10 +119,9 @@ impl State {
             artifacts: Map::new(),
             node_attempts: BTreeMap::new(),
             node_iterations: BTreeMap::new(),
-            tokens: 0,
-            cost_usd: 0.0,
-            iterations: 0,
+            usage: Usage::default(),
             budget_warned: BTreeSet::new(),
+            round_robin: BTreeMap::new(),
         }
     }
 
@@ -120,6 +134,7 @@ impl State {
         st.loop_counters = cp.loop_counters.clone();
         st.loop_previous = cp.loop_previous_output.clone();
         st.artifact_versions = cp.artifact_versions.clone();
+        st.round_robin = cp.round_robin_counters.clone();
         for n in &workflow.nodes {
             if let (Some(p), Some(o)) = (&n.publish, cp.outputs.get(&n.name.value)) {
                 st.artifacts.insert(p.value.clone(), o.clone());
@@ -139,6 +154,8 @@ impl State {
             vars: self.vars.clone(),
             node_attempts: self.node_attempts.clone(),
             pending_input,
+            round_robin_counters: self.round_robin.clone(),
+            ..Checkpoint::default()
         }
     }
 
@@ -242,6 +259,18 @@ pub async fn execute(workflow: &Workflow, ctx: ExecContext) -> ExecOutcome {
         warned_env: Mutex::new(BTreeSet::new()),
         st,
     };
+    // a paused run continues from the human node's answers
+    if let Some(cp) = ctx.resume.as_ref().filter(|c| c.interaction_id.is_some()) {
+        let Some(answers) = ctx.answers.clone() else {
+            return ExecOutcome::Paused {
+                checkpoint: cp.clone(),
+            };
+        };
+        return match ex.answer(cp, answers) {
+            Ok(next) => ex.run(next, None).await,
+            Err(outcome) => outcome,
+        };
+    }
     ex.run(start_node, pending).await
 }
 
@@ -276,25 +305,7 @@ impl<'a> Engine<'a> {
                 };
             }
             if current == DONE || current == FAIL {
-                let it = self.st.node_iterations.entry(current.clone()).or_insert(0);
-                let iteration = *it;
-                *it += 1;
-                self.emit(NodeStarted::terminal(current.clone(), iteration));
-                if current == DONE {
-                    self.emit(NodeFinished::terminal(DONE));
-                    return ExecOutcome::Finished {
-                        duration: self.started.elapsed(),
-                    };
-                }
-                let source = came_from.unwrap_or_default();
-                let mut failure = RunFailed::new(FailureCode::FailNodeReached, "workflow reached fail node");
-                if !source.is_empty() {
-                    failure = failure.node(source);
-                }
-                return ExecOutcome::Failed {
-                    failure,
-                    checkpoint: None,
-                };
+                return self.terminal(&current, came_from);
             }
             let Some(node) = self.wf.node(&current) else {
                 return ExecOutcome::Failed {
@@ -309,53 +320,109 @@ impl<'a> Engine<'a> {
                     checkpoint: None,
                 };
             };
-            if let Some(out) = self.check_budget(&current, pending.clone()) {
-                return out;
-            }
-            if let Some(t) = self.timeout_deadline
-                && Instant::now() >= t
-            {
-                return self.timed_out(&current, pending);
-            }
-            let input = match pending.take() {
-                Some(i) => i,
-                None => self.build_input(&current),
-            };
-            let output = match self.run_node(node, &input).await {
-                Ok(o) => o,
+            let next = match self.step(node, pending.take()).await {
+                Ok(n) => n,
                 Err(outcome) => return outcome,
             };
-            // success
-            if let Some(t) = output.tokens {
-                self.st.tokens = self.st.tokens.saturating_add(t);
-            }
-            if let Some(c) = output.cost_usd {
-                self.st.cost_usd += c;
-            }
-            self.st.outputs.insert(current.clone(), output.output.clone());
-            self.st
-                .history
-                .entry(current.clone())
-                .or_default()
-                .push(output.output.clone());
-            self.st.node_attempts.remove(&current);
-            if let Some(p) = &node.publish {
-                self.publish(&current, &p.value, &output.output);
-            }
-            let mut fin = NodeFinished::new(current.clone(), output.output.clone(), output.duration_ms);
-            fin.tokens = output.tokens;
-            fin.cost_usd = output.cost_usd;
-            self.emit(fin);
-            self.budget_warnings();
-            let next = match self.select_edge(&current, &output.output) {
-                Ok(e) => e,
-                Err(outcome) => return outcome,
-            };
-            self.take_edge(next, &output.output);
-            came_from = Some(current.clone());
-            current = next.to.value.clone();
-            self.ctx.sink.checkpoint(&self.st.checkpoint(&current, None));
+            came_from = Some(current);
+            current = next;
         }
+    }
+
+    /// The `done` or `fail` node.
+    fn terminal(&mut self, current: &str, came_from: Option<String>) -> ExecOutcome {
+        let it = self.st.node_iterations.entry(current.to_string()).or_insert(0);
+        let iteration = *it;
+        *it += 1;
+        self.emit(NodeStarted::terminal(current, iteration));
+        if current == DONE {
+            self.emit(NodeFinished::terminal(DONE));
+            return ExecOutcome::Finished {
+                duration: self.started.elapsed(),
+            };
+        }
+        let source = came_from.unwrap_or_default();
+        let mut failure = RunFailed::new(FailureCode::FailNodeReached, "workflow reached fail node");
+        if !source.is_empty() {
+            failure = failure.node(source);
+        }
+        ExecOutcome::Failed {
+            failure,
+            checkpoint: None,
+        }
+    }
+
+    /// Executes one node and returns the next node to execute.
+    #[allow(clippy::result_large_err)]
+    async fn step(&mut self, node: &'a Node, pending: Option<Value>) -> Result<String, ExecOutcome> {
+        let id = node.name.value.clone();
+        match (node.kind, router::mode(node)) {
+            (NodeKind::Router, router::Mode::RoundRobin) => return self.round_robin(node),
+            (NodeKind::Router, router::Mode::FanOutAll) => return self.fan_out_all(node).await,
+            (NodeKind::Router, router::Mode::Other(m)) => {
+                return Err(self.fail_code(
+                    FailureCode::ExecutionFailed,
+                    format!("router '{id}': mode '{m}' is not executable in this version"),
+                    &id,
+                ));
+            }
+            (NodeKind::Human, _) => return Err(self.pause(node, pending)),
+            _ => {}
+        }
+        // compute nodes are not budgeted (no check, no iteration, no tokens)
+        if node.kind != NodeKind::Compute
+            && let Some(out) = self.check_budget(&id, pending.clone())
+        {
+            return Err(out);
+        }
+        if let Some(t) = self.timeout_deadline
+            && Instant::now() >= t
+        {
+            return Err(self.timed_out(&id, pending));
+        }
+        let input = match pending {
+            Some(i) => i,
+            None => self.build_input(&id),
+        };
+        let output = match node.kind {
+            NodeKind::Router => self.condition_router(node, input),
+            NodeKind::Compute => self.compute(node, input)?,
+            _ => self.run_node(node, &input).await?,
+        };
+        self.finish(node, output)
+    }
+
+    /// After a node succeeded: output, history, artifact, `node_finished`, edge selection and the checkpoint.
+    /// Returns the next node.
+    #[allow(clippy::result_large_err)]
+    fn finish(&mut self, node: &Node, output: Done) -> Result<String, ExecOutcome> {
+        let current = node.name.value.clone();
+        if let Some(t) = output.tokens {
+            self.st.usage.tokens = self.st.usage.tokens.saturating_add(t);
+        }
+        if let Some(c) = output.cost_usd {
+            self.st.usage.cost_usd += c;
+        }
+        self.st.outputs.insert(current.clone(), output.output.clone());
+        self.st
+            .history
+            .entry(current.clone())
+            .or_default()
+            .push(output.output.clone());
+        self.st.node_attempts.remove(&current);
+        if let Some(p) = &node.publish {
+            self.publish(&current, &p.value, &output.output);
+        }
+        let mut fin = NodeFinished::new(current.clone(), output.output.clone(), output.duration_ms);
+        fin.tokens = output.tokens;
+        fin.cost_usd = output.cost_usd;
+        self.emit(fin);
+        self.budget_warnings();
+        let next = self.select_edge(&current, &output.output)?;
+        self.take_edge(next, &output.output);
+        let to = next.to.value.clone();
+        self.ctx.sink.checkpoint(&self.st.checkpoint(&to, None));
+        Ok(to)
     }
 
     fn timed_out(&self, node: &str, pending: Option<Value>) -> ExecOutcome {
@@ -393,30 +460,15 @@ impl<'a> Engine<'a> {
 
     /// 10.3: the input of `node` from the `with` mappings of its incoming edges.
     fn build_input(&self, node: &str) -> Value {
-        let mut input = Map::new();
-        let mut mapped = false;
-        let loops = self.st.loops();
-        for e in self.wf.edges.iter().filter(|e| e.to.value == node) {
-            let Some(src_out) = self.st.outputs.get(&e.from.value) else {
-                continue;
-            };
-            if e.with.is_empty() {
-                continue;
-            }
-            mapped = true;
-            let sc = scope(&self.st, src_out, &loops, self.ctx, node);
-            for (k, t) in e.with.iter() {
-                input.insert(k.to_string(), with_value(t, &sc));
-            }
-        }
-        let is_entry = self.wf.entry.as_ref().is_some_and(|e| e.value == node);
-        if !mapped && is_entry {
-            return Value::Object(self.st.vars.clone());
-        }
-        Value::Object(input)
+        build_input(self.wf, &self.st, node, self.ctx)
     }
 
     fn budget_dims(&self) -> Vec<(&'static str, BudgetValue, BudgetValue, bool)> {
+        self.budget_dims_of(&self.st.usage)
+    }
+
+    /// The budget dimensions with `usage` as what was used.
+    fn budget_dims_of(&self, usage: &Usage) -> Vec<(&'static str, BudgetValue, BudgetValue, bool)> {
         let Some(b) = &self.wf.budget else {
             return Vec::new();
         };
@@ -433,7 +485,7 @@ impl<'a> Engine<'a> {
         }
         if let Some(l) = b.max_tokens {
             let limit = u64::try_from(l).unwrap_or(0);
-            let used = self.st.tokens;
+            let used = usage.tokens;
             v.push((
                 "max_tokens",
                 BudgetValue::Int(used),
@@ -442,7 +494,7 @@ impl<'a> Engine<'a> {
             ));
         }
         if let Some(l) = b.max_cost_usd {
-            let used = self.st.cost_usd;
+            let used = usage.cost_usd;
             v.push((
                 "max_cost_usd",
                 BudgetValue::Float(used),
@@ -452,7 +504,7 @@ impl<'a> Engine<'a> {
         }
         if let Some(l) = b.max_iterations {
             let limit = u64::try_from(l).unwrap_or(0);
-            let used = self.st.iterations;
+            let used = usage.iterations;
             v.push((
                 "max_iterations",
                 BudgetValue::Int(used),
@@ -572,7 +624,7 @@ impl<'a> Engine<'a> {
             self.ctx.sandboxes.node_ended(&id, &sandbox).await;
             let duration_ms = ms(t0.elapsed());
             // every execution counts, failed attempts included (max_iterations)
-            self.st.iterations += 1;
+            self.st.usage.iterations += 1;
             let err = match result {
                 (NodeRun::Ok(s), _) => return Ok(Done::from(s, duration_ms)),
                 (_, Some(Stop::Deadline(DeadlineKind::Budget))) => {
@@ -715,36 +767,7 @@ impl<'a> Engine<'a> {
                     }
                 },
                 Some(Condition::Expr { text }) => {
-                    let loops = self.st.loops();
-                    let sc = scope(&self.st, output, &loops, self.ctx, from);
-                    let run_id = Value::from(self.ctx.run_id.clone());
-                    let loops_v = serde_json::to_value(
-                        loops
-                            .iter()
-                            .map(|(k, l)| {
-                                let mut m = Map::new();
-                                m.insert("iteration".into(), Value::from(l.iteration));
-                                if let Some(x) = l.max {
-                                    m.insert("max".into(), Value::from(x));
-                                }
-                                if let Some(p) = &l.previous_output {
-                                    m.insert("previous_output".into(), p.clone());
-                                }
-                                (k.clone(), Value::Object(m))
-                            })
-                            .collect::<Map<String, Value>>(),
-                    )
-                    .unwrap_or_default();
-                    let root = |ns: &str| -> Option<Value> {
-                        match ns {
-                            "input" => Some(sc.input.clone()),
-                            "outputs" => Some(Value::Object(sc.outputs.clone())),
-                            "vars" => Some(Value::Object(sc.vars.clone())),
-                            "loop" => Some(loops_v.clone()),
-                            "run" => Some(serde_json::json!({ "id": run_id.clone() })),
-                            _ => None,
-                        }
-                    };
+                    let root = expr_root(&self.st, output, &self.ctx.run_id);
                     match parse_expr(&text.value)
                         .map_err(|e| e.detail)
                         .and_then(|x| eval(&x, &root).map_err(|e| e.0))
@@ -788,6 +811,7 @@ impl<'a> Engine<'a> {
             expression: None,
             loop_name: None,
             iteration: None,
+            round_robin_index: None,
         };
         match &edge.condition {
             Some(Condition::Field { field, negated }) => {
@@ -830,6 +854,63 @@ impl<'a> Engine<'a> {
             }
         }
         self.emit(ev);
+    }
+}
+
+/// 10.3: the input of `node` from the `with` mappings of its incoming edges whose source has an output in
+/// `st` (later edges and entries overwrite earlier ones); the entry node without mapping gets the vars.
+fn build_input(wf: &Workflow, st: &State, node: &str, ctx: &ExecContext) -> Value {
+    let mut input = Map::new();
+    let mut mapped = false;
+    let loops = st.loops();
+    for e in wf.edges.iter().filter(|e| e.to.value == node) {
+        let Some(src_out) = st.outputs.get(&e.from.value) else {
+            continue;
+        };
+        if e.with.is_empty() {
+            continue;
+        }
+        mapped = true;
+        let sc = scope(st, src_out, &loops, ctx, node);
+        for (k, t) in e.with.iter() {
+            input.insert(k.to_string(), with_value(t, &sc));
+        }
+    }
+    let is_entry = wf.entry.as_ref().is_some_and(|e| e.value == node);
+    if !mapped && is_entry {
+        return Value::Object(st.vars.clone());
+    }
+    Value::Object(input)
+}
+
+/// The roots of an expression evaluated against `st` with `input` as the input: `input`, `outputs`, `vars`,
+/// `artifacts`, `loop`, `run`.
+fn expr_root<'s>(st: &'s State, input: &'s Value, run_id: &'s str) -> impl Fn(&str) -> Option<Value> + 's {
+    let loops_v: Map<String, Value> = st
+        .loops()
+        .iter()
+        .map(|(k, l)| {
+            let mut m = Map::new();
+            m.insert("iteration".into(), Value::from(l.iteration));
+            if let Some(x) = l.max {
+                m.insert("max".into(), Value::from(x));
+            }
+            if let Some(p) = &l.previous_output {
+                m.insert("previous_output".into(), p.clone());
+            }
+            (k.clone(), Value::Object(m))
+        })
+        .collect();
+    move |ns: &str| -> Option<Value> {
+        match ns {
+            "input" => Some(input.clone()),
+            "outputs" => Some(Value::Object(st.outputs.clone())),
+            "vars" => Some(Value::Object(st.vars.clone())),
+            "artifacts" => Some(Value::Object(st.artifacts.clone())),
+            "loop" => Some(Value::Object(loops_v.clone())),
+            "run" => Some(serde_json::json!({ "id": run_id })),
+            _ => None,
+        }
     }
 }
 
