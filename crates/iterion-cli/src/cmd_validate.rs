@@ -65,6 +65,13 @@ pub(crate) fn check_file(
 ) -> iterion_spec::Checked {
     let mcp = project_mcp_json(path, env);
     let mut checked = iterion_spec::check_project(bytes, label, mcp.as_deref());
+    if let Some(text) = &mcp {
+        // the executability check sees the project's servers as `iterion run` does
+        let servers = iterion_spec::compile::read_mcp_json(text, ".mcp.json").0;
+        for w in &mut checked.workflows {
+            w.project_mcp_servers = servers.clone();
+        }
+    }
     if !syntax_only {
         add_refusals(&mut checked, env);
     }

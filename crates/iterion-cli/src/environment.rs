@@ -28,7 +28,17 @@ pub const READ: &[(&str, &str, &str)] = &[
     (
         "ITERION_MCP_AUTOLOAD",
         "1",
-        "0 or false: do not read the .mcp.json next to a workflow for MCP server names",
+        "0 or false: do not read the .mcp.json next to a workflow (its MCP servers are neither known nor started)",
+    ),
+    (
+        "ITERION_MCP_HEALTHCHECK",
+        "1",
+        "0 or false: do not check that the workflow's stdio MCP servers answer before the first node",
+    ),
+    (
+        "ITERION_DEFAULT_SUPERVISOR_MODEL",
+        "anthropic/claude-sonnet-4-6",
+        "the model of an llm router that names none (the claude CLI gets it without the anthropic/ prefix)",
     ),
     (
         "ITERION_CLAUDE_BIN",

@@ -184,3 +184,32 @@ fn a_directory_stands_for_the_workflows_below_it() {
     assert_eq!(code(&o), 2);
     assert!(String::from_utf8_lossy(&o.stderr).contains("no .bot or .iter file in"));
 }
+
+#[test]
+fn mcp_servers_run_on_claude_code_nodes_only() {
+    // t28's agent is a claw node: its project server is refused by run, so by validate
+    let t28 = repo("fixtures/fidelity/t28dir/t28_mcp_server_from_project_mcp_json.bot");
+    let o = iterion(&["validate", t28.to_str().expect("utf-8")], &[]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("error[X004]: MCP servers on 'a' (fromproject) are not supported on claw nodes")
+            && out.contains("hint: MCP servers are supported on claude_code nodes"),
+        "{out}"
+    );
+    // the same on a claude_code node, with a project server and a declared one: accepted
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join(".mcp.json"),
+        r#"{"mcpServers": {"fromproject": {"command": "echo", "args": ["hi"]}}}"#,
+    )
+    .expect("write");
+    let file = dir.path().join("cc.bot");
+    std::fs::write(
+        &file,
+        "mcp_server mine:\n  transport: stdio\n  command: \"srv\"\n\nagent a:\n  backend: \"claude_code\"\n  session: inherit_if_available\n  mcp:\n    servers: [mine]\n\nworkflow w:\n  entry: a\n  a -> done\n",
+    )
+    .expect("write");
+    let o = iterion(&["validate", file.to_str().expect("utf-8")], &[]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+}

@@ -305,8 +305,9 @@ pub fn compile(path: &Path, work_dir: &Path, env: &BTreeMap<String, String>) -> 
     })?;
     let text = String::from_utf8_lossy(&bytes).into_owned();
     let mut diagnostics = checked.diagnostics;
-    let workflow = checked.workflows.into_iter().next();
-    if let Some(wf) = &workflow {
+    let mut workflow = checked.workflows.into_iter().next();
+    if let Some(wf) = &mut workflow {
+        diagnostics.extend(crate::exec::mcp::load_project(wf, &abs, env));
         diagnostics.extend(crate::exec::check_executable(wf, env));
     }
     Ok(Compiled {

@@ -99,7 +99,10 @@ async fn ag2_fenced_json_result_with_tokens_and_cost() {
     let out = a.h.run(AG1).await;
     assert_eq!(summary(&out), "finished");
     let fin = &a.h.rec.of("node_finished")[0];
-    assert_eq!(fin["output"], json!({"ok": true}));
+    assert_eq!(
+        fin["output"],
+        json!({"ok": true, "_backend": "claude_code", "_session_fingerprint": "anthropic-direct"})
+    );
     assert_eq!(fin["_tokens"], 15);
     assert_eq!(fin["_cost_usd"], 0.01);
     assert_eq!(
@@ -151,7 +154,7 @@ async fn missing_prompt_values_render_empty_with_a_warning() {
     assert!(a.h.rec.warnings().iter().any(|w| w.contains("{{input.nope}}")));
     assert_eq!(
         a.h.rec.of("node_finished")[0]["output"],
-        json!({"text": "plain text answer"})
+        json!({"text": "plain text answer", "_backend": "claude_code", "_session_fingerprint": "anthropic-direct"})
     );
 }
 
@@ -199,7 +202,10 @@ async fn is_error_then_success_on_retry() {
             .unwrap()
             .contains("the agent reported an error: boom")
     );
-    assert_eq!(a.h.rec.of("node_finished")[0]["output"], json!({"ok": 1}));
+    assert_eq!(
+        a.h.rec.of("node_finished")[0]["output"],
+        json!({"ok": 1, "_backend": "claude_code", "_session_fingerprint": "anthropic-direct"})
+    );
 }
 
 #[tokio::test]
@@ -224,7 +230,12 @@ async fn publish_writes_artifacts_readable_by_later_nodes() {
     let arts = a.h.rec.artifacts.lock().unwrap().clone();
     assert_eq!(
         arts,
-        [("a".to_string(), "report".to_string(), 0, json!({"n": 1}))]
+        [(
+            "a".to_string(),
+            "report".to_string(),
+            0,
+            json!({"n": 1, "_backend": "claude_code", "_session_fingerprint": "anthropic-direct"})
+        )]
     );
 }
 
@@ -309,7 +320,11 @@ async fn resume_restores_artifacts_and_versions() {
     // b reads the restored artifact, a publishes version 1, b reads the new one
     assert_eq!(
         outputs[..3],
-        [json!({"result": "1"}), json!({"n": 2}), json!({"result": "2"})]
+        [
+            json!({"result": "1"}),
+            json!({"n": 2, "_backend": "claude_code", "_session_fingerprint": "anthropic-direct"}),
+            json!({"result": "2"})
+        ]
     );
     assert_eq!(
         a.h.rec.of("artifact_written"),

@@ -20,7 +20,7 @@ fn check(src: &str, env: &[(&str, &str)], expect: &[&str]) {
 const CC: &str = "  backend: \"claude_code\"\n";
 
 #[test]
-fn xc1_compute_nodes_run_and_llm_routers_are_refused() {
+fn xc1_compute_nodes_and_llm_routers_run_on_executable_backends() {
     check(
         "tool t:\n  command: `true`\n\ncompute c:\n  expr:\n    x: \"1 + 1\"\n\nworkflow w:\n  entry: t\n  t -> c\n  c -> done\n",
         &[],
@@ -29,7 +29,12 @@ fn xc1_compute_nodes_run_and_llm_routers_are_refused() {
     check(
         "agent x:\n  backend: \"claude_code\"\n\nagent y:\n  backend: \"claude_code\"\n\nrouter r:\n  mode: llm\n  model: \"m\"\n\nworkflow w:\n  entry: r\n  r -> x\n  r -> y\n  x -> done\n  y -> done\n",
         &[],
-        &["test.bot:8:9: error[X001]: router 'r': mode 'llm' is not executable in this version"],
+        &[],
+    );
+    check(
+        "agent x:\n  backend: \"claude_code\"\n\nagent y:\n  backend: \"claude_code\"\n\nrouter r:\n  mode: llm\n  backend: \"codex\"\n\nworkflow w:\n  entry: r\n  r -> x\n  r -> y\n  x -> done\n  y -> done\n",
+        &[],
+        &["test.bot:9:12: error[X002]: llm router 'r': backend 'codex' is not supported by this runtime"],
     );
 }
 
@@ -102,8 +107,16 @@ fn xc2_backends() {
 
 #[test]
 fn xc2_session_interaction_and_capabilities() {
+    // claude_code nodes run every session mode; claw nodes keep refusing anything but fresh
+    for mode in ["inherit", "inherit_if_available", "fork", "artifacts_only"] {
+        check(
+            &format!("agent a:\n{CC}  session: {mode}\n\nworkflow w:\n  entry: a\n  a -> done\n"),
+            &[],
+            &[],
+        );
+    }
     check(
-        &format!("agent a:\n{CC}  session: inherit\n\nworkflow w:\n  entry: a\n  a -> done\n"),
+        "agent a:\n  model: \"m\"\n  session: inherit\n\nworkflow w:\n  entry: a\n  a -> done\n",
         &[],
         &["test.bot:3:12: error[X003]: 'session: inherit' on 'a' is not supported in this version"],
     );
@@ -119,12 +132,47 @@ fn xc2_mcp_server_refused_and_attachments_executed() {
     let src = format!(
         "mcp_server gh:\n  transport: stdio\n  command: \"gh-mcp\"\n\nagent a:\n{CC}  mcp:\n    servers: [gh]\n\nworkflow w:\n  entry: a\n  a -> done\n"
     );
-    let wf = compile(&src);
+    check(&src, &[], &[]);
+    // the same server on a claw node stays refused, with where MCP servers work
+    let claw = src.replace(CC, "  model: \"m\"\n");
+    let wf = compile(&claw);
     let d = check_executable(&wf, &BTreeMap::new());
+    assert_eq!(
+        d.iter().map(|d| d.render_header()).collect::<Vec<_>>(),
+        [
+            "test.bot:8:15: error[X004]: MCP servers on 'a' (gh) are not supported on claw nodes in this version"
+        ]
+    );
     assert!(
-        d.iter()
-            .any(|d| d.code == "X004" && d.message == "'mcp_server gh' is not supported in this version"),
-        "{d:#?}"
+        d[0].hint
+            .as_deref()
+            .unwrap()
+            .starts_with("MCP servers are supported on claude_code nodes")
+    );
+    // http/sse servers and auth blocks are refused on claude_code nodes
+    check(
+        &format!(
+            "mcp_server web:\n  transport: http\n  url: \"https://mcp.example.com\"\n\nagent a:\n{CC}\nworkflow w:\n  entry: a\n  mcp:\n    servers: [web]\n  a -> done\n"
+        ),
+        &[],
+        &[
+            "test.bot:5:7: error[X004]: MCP server 'web' on 'a': http servers are not supported in this version",
+        ],
+    );
+    check(
+        &format!(
+            "mcp_server gh:\n  transport: stdio\n  command: \"gh-mcp\"\n  auth:\n    type: \"oauth2\"\n    auth_url: \"https://a.example.com/auth\"\n    token_url: \"https://a.example.com/token\"\n    client_id: \"c\"\n\nagent a:\n{CC}  mcp:\n    servers: [gh]\n\nworkflow w:\n  entry: a\n  a -> done\n"
+        ),
+        &[],
+        &[
+            "test.bot:13:15: error[X004]: MCP server 'gh' on 'a': 'auth' blocks are not supported in this version",
+        ],
+    );
+    // a node block without servers (inherit: false) is fine
+    check(
+        &format!("agent a:\n{CC}  mcp:\n    inherit: false\n\nworkflow w:\n  entry: a\n  a -> done\n"),
+        &[],
+        &[],
     );
 
     // attachments are executed: neither the declaration nor a placeholder (prompt, command, `with`, `.url`)

@@ -257,3 +257,34 @@ async fn a_runner_program_that_does_not_exist_is_runner_incompatible() {
     let e = exec_common::failure_error(&o);
     assert!(e.contains("/nonexistent/iterion-claw-runner"), "{e}");
 }
+
+#[tokio::test]
+async fn an_llm_router_on_claw_sends_the_routing_task_and_takes_the_route() {
+    let double = Double::new(
+        &[
+            json!({"type": "result", "data": {"output": {"selected_route": "y", "reasoning": "r"}, "tokens": 3, "backend_name": "claw"}}),
+        ],
+        None,
+        0,
+    );
+    let mut h = harness(double.program());
+    let src = "router r:\n  mode: llm\n\ntool x:\n  command: `echo '{}'`\n\ntool y:\n  command: `echo '{\"via\": \"y\"}'`\n\nworkflow w:\n  entry: r\n  r -> x\n  r -> y\n  x -> done\n  y -> done\n";
+    let o = h.run(src).await;
+    assert_eq!(summary(&o), "finished", "{:#?}", h.rec.lines());
+    let task = double.read("task");
+    let data = &task["data"];
+    assert!(
+        data["system_prompt"]
+            .as_str()
+            .unwrap()
+            .ends_with("from the available options: [x y].\nRespond with your selection using the required output format."),
+        "{data}"
+    );
+    assert_eq!(data["model"], "anthropic/claude-sonnet-4-6");
+    assert_eq!(
+        data["output_schema"]["properties"]["selected_route"]["enum"],
+        json!(["x", "y"])
+    );
+    let edges: Vec<Value> = h.rec.of("edge_selected");
+    assert_eq!(edges[0], json!({"from": "r", "to": "y"}));
+}

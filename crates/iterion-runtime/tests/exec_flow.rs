@@ -679,3 +679,99 @@ fn nested_routers_and_human_nodes_inside_branches_are_refused() {
         "{d:#?}"
     );
 }
+
+// ---- llm router -----------------------------------------------------------------------------------------
+
+fn lr(multi: bool) -> String {
+    let multi = if multi { "  multi: true\n" } else { "" };
+    format!(
+        "prompt sys:\n  Route the work.\n\nrouter r:\n  mode: llm\n  backend: \"claude_code\"\n{multi}  system: sys\n\ncompute x:\n  expr:\n    via: \"'x'\"\n\ncompute y:\n  expr:\n    via: \"'y'\"\n\ncompute m:\n  await: wait_all\n  expr:\n    k: \"1\"\n\nworkflow w:\n  entry: r\n  r -> x\n  r -> y\n  x -> m\n  y -> m\n  m -> done\n"
+    )
+}
+
+impl Agents {
+    fn file(&self, name: &str) -> String {
+        std::fs::read_to_string(self.state.path().join(name)).unwrap_or_default()
+    }
+}
+
+#[tokio::test]
+async fn lr1_an_llm_router_takes_the_route_the_model_picks() {
+    let mut a = Agents::new();
+    a.reply("r", r#"{"selected_route":"y","reasoning":"because"}"#);
+    let out = a.h.run(&lr(false)).await;
+    assert_eq!(summary(&out), "finished", "{:#?}", a.h.rec.lines());
+    let raw = a.file("argv.r");
+    assert!(
+        raw.contains("--append-system-prompt\nRoute the work.\n\nYou are a routing decision maker. Based on the input context, select the most appropriate route(s) from the available options: [x y].\nRespond with your selection using the required output format.\n"),
+        "{raw}"
+    );
+    // one argument per line, the system prompt (several lines) aside
+    let argv: Vec<String> = raw.lines().map(str::to_string).collect();
+    let model = &argv[argv.iter().position(|s| s == "--model").unwrap() + 1];
+    assert_eq!(
+        model, "claude-sonnet-4-6",
+        "the default model without its provider prefix"
+    );
+    let tools = &argv[argv.iter().position(|s| s == "--allowedTools").unwrap() + 1];
+    assert_eq!(tools, "Read,Glob,Grep");
+    assert!(
+        a.file("stdin.r").contains("\"selected_route\""),
+        "the schema is in the prompt"
+    );
+    let fin = lines_of(&a.h, "node_finished")
+        .into_iter()
+        .find(|l| l["node_id"] == "r")
+        .unwrap();
+    assert_eq!(fin["data"]["selected_route"], "y");
+    assert_eq!(fin["data"]["reasoning"], "because");
+    let started = lines_of(&a.h, "node_started")
+        .into_iter()
+        .find(|l| l["node_id"] == "r")
+        .unwrap();
+    assert_eq!(started["data"]["mode"], "llm");
+    let e = lines_of(&a.h, "edge_selected")
+        .into_iter()
+        .find(|l| l["data"]["from"] == "r")
+        .unwrap();
+    assert_eq!(e["data"], json!({"from": "r", "to": "y"}));
+    assert_eq!(output_of(&a.h, "y"), json!({"via": "y"}));
+}
+
+#[tokio::test]
+async fn lr2_an_invalid_or_unstructured_selection_fails_at_the_router() {
+    let mut a = Agents::new();
+    a.reply("r", r#"{"selected_route":"z","reasoning":""}"#);
+    let out = a.h.run(&lr(false)).await;
+    assert_eq!(summary(&out), "EXECUTION_FAILED node=r checkpoint=r");
+    assert!(
+        error_of(&out).contains("selected 'z' which is not a valid target"),
+        "{}",
+        error_of(&out)
+    );
+    let mut a = Agents::new();
+    a.reply("r", "pick y");
+    let out = a.h.run(&lr(false)).await;
+    assert_eq!(summary(&out), "EXECUTION_FAILED node=r checkpoint=r");
+    assert!(error_of(&out).contains("unstructured text"), "{}", error_of(&out));
+}
+
+#[tokio::test]
+async fn lr3_a_multi_pick_router_fans_out_to_what_it_picked() {
+    let mut a = Agents::new();
+    a.reply("r", r#"{"selected_routes":["x","y"],"reasoning":""}"#);
+    let out = a.h.run(&lr(true)).await;
+    assert_eq!(summary(&out), "finished", "{:#?}", a.h.rec.lines());
+    let ids: Vec<String> = lines_of(&a.h, "branch_started")
+        .into_iter()
+        .map(|l| l["branch_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 2);
+    assert!(ids.contains(&"branch_r_x".to_string()) && ids.contains(&"branch_r_y".to_string()));
+    assert_eq!(lines_of(&a.h, "join_ready")[0]["node_id"], "m");
+    let fin = lines_of(&a.h, "node_finished")
+        .into_iter()
+        .find(|l| l["node_id"] == "r")
+        .unwrap();
+    assert_eq!(fin["data"]["selected_routes"], json!(["x", "y"]));
+}

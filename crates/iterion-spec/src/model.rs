@@ -496,6 +496,27 @@ pub struct McpServer {
     pub auth_scopes: Vec<String>,
 }
 
+/// One server of a project `.mcp.json` (`{"mcpServers": {NAME: {…}}}`), as the runtime uses it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProjectMcpServer {
+    /// The server name.
+    pub name: String,
+    /// `type` (`stdio`, `http`, `sse`); inferred from `command` / `url` when absent.
+    pub transport: Option<String>,
+    /// `command`.
+    pub command: Option<String>,
+    /// `url`.
+    pub url: Option<String>,
+    /// `args`.
+    pub args: Vec<String>,
+    /// `env` (string values; stdio servers).
+    pub env: std::collections::BTreeMap<String, String>,
+    /// `headers` (string values; http and sse servers).
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// Whether the entry has an `auth` block.
+    pub auth: bool,
+}
+
 /// A `prompt` declaration.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Prompt {
@@ -999,6 +1020,10 @@ pub struct Workflow {
     /// The workflow-level `sandbox:` declaration.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxDecl>,
+    /// Servers of the project's `.mcp.json`, filled by the caller that read it (empty otherwise): the
+    /// runtime's MCP catalog starts from them.
+    #[serde(skip)]
+    pub project_mcp_servers: Vec<ProjectMcpServer>,
 }
 
 impl Workflow {

@@ -237,6 +237,15 @@ pub struct NodeFinished {
     /// The error of a node that failed inside a fan-out branch.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The route an `llm` router selected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub selected_route: Option<String>,
+    /// The routes a multi-pick `llm` router selected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub selected_routes: Option<Vec<String>>,
+    /// Why an `llm` router selected them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
 }
 impl EventData for NodeFinished {
     const TYPE: &'static str = "node_finished";
@@ -253,6 +262,9 @@ impl NodeFinished {
             tokens: None,
             cost_usd: None,
             error: None,
+            selected_route: None,
+            selected_routes: None,
+            reasoning: None,
         }
     }
 
@@ -265,6 +277,9 @@ impl NodeFinished {
             tokens: None,
             cost_usd: None,
             error: None,
+            selected_route: None,
+            selected_routes: None,
+            reasoning: None,
         }
     }
 }

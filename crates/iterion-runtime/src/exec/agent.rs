@@ -6,11 +6,12 @@ use iterion_spec::model::{Node, Workflow};
 use iterion_spec::template::{EnvContext, expand_env};
 use serde_json::Value;
 
-use super::node::{NodeEnv, NodeError, NodeRun, NodeSuccess, driver_error, ms, run_collect, tail};
-use super::output::agent_output;
+use super::node::{CallShape, NodeEnv, NodeError, NodeRun, NodeSuccess, driver_error, ms, run_collect, tail};
+use super::output::{agent_output, stamp_session};
 use super::render::{Mode, Scope, render};
 use crate::events::{DelegateError, DelegateFinished, DelegateStarted, DelegateVia, PlacementKind};
 use crate::failure::FailureCode;
+use crate::store::LogLevel;
 
 /// Host variables forwarded to the agent CLI through the exec API (never on a command line).
 pub const CLAUDE_ENV: &[&str] = &[
@@ -124,35 +125,121 @@ pub(crate) fn prompt_text(env: &NodeEnv<'_>, workflow: &Workflow, name: &str, sc
     r.text
 }
 
+/// The provider routing the agent CLI uses, stamped as `_session_fingerprint`: `anthropic-direct` when
+/// `ANTHROPIC_BASE_URL` is unset (or empty) in the environment the CLI gets, else `facade:<host of the URL>`.
+pub(crate) fn session_fingerprint(host_env: &std::collections::BTreeMap<String, String>) -> String {
+    match host_env.get("ANTHROPIC_BASE_URL").filter(|u| !u.is_empty()) {
+        None => "anthropic-direct".into(),
+        Some(url) => format!("facade:{}", url_host(url)),
+    }
+}
+
+/// The host of a URL (no scheme, user info, port or path), lower case.
+fn url_host(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host_port.split(':').next().unwrap_or_default(),
+    };
+    host.to_ascii_lowercase()
+}
+
+/// The session flags of a node (09 §5.3) from its `session` mode and input, and the log line the choice
+/// calls for.
+pub(crate) fn session_flags(
+    mode: &str,
+    input: &Value,
+    fingerprint: &str,
+    node: &str,
+) -> (Vec<String>, Option<(LogLevel, String)>) {
+    let text = |k: &str| {
+        input
+            .get(k)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    let id = text("_session_id");
+    match (mode, id) {
+        ("inherit" | "inherit_if_available", Some(id)) => (vec!["--resume".into(), id], None),
+        ("inherit", None) => (
+            Vec::new(),
+            Some((
+                LogLevel::Warn,
+                format!("node '{node}': session: inherit, but its input has no _session_id; running fresh"),
+            )),
+        ),
+        ("inherit_if_available", None) => (
+            Vec::new(),
+            Some((
+                LogLevel::Info,
+                format!("node '{node}': no upstream _session_id; running fresh"),
+            )),
+        ),
+        ("fork", Some(id)) => match text("_session_fingerprint") {
+            Some(f) if f == fingerprint => (vec!["--resume".into(), id, "--fork-session".into()], None),
+            got => {
+                let why = match got {
+                    None => "its input has no _session_fingerprint".to_string(),
+                    Some(f) => {
+                        format!("the session was made through '{f}', this call goes through '{fingerprint}'")
+                    }
+                };
+                (
+                    Vec::new(),
+                    Some((
+                        LogLevel::Warn,
+                        format!("node '{node}': dropping session fork: {why}; running fresh"),
+                    )),
+                )
+            }
+        },
+        _ => (Vec::new(), None),
+    }
+}
+
 /// Builds the invocation of 10.5.2.
 pub(crate) fn invocation(
     env: &NodeEnv<'_>,
     workflow: &Workflow,
     node: &Node,
     scope: &Scope<'_>,
+    shape: &CallShape,
 ) -> ClaudeInvocation {
     let lookup = |n: &str| env.host_env.get(n).cloned();
     let program = agent_cli_program(env.host_env);
     let mut argv = vec![program, "-p".into(), "--output-format".into(), "json".into()];
-    if let Some(m) = &node.model {
-        let model = expand_env(&m.value, EnvContext::NodeField, &lookup);
-        if !model.is_empty() {
-            argv.extend(["--model".into(), model]);
-        }
+    let model = node
+        .model
+        .as_ref()
+        .map(|m| expand_env(&m.value, EnvContext::NodeField, &lookup))
+        .filter(|m| !m.is_empty())
+        .or_else(|| shape.model.clone());
+    if let Some(model) = model {
+        argv.extend(["--model".into(), model]);
     }
-    if let Some(s) = &node.system {
-        let system = prompt_text(env, workflow, &s.value, scope);
-        if !system.is_empty() {
-            argv.extend(["--append-system-prompt".into(), system]);
-        }
+    let mut system = node
+        .system
+        .as_ref()
+        .map(|s| prompt_text(env, workflow, &s.value, scope))
+        .unwrap_or_default();
+    if let Some(suffix) = &shape.system_suffix {
+        system.push_str(suffix);
     }
-    let tools: Option<String> = if node.readonly == Some(true) {
+    if !system.is_empty() {
+        argv.extend(["--append-system-prompt".into(), system]);
+    }
+    let tools: Option<String> = if node.readonly == Some(true) || shape.readonly {
         Some("Read,Glob,Grep".into())
     } else {
-        node.tools
-            .as_ref()
-            .filter(|t| !t.is_empty())
-            .map(|t| t.iter().map(|s| s.value.as_str()).collect::<Vec<_>>().join(","))
+        node.tools.as_ref().filter(|t| !t.is_empty()).map(|t| {
+            t.iter()
+                .map(|s| super::mcp::allowed_tool(&s.value))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
     };
     if let Some(t) = tools {
         argv.extend(["--allowedTools".into(), t]);
@@ -166,15 +253,29 @@ pub(crate) fn invocation(
         "bypassPermissions"
     };
     argv.extend(["--permission-mode".into(), mode.into()]);
-    let mut prompt = match &node.user {
-        Some(u) => prompt_text(env, workflow, &u.value, scope),
-        None => serde_json::to_string(scope.input).unwrap_or_default(),
+    let fingerprint = session_fingerprint(env.host_env);
+    let mode = node.session.as_ref().map_or("fresh", |s| s.value.as_str());
+    let (flags, note) = session_flags(mode, scope.input, &fingerprint, env.node_id);
+    argv.extend(flags);
+    if let Some((level, message)) = note {
+        env.sink.log(level, &message);
+    }
+    let mut prompt = match (&node.user, &shape.user_fallback) {
+        (Some(u), _) => prompt_text(env, workflow, &u.value, scope),
+        (None, Some(f)) => f.clone(),
+        (None, None) => serde_json::to_string(scope.input).unwrap_or_default(),
     };
-    if let Some(schema) = node.output.as_ref().and_then(|o| workflow.schema(&o.value)) {
+    let schema = shape.output_schema.clone().or_else(|| {
+        node.output
+            .as_ref()
+            .and_then(|o| workflow.schema(&o.value))
+            .map(|s| s.to_json_schema())
+    });
+    if let Some(schema) = schema {
         prompt.push_str(
             "\n\nAnswer with only a JSON object (no prose, no code fence) that is valid against this JSON Schema:\n",
         );
-        prompt.push_str(&schema.to_json_schema().to_string());
+        prompt.push_str(&schema.to_string());
     }
     ClaudeInvocation { argv, prompt }
 }
@@ -188,8 +289,17 @@ fn classify(text: &str) -> FailureCode {
     }
 }
 
+/// What the CLI's result object says.
+#[derive(Debug, Clone, PartialEq)]
+struct CliResult {
+    text: String,
+    tokens: u64,
+    cost: Option<f64>,
+    session_id: Option<String>,
+}
+
 /// Interprets the CLI's stdout (one JSON object) after a zero exit.
-fn parse_result(stdout: &str) -> Result<(String, u64, Option<f64>), String> {
+fn parse_result(stdout: &str) -> Result<CliResult, String> {
     let v: Value =
         serde_json::from_str(stdout.trim()).map_err(|e| format!("unparseable agent output: {e}"))?;
     let Value::Object(o) = v else {
@@ -211,7 +321,17 @@ fn parse_result(stdout: &str) -> Result<(String, u64, Option<f64>), String> {
     let count = |k: &str| usage.and_then(|u| u.get(k)).and_then(Value::as_u64).unwrap_or(0);
     let tokens = count("input_tokens").saturating_add(count("output_tokens"));
     let cost = o.get("total_cost_usd").and_then(Value::as_f64);
-    Ok((text, tokens, cost))
+    let session_id = o
+        .get("session_id")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string);
+    Ok(CliResult {
+        text,
+        tokens,
+        cost,
+        session_id,
+    })
 }
 
 pub(crate) async fn run_claude_code(
@@ -219,9 +339,10 @@ pub(crate) async fn run_claude_code(
     workflow: &Workflow,
     node: &Node,
     scope: &Scope<'_>,
+    shape: &CallShape,
 ) -> NodeRun {
     let id = env.node_id;
-    let inv = invocation(env, workflow, node, scope);
+    let inv = invocation(env, workflow, node, scope, shape);
     env.sink.emit(
         DelegateStarted {
             node_id: id.into(),
@@ -238,8 +359,35 @@ pub(crate) async fn run_claude_code(
         }
     }
     let program = inv.argv[0].clone();
+    let fingerprint = session_fingerprint(env.host_env);
+    let mut argv = inv.argv;
+    let servers = super::mcp::node_servers(workflow, node);
+    let config = if servers.is_empty() {
+        None
+    } else {
+        match super::mcp::write_config(env, &servers).await {
+            Ok(f) => {
+                argv.extend(["--mcp-config".into(), f.path(), "--strict-mcp-config".into()]);
+                Some(f)
+            }
+            Err(e) => {
+                env.sink.emit(
+                    DelegateError {
+                        node_id: id.into(),
+                        backend: BACKEND.into(),
+                        error: e.message.clone(),
+                    }
+                    .into(),
+                );
+                return NodeRun::Err(e);
+            }
+        }
+    };
     let started = Instant::now();
-    let result = run_collect(env, env.request(inv.argv, exec_env), Some(inv.prompt.as_bytes())).await;
+    let result = run_collect(env, env.request(argv, exec_env), Some(inv.prompt.as_bytes())).await;
+    if let Some(f) = config {
+        super::mcp::remove_config(env, f).await;
+    }
     let fail = |code: FailureCode, error: String| {
         env.sink.emit(
             DelegateError {
@@ -287,7 +435,12 @@ pub(crate) async fn run_claude_code(
         );
     }
     match parse_result(&stdout) {
-        Ok((text, tokens, cost_usd)) => {
+        Ok(CliResult {
+            text,
+            tokens,
+            cost: cost_usd,
+            session_id,
+        }) => {
             env.sink.emit(
                 DelegateFinished {
                     node_id: id.into(),
@@ -299,7 +452,7 @@ pub(crate) async fn run_claude_code(
                 .into(),
             );
             NodeRun::Ok(NodeSuccess {
-                output: agent_output(&text),
+                output: stamp_session(agent_output(&text), session_id.as_deref(), BACKEND, &fingerprint),
                 tokens: Some(tokens),
                 cost_usd,
             })
@@ -314,10 +467,49 @@ mod tests {
 
     fn check(stdout: &str, expect: &str) {
         let got = match parse_result(stdout) {
-            Ok((t, n, c)) => format!("ok {t:?} {n} {c:?}"),
+            Ok(CliResult {
+                text: t,
+                tokens: n,
+                cost: c,
+                ..
+            }) => format!("ok {t:?} {n} {c:?}"),
             Err(e) => format!("err {e} -> {}", classify(&e)),
         };
         assert_eq!(got, expect, "{stdout:?}");
+    }
+
+    #[test]
+    fn fingerprints() {
+        let fp = |url: &str| {
+            let env = std::collections::BTreeMap::from([("ANTHROPIC_BASE_URL".to_string(), url.to_string())]);
+            session_fingerprint(&env)
+        };
+        assert_eq!(session_fingerprint(&Default::default()), "anthropic-direct");
+        assert_eq!(fp(""), "anthropic-direct");
+        assert_eq!(fp("https://Gateway.example.com/v1"), "facade:gateway.example.com");
+        assert_eq!(fp("http://u:p@127.0.0.1:8080"), "facade:127.0.0.1");
+        assert_eq!(fp("http://[::1]:4000/x"), "facade:::1");
+        assert_eq!(fp("proxy.local:9000"), "facade:proxy.local");
+    }
+
+    #[test]
+    fn session_table() {
+        let input = serde_json::json!({"_session_id": "abc", "_session_fingerprint": "anthropic-direct"});
+        let flags =
+            |mode: &str, input: &Value| session_flags(mode, input, "anthropic-direct", "n").0.join(" ");
+        assert_eq!(flags("fresh", &input), "");
+        assert_eq!(flags("artifacts_only", &input), "");
+        assert_eq!(flags("inherit", &input), "--resume abc");
+        assert_eq!(flags("inherit_if_available", &input), "--resume abc");
+        assert_eq!(flags("fork", &input), "--resume abc --fork-session");
+        let empty = serde_json::json!({"_session_id": "", "_session_fingerprint": "anthropic-direct"});
+        for mode in ["inherit", "inherit_if_available", "fork"] {
+            assert_eq!(flags(mode, &empty), "", "{mode}");
+        }
+        // fork without an id is fresh, silently; inherit without one warns
+        assert!(session_flags("fork", &empty, "anthropic-direct", "n").1.is_none());
+        let (_, note) = session_flags("inherit", &serde_json::json!({}), "anthropic-direct", "n");
+        assert_eq!(note.unwrap().0, LogLevel::Warn);
     }
 
     #[test]

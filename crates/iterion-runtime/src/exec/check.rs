@@ -9,6 +9,11 @@
 //! Attachments (`attachments:` and `{{attachments.…}}`) are executed (see [`crate::attachments`]); `X004` and
 //! `X005` no longer apply to them. `.url` renders as empty text with a warning at run time.
 //!
+//! Sessions other than `fresh` and MCP servers are executed on `claude_code` nodes (stdio servers only); on
+//! claw nodes they stay refused (`X003` for `session`, `X004` for a non-empty MCP active set), as do http/sse
+//! servers and `auth` blocks (`X004`). Unknown MCP server names are the compiler's `C025`, reported by
+//! [`super::mcp::load_project`] with the project's `.mcp.json`.
+//!
 //! ```
 //! use std::collections::BTreeMap;
 //! let src = "agent a:\n  backend: \"codex\"\n\nworkflow w:\n  entry: a\n  a -> done\n";
@@ -133,7 +138,6 @@ fn list(v: &[Spanned<String>]) -> String {
 /// (errors and `X007` warnings), sorted by position.
 pub fn check_executable(workflow: &Workflow, env: &BTreeMap<String, String>) -> Vec<Diagnostic> {
     let file = workflow.file.as_str();
-    let wspan = workflow.name.span;
     let mut out = Vec::new();
     for node in &workflow.nodes {
         match node.kind {
@@ -141,17 +145,6 @@ pub fn check_executable(workflow: &Workflow, env: &BTreeMap<String, String>) -> 
             NodeKind::Human => super::check_flow::human(workflow, node, &mut out),
             NodeKind::Agent | NodeKind::Judge => check_agent(workflow, node, env, &mut out),
             NodeKind::Tool | NodeKind::Compute => {}
-        }
-
-        if let Some(mcp) = &node.mcp {
-            for s in mcp.servers.iter().flatten() {
-                out.push(at(
-                    "X004",
-                    file,
-                    s.span,
-                    format!("'mcp_server {}' is not supported in this version", s.value),
-                ));
-            }
         }
     }
     if let Some(i) = &workflow.interaction
@@ -162,16 +155,6 @@ pub fn check_executable(workflow: &Workflow, env: &BTreeMap<String, String>) -> 
             file,
             i.span,
             format!("'interaction: {}' is not supported in this version", i.value),
-        ));
-    }
-    if let Some(m) = &workflow.mcp {
-        // the block keeps no position of its own: blame its first server name when it has one
-        let span = m.servers.iter().flatten().next().map_or(wspan, |s| s.span);
-        out.push(at(
-            "X004",
-            file,
-            span,
-            "'mcp' is not supported in this version".into(),
         ));
     }
     super::check_flow::fan_out_warnings(workflow, &mut out);
@@ -202,21 +185,24 @@ fn check_agent(workflow: &Workflow, node: &Node, env: &BTreeMap<String, String>,
     if backend == "claw" {
         check_claw(file, node, env, out);
     }
+    // claude_code sessions are executed (09 §5); claw keeps refusing them. The placement warning of 09 §8 (an
+    // inherit/fork node reading the session of a node placed elsewhere) is not given here: placements are
+    // resolved after this check, from CLI flags, machine defaults and floors this check does not see.
     if let Some(s) = &node.session
         && s.value != "fresh"
+        && backend != "claude_code"
     {
-        out.push(unsupported_prop(file, s.span, "session", &s.value, name));
+        out.push(
+            unsupported_prop(file, s.span, "session", &s.value, name)
+                .with_hint("sessions are supported on claude_code nodes"),
+        );
     }
     if let Some(i) = &node.interaction
         && i.value != "none"
     {
         out.push(unsupported_prop(file, i.span, "interaction", &i.value, name));
     }
-    if let Some(m) = &node.mcp
-        && m.servers.as_ref().is_none_or(|s| s.is_empty())
-    {
-        out.push(unsupported_prop(file, node.name.span, "mcp", "{…}", name));
-    }
+    check_mcp(workflow, node, &backend, out);
     if node.memory.as_ref().and_then(|m| m.enabled) == Some(true) {
         out.push(unsupported_prop(
             file,
@@ -244,5 +230,69 @@ fn check_agent(workflow: &Workflow, node: &Node, env: &BTreeMap<String, String>,
             ));
         }
         _ => {}
+    }
+}
+
+/// MCP servers of an agent or judge node (09 §6.3): executed for `claude_code` nodes with stdio servers; `X004`
+/// for a claw node with a non-empty active set, for http/sse servers and for `auth` blocks. Names the catalog
+/// lacks are the compiler's `C025` ("unknown MCP server").
+fn check_mcp(workflow: &Workflow, node: &Node, backend: &str, out: &mut Vec<Diagnostic>) {
+    let file = workflow.file.as_str();
+    let name = node.name.value.as_str();
+    let set = super::mcp::node_set(workflow, node);
+    if set.is_empty() {
+        return;
+    }
+    // blame the node's own server name when it lists the server, else the node
+    let span_of = |server: &str| {
+        node.mcp
+            .as_ref()
+            .and_then(|m| m.servers.as_ref())
+            .and_then(|l| l.iter().find(|s| s.value == server))
+            .map_or(node.name.span, |s| s.span)
+    };
+    if backend != "claude_code" {
+        out.push(
+            at(
+                "X004",
+                file,
+                span_of(&set[0]),
+                format!(
+                    "MCP servers on '{name}' ({}) are not supported on {backend} nodes in this version",
+                    set.join(", ")
+                ),
+            )
+            .with_hint(
+                "MCP servers are supported on claude_code nodes; to run without them, set 'mcp: inherit: false' on the node, 'mcp: autoload_project: false' on the workflow, or ITERION_MCP_AUTOLOAD=0",
+            ),
+        );
+        return;
+    }
+    let catalog = super::mcp::catalog(workflow);
+    for server in &set {
+        let Some(e) = catalog.get(server) else {
+            continue;
+        };
+        if e.auth {
+            out.push(at(
+                "X004",
+                file,
+                span_of(server),
+                format!("MCP server '{server}' on '{name}': 'auth' blocks are not supported in this version"),
+            ));
+        } else if e.transport != "stdio" {
+            out.push(
+                at(
+                    "X004",
+                    file,
+                    span_of(server),
+                    format!(
+                        "MCP server '{server}' on '{name}': {} servers are not supported in this version",
+                        e.transport
+                    ),
+                )
+                .with_hint("only stdio MCP servers are supported on claude_code nodes"),
+            );
+        }
     }
 }

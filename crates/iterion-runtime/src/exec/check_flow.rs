@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use iterion_spec::diag::Diagnostic;
 use iterion_spec::model::{Node, NodeKind, Workflow};
 
-use super::check::{at, warn_at};
+use super::check::{EXECUTABLE_BACKENDS, at, node_backend, warn_at};
 use super::topology::{branch_nodes, convergence_point, is_mutating, mutating_branches};
 
 /// The interaction mode of a human node: its own, else the workflow's when not `none`, else `human`.
@@ -55,15 +55,21 @@ pub(super) fn router(
     let file = workflow.file.as_str();
     let id = node.name.value.as_str();
     match mode(node) {
-        "llm" => out.push(
-            at(
-                "X001",
-                file,
-                node.router_mode.as_ref().map_or(node.name.span, |m| m.span),
-                format!("router '{id}': mode 'llm' is not executable in this version"),
-            )
-            .with_hint("use a judge node with a `when` field and a condition router, or mode fan_out_all / round_robin"),
-        ),
+        "llm" => {
+            // the model call goes through the router's backend, like an agent's
+            let (backend, span) = node_backend(workflow, node, env);
+            if !EXECUTABLE_BACKENDS.contains(&backend.as_str()) {
+                out.push(
+                    at(
+                        "X002",
+                        file,
+                        span,
+                        format!("llm router '{id}': backend '{backend}' is not supported by this runtime"),
+                    )
+                    .with_hint("supported: claw, claude_code"),
+                );
+            }
+        }
         "fan_out_all" => fan_out(workflow, node, env, out),
         "round_robin" => {
             for e in workflow.edges.iter().filter(|e| e.from.value == id) {

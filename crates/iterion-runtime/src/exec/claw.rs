@@ -21,7 +21,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
 use super::agent::prompt_text;
-use super::node::{NodeEnv, NodeError, NodeRun, NodeSuccess, driver_error, ms};
+use super::node::{CallShape, NodeEnv, NodeError, NodeRun, NodeSuccess, driver_error, ms};
 use super::render::Scope;
 use crate::events::{DelegateError, DelegateFinished, DelegateStarted, DelegateVia, Forwarded};
 use crate::failure::FailureCode;
@@ -91,15 +91,25 @@ pub(crate) fn allowed_builtins(node: &Node) -> Vec<String> {
 }
 
 /// The `task` of 10.5.3 for one execution of `node`.
-pub(crate) fn build_task(env: &NodeEnv<'_>, workflow: &Workflow, node: &Node, scope: &Scope<'_>) -> Task {
-    let system_prompt = node
+pub(crate) fn build_task(
+    env: &NodeEnv<'_>,
+    workflow: &Workflow,
+    node: &Node,
+    scope: &Scope<'_>,
+    shape: &CallShape,
+) -> Task {
+    let mut system_prompt = node
         .system
         .as_ref()
         .map(|s| prompt_text(env, workflow, &s.value, scope))
         .unwrap_or_default();
-    let user_prompt = match &node.user {
-        Some(u) => prompt_text(env, workflow, &u.value, scope),
-        None => serde_json::to_string(scope.input).unwrap_or_default(),
+    if let Some(suffix) = &shape.system_suffix {
+        system_prompt.push_str(suffix);
+    }
+    let user_prompt = match (&node.user, &shape.user_fallback) {
+        (Some(u), _) => prompt_text(env, workflow, &u.value, scope),
+        (None, Some(f)) => f.clone(),
+        (None, None) => serde_json::to_string(scope.input).unwrap_or_default(),
     };
     let allowed = allowed_builtins(node);
     let tool_defs = allowed
@@ -110,18 +120,23 @@ pub(crate) fn build_task(env: &NodeEnv<'_>, workflow: &Workflow, node: &Node, sc
             input_schema: None,
         })
         .collect();
-    let output_schema = node
-        .output
-        .as_ref()
-        .and_then(|o| workflow.schema(&o.value))
-        .map(|s| s.to_json_schema());
+    let output_schema = shape.output_schema.clone().or_else(|| {
+        node.output
+            .as_ref()
+            .and_then(|o| workflow.schema(&o.value))
+            .map(|s| s.to_json_schema())
+    });
+    let model = Some(expanded(env, node.model.as_ref()))
+        .filter(|m| !m.is_empty())
+        .or_else(|| shape.model.clone())
+        .unwrap_or_default();
     let compaction = node.compaction.clone().unwrap_or_default();
     Task {
         node_id: env.node_id.to_string(),
         run_id: env.run_id.to_string(),
         system_prompt,
         user_prompt,
-        model: expanded(env, node.model.as_ref()),
+        model,
         provider_hint: expanded(env, node.provider.as_ref()),
         reasoning_effort: expanded(env, node.reasoning_effort.as_ref()),
         max_tokens: node.max_tokens.and_then(|n| u64::try_from(n).ok()).unwrap_or(0),
@@ -135,7 +150,7 @@ pub(crate) fn build_task(env: &NodeEnv<'_>, workflow: &Workflow, node: &Node, sc
         allowed_tools: allowed,
         output_schema,
         work_dir: env.sandbox.workdir.clone(),
-        readonly: node.readonly == Some(true),
+        readonly: node.readonly == Some(true) || shape.readonly,
         compact_threshold_ratio: compaction.threshold.unwrap_or(0.0),
         compact_preserve_recent: compaction
             .preserve_recent
@@ -329,9 +344,10 @@ pub(crate) async fn run_claw(
     workflow: &Workflow,
     node: &Node,
     scope: &Scope<'_>,
+    shape: &CallShape,
 ) -> NodeRun {
     let id = env.node_id;
-    let task = build_task(env, workflow, node, scope);
+    let task = build_task(env, workflow, node, scope, shape);
     env.sink.emit(
         DelegateStarted {
             node_id: id.into(),

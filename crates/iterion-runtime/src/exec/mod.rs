@@ -1,6 +1,7 @@
 //! Workflow execution (sections 5 and 10 of the runtime specification): the executability check, vars,
 //! node input, tool nodes, `claw` agent and judge nodes (through the claw runner, [`claw`]) and `claude_code`
-//! ones (through the agent CLI), edge selection, loops, budget, recovery and terminal nodes.
+//! ones (through the agent CLI, with sessions and MCP servers, [`mcp`]), edge selection, loops, budget, recovery
+//! and terminal nodes.
 //!
 //! The run lifecycle owns everything around the graph (run record, sandbox setup, `run_started`, the final
 //! status transition with `run_finished` / `run_failed` / `run_cancelled`, cleanup). It calls [`execute`]
@@ -40,6 +41,7 @@ mod check_flow;
 pub mod claw;
 mod context;
 mod graph;
+pub mod mcp;
 mod node;
 pub mod output;
 pub mod render;

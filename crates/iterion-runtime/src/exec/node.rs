@@ -18,6 +18,22 @@ pub(crate) const CAPTURE_CAP: usize = 16 * 1024 * 1024;
 /// Bytes of stdout / stderr kept in a node error message.
 pub(crate) const TAIL: usize = 4 * 1024;
 
+/// How a model call made for something other than an agent node (an `llm` router) changes the agent call:
+/// the default is a plain agent node.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CallShape {
+    /// Appended to the rendered system prompt.
+    pub system_suffix: Option<String>,
+    /// Replaces the node's `output` schema.
+    pub output_schema: Option<Value>,
+    /// The user prompt when the node has no `user` prompt (instead of the input as JSON).
+    pub user_fallback: Option<String>,
+    /// The model when the node sets none.
+    pub model: Option<String>,
+    /// Only reading tools.
+    pub readonly: bool,
+}
+
 /// Everything one node execution needs.
 pub(crate) struct NodeEnv<'a> {
     pub run_id: &'a str,

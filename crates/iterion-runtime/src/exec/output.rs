@@ -85,6 +85,28 @@ fn balanced_objects(text: &str) -> Vec<&str> {
     out
 }
 
+/// Stamps the session keys of a successful backend call on a node output: `_session_id` (when the backend
+/// reported one), `_backend` and `_session_fingerprint`.
+///
+/// ```
+/// use iterion_runtime::exec::output::stamp_session;
+/// let out = stamp_session(serde_json::json!({"ok": true}), Some("abc"), "claude_code", "anthropic-direct");
+/// assert_eq!(out["_session_id"], "abc");
+/// assert_eq!(out["_backend"], "claude_code");
+/// assert_eq!(out["_session_fingerprint"], "anthropic-direct");
+/// assert_eq!(out["ok"], true);
+/// ```
+pub fn stamp_session(mut output: Value, session_id: Option<&str>, backend: &str, fingerprint: &str) -> Value {
+    if let Value::Object(m) = &mut output {
+        if let Some(id) = session_id.filter(|s| !s.is_empty()) {
+            m.insert("_session_id".into(), Value::String(id.into()));
+        }
+        m.insert("_backend".into(), Value::String(backend.into()));
+        m.insert("_session_fingerprint".into(), Value::String(fingerprint.into()));
+    }
+    output
+}
+
 /// The output of an agent or judge from its final text: the text itself when it is a JSON object; else the
 /// object in a fenced block marked `json`; else the outermost balanced `{…}` that parses; else
 /// `{"text": "<final text>"}`.

@@ -301,13 +301,23 @@ pub async fn resume(cfg: &Config, req: Resume) -> Result<Outcome> {
     let Some(checkpoint) = doc.checkpoint.clone() else {
         return Err(resume_invalid(&req, "the run has no checkpoint".into()));
     };
-    if doc.status == RunStatus::PausedWaitingHuman && req.answers.is_none() {
+    // a checkpoint at a human node (paused, or failed while it waited) continues only with its answers
+    if (doc.status == RunStatus::PausedWaitingHuman || checkpoint.interaction_id.is_some())
+        && req.answers.is_none()
+    {
         return Err(Error::AnswersRequired {
             run_id: req.run_id.clone(),
         });
     }
-    let (workflow, hash) = resumable_workflow(&req, &doc)?;
+    let (mut workflow, hash) = resumable_workflow(&req, &doc)?;
     crate::attachments::verify_stored(run.dir(), &doc.attachments).map_err(|r| resume_invalid(&req, r))?;
+    let file = req.file.clone().unwrap_or_else(|| PathBuf::from(&doc.file_path));
+    if let Some(d) = crate::exec::mcp::load_project(&mut workflow, &file, &cfg.env)
+        .iter()
+        .find(|d| d.is_error())
+    {
+        return Err(resume_invalid(&req, format!("MCP servers: {}", d.message)));
+    }
     // Recorded inputs, with the flags given to resume replacing them.
     let (requested, operator_env) = resume_requested(cfg, &doc, &req.sandbox)?;
     let work_dir = PathBuf::from(&doc.work_dir);
@@ -705,6 +715,13 @@ async fn execute(
     ctx = ctx.with_attachments(attachments);
     if let Some(a) = &input.answers {
         ctx = ctx.with_answers(a.clone());
+    }
+    // MCP servers answer before the first node (09 §6.3), where the nodes using them run.
+    let claude_nodes = crate::exec::agent_cli_nodes(&input.workflow, &cfg.env);
+    let health =
+        crate::exec::mcp::health_check(&input.workflow, &claude_nodes, ctx.sandboxes.as_ref(), &cfg.env);
+    if let Err(e) = health.await {
+        return End::Failed(Failure::new(FailureCode::ExecutionFailed, e), Some(stub));
     }
     let wf = input.workflow.clone();
     // A panic in the executor must not skip the final status or cleanup (05 §8.2): it runs in its own task.

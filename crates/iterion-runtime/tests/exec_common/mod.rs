@@ -236,7 +236,11 @@ impl Harness {
 
     /// Compiles `src` (must have no error) and runs it.
     pub async fn run(&mut self, src: &str) -> ExecOutcome {
-        let wf = compile(src);
+        self.run_workflow(compile(src)).await
+    }
+
+    /// Runs a compiled workflow.
+    pub async fn run_workflow(&mut self, wf: iterion_spec::model::Workflow) -> ExecOutcome {
         let dir = self.work_dir();
         let env: Vec<(&str, &str)> = self
             .run_env
@@ -326,4 +330,62 @@ pub fn fake_agent() -> String {
         .join("tests/fixtures/fake-agent.sh")
         .to_string_lossy()
         .into_owned()
+}
+
+/// A harness whose agent CLI is the fixture script, recording into its own directory.
+pub struct FakeAgent {
+    pub h: Harness,
+    pub state: tempfile::TempDir,
+}
+
+impl FakeAgent {
+    /// Every call answers `reply` unless `reply.N` exists.
+    pub fn new(reply: &str) -> FakeAgent {
+        let state = tempfile::tempdir().unwrap();
+        std::fs::write(state.path().join("reply"), reply).unwrap();
+        let mut h = Harness::new()
+            .env("ITERION_CLAUDE_BIN", &fake_agent())
+            .env("ANTHROPIC_API_KEY", "sk-test-key");
+        h.run_env = vec![(
+            "FAKE_AGENT_DIR".into(),
+            state.path().to_string_lossy().into_owned(),
+        )];
+        FakeAgent { h, state }
+    }
+
+    /// The answer of call `n` (0-based).
+    pub fn reply_at(&self, n: usize, reply: &str) {
+        std::fs::write(self.path(&format!("reply.{n}")), reply).unwrap();
+    }
+
+    pub fn file(&self, name: &str) -> String {
+        std::fs::read_to_string(self.path(name)).unwrap_or_default()
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.state.path().join(name)
+    }
+
+    /// The arguments of call `n` (without the program).
+    pub fn argv_of(&self, n: usize) -> Vec<String> {
+        self.file(&format!("argv.{n}"))
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// A successful CLI result object with `result` text and, when given, a `session_id`.
+pub fn cli_reply(result: &str, session_id: Option<&str>) -> String {
+    let mut v = json!({
+        "type": "result",
+        "is_error": false,
+        "result": result,
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+        "total_cost_usd": 0.01
+    });
+    if let Some(s) = session_id {
+        v["session_id"] = json!(s);
+    }
+    v.to_string()
 }

@@ -11,20 +11,7 @@ use super::check::{Checked, check_bytes};
 use crate::diag::Diagnostic;
 use crate::model::{McpBlock, Workflow};
 
-/// One server of a project `.mcp.json` (`{"mcpServers": {NAME: {…}}}`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProjectMcpServer {
-    /// The server name.
-    pub name: String,
-    /// `type` (`stdio`, `http`, `sse`); inferred from `command` / `url` when absent.
-    pub transport: Option<String>,
-    /// `command`.
-    pub command: Option<String>,
-    /// `url`.
-    pub url: Option<String>,
-    /// `args`.
-    pub args: Vec<String>,
-}
+pub use crate::model::ProjectMcpServer;
 
 /// Parses the text of a `.mcp.json` (`file` names it in diagnostics): its servers, and a `C025` error for the
 /// file when it is not an object with an optional `mcpServers` object, or for each server whose transport
@@ -81,12 +68,25 @@ pub fn read_mcp_json(text: &str, file: &str) -> (Vec<ProjectMcpServer>, Vec<Diag
                 format!("{file}: mcp server '{name}': {p}"),
             ));
         }
+        let strings = |k: &str| -> std::collections::BTreeMap<String, String> {
+            s.get(k)
+                .and_then(Value::as_object)
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
         out.push(ProjectMcpServer {
             name: name.clone(),
             transport,
             command,
             url,
             args,
+            env: strings("env"),
+            headers: strings("headers"),
+            auth: s.get("auth").is_some_and(|a| !a.is_null()),
         });
     }
     (out, diags)

@@ -116,6 +116,7 @@ impl Compiler<'_> {
             worktree: wt,
             worktree_span: worktree.as_ref().map(|w| w.span),
             sandbox,
+            project_mcp_servers: Vec::new(),
         }
     }
 

@@ -148,6 +148,7 @@ pub fn workflow(sandbox: Option<SandboxDecl>, nodes: Vec<(&str, NodeKind, Option
         worktree: Worktree::None,
         worktree_span: None,
         sandbox,
+        project_mcp_servers: Vec::new(),
     }
 }
 

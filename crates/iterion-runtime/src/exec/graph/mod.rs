@@ -13,7 +13,7 @@ use super::agent::run_claude_code;
 use super::check::node_backend;
 use super::claw::run_claw;
 use super::context::{ExecContext, ExecOutcome};
-use super::node::{NodeEnv, NodeError, NodeRun, NodeSuccess, ms};
+use super::node::{CallShape, NodeEnv, NodeError, NodeRun, NodeSuccess, ms};
 use super::render::{LoopView, Scope, with_value};
 use super::tool::run_tool;
 use crate::events::{
@@ -76,6 +76,7 @@ fn loop_bodies(wf: &Workflow) -> BTreeMap<String, BTreeSet<String>> {
 mod compute;
 mod fanout;
 mod human;
+mod llm_router;
 mod router;
 
 /// What the budget counts: shared by the branches of a fan-out.
@@ -359,6 +360,7 @@ impl<'a> Engine<'a> {
         match (node.kind, router::mode(node)) {
             (NodeKind::Router, router::Mode::RoundRobin) => return self.round_robin(node),
             (NodeKind::Router, router::Mode::FanOutAll) => return self.fan_out_all(node).await,
+            (NodeKind::Router, router::Mode::Llm) => return self.llm_router(node).await,
             (NodeKind::Router, router::Mode::Other(m)) => {
                 return Err(self.fail_code(
                     FailureCode::ExecutionFailed,
@@ -939,9 +941,9 @@ async fn dispatch(env: &NodeEnv<'_>, wf: &Workflow, node: &Node, sc: &Scope<'_>)
         NodeKind::Agent | NodeKind::Judge => {
             let (backend, _) = node_backend(wf, node, env.host_env);
             if backend == "claude_code" {
-                run_claude_code(env, wf, node, sc).await
+                run_claude_code(env, wf, node, sc, &CallShape::default()).await
             } else if backend == "claw" {
-                run_claw(env, wf, node, sc).await
+                run_claw(env, wf, node, sc, &CallShape::default()).await
             } else {
                 NodeRun::Err(NodeError::new(
                     FailureCode::ExecutionFailed,

@@ -12,7 +12,8 @@ pub(super) enum Mode<'n> {
     Condition,
     RoundRobin,
     FanOutAll,
-    /// `llm` and anything the check did not let through.
+    Llm,
+    /// Anything the check did not let through.
     Other(&'n str),
 }
 
@@ -22,6 +23,7 @@ pub(super) fn mode(node: &Node) -> Mode<'_> {
         Some("condition") => Mode::Condition,
         Some("round_robin") => Mode::RoundRobin,
         Some("fan_out_all") | None => Mode::FanOutAll,
+        Some("llm") => Mode::Llm,
         Some(other) => Mode::Other(other),
     }
 }
