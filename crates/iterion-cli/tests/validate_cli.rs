@@ -80,15 +80,15 @@ fn validate_reports_what_run_refuses_at_its_position() {
     let o = iterion(&["validate", wt.to_str().expect("utf-8")], &[]);
     assert_eq!(code(&o), 0, "{}", stdout(&o));
 
-    // `interaction: human` is on line 6: the caret is there, not on the workflow name (line 4)
+    // `interaction: llm` (a model answering) is on line 6: the caret is there, not on the workflow name (line 4)
     let wt = dir.path().join("interaction.bot");
-    std::fs::write(&wt, workflow("  interaction: human\n")).expect("write");
+    std::fs::write(&wt, workflow("  interaction: llm\n")).expect("write");
     let wt = wt.to_str().expect("utf-8");
     let o = iterion(&["validate", wt], &[]);
     assert_eq!(code(&o), 1, "{}", stdout(&o));
     let out = stdout(&o);
     assert!(
-        out.contains("interaction.bot:6:16: error[X004]: 'interaction: human' is not supported"),
+        out.contains("interaction.bot:6:16: error[X004]: 'interaction: llm' is not supported"),
         "{out}"
     );
     assert!(out.contains("invalid (1 error(s)"), "{out}");
@@ -158,7 +158,7 @@ fn doctor_strict_fails_on_what_run_refuses() {
     let (c, doc) = run("ok.bot", "");
     assert_eq!(c, 0, "{doc}");
     assert_eq!(status(&doc, "workflow_compiles")["status"], "pass");
-    let (c, doc) = run("wt.bot", "  interaction: human\n");
+    let (c, doc) = run("wt.bot", "  interaction: llm\n");
     assert_eq!(c, 1, "{doc}");
     let check = status(&doc, "workflow_compiles");
     assert_eq!(check["status"], "fail", "{check}");

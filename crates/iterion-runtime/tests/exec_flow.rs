@@ -775,3 +775,90 @@ async fn lr3_a_multi_pick_router_fans_out_to_what_it_picked() {
         .unwrap();
     assert_eq!(fin["data"]["selected_routes"], json!(["x", "y"]));
 }
+
+// ---- agents asking through the interaction protocol (HU7) -----------------------------------------------
+
+const HU7: &str =
+    "agent a:\n  backend: \"claude_code\"\n  interaction: human\n\nworkflow w:\n  entry: a\n  a -> done\n";
+
+#[tokio::test]
+async fn hu7_an_agent_that_asks_pauses_and_its_answer_reinvokes_it_in_its_session() {
+    let mut a = Agents::new();
+    let asks = json!({
+        "type": "result", "is_error": false, "session_id": "S1",
+        "result": r#"{"_needs_interaction":true,"_interaction_questions":{"q":"Which DB?"}}"#,
+        "usage": {"input_tokens": 4, "output_tokens": 0}
+    });
+    std::fs::write(a.state.path().join("reply.a.0"), asks.to_string()).unwrap();
+    a.reply("a", r#"{"db":"pg"}"#);
+    let out = a.h.run(HU7).await;
+    let ExecOutcome::Paused { checkpoint } = out else {
+        panic!("{:#?}", a.h.rec.lines())
+    };
+    assert!(
+        a.file("argv.a.0").contains("[INTERACTION PROTOCOL]"),
+        "the protocol is in the system prompt"
+    );
+    let req = lines_of(&a.h, "human_input_requested");
+    assert_eq!(
+        req[0]["data"],
+        json!({"interaction_id": "run-1_a", "questions": {"q": "Which DB?"}, "source": "delegate", "backend": "claude_code"})
+    );
+    assert_eq!(checkpoint.backend_session_id.as_deref(), Some("S1"));
+    assert_eq!(checkpoint.backend_name.as_deref(), Some("claude_code"));
+    assert!(
+        lines_of(&a.h, "node_finished").is_empty(),
+        "the agent's answer is not its output yet"
+    );
+
+    // resume with the answer: the agent runs again, in its session, with the answer in its input
+    let mut r = Agents::new();
+    std::fs::write(
+        r.state.path().join("reply.a"),
+        std::fs::read(a.state.path().join("reply.a")).unwrap(),
+    )
+    .unwrap();
+    r.h.resume = Some(checkpoint);
+    r.h.answers = Some(answers(json!({"q": "pg"})));
+    let out = r.h.run(HU7).await;
+    assert_eq!(summary(&out), "finished", "{:#?}", r.h.rec.lines());
+    let argv = r.file("argv.a.0");
+    assert!(argv.contains("--resume\nS1\n"), "{argv}");
+    let stdin = r.file("stdin.a.0");
+    assert!(stdin.contains("\"q\":\"pg\""), "{stdin}");
+    assert_eq!(output_of(&r.h, "a")["db"], "pg");
+    let types = r.h.rec.types();
+    assert_eq!(types[0], "human_answers_recorded[a]");
+}
+
+#[tokio::test]
+async fn an_agent_that_keeps_asking_fails_after_five_rounds() {
+    let a = Agents::new();
+    let asks = json!({"type": "result", "is_error": false, "result": r#"{"_needs_interaction":true}"#});
+    std::fs::write(a.state.path().join("reply.a"), asks.to_string()).unwrap();
+    let mut h = a.h;
+    let mut cp = None;
+    for round in 0..6 {
+        h.resume = cp.take();
+        h.answers = (round > 0).then(|| answers(json!({"input": "more"})));
+        match h.run(HU7).await {
+            ExecOutcome::Paused { checkpoint } => {
+                assert_eq!(
+                    checkpoint.interaction_questions,
+                    Some(json!({"input": "The backend needs your input to continue."}))
+                );
+                cp = Some(checkpoint);
+            }
+            other => {
+                assert_eq!(round, 5, "{}", summary(&other));
+                assert!(
+                    error_of(&other).contains("exceeded interaction recursion depth"),
+                    "{}",
+                    error_of(&other)
+                );
+                return;
+            }
+        }
+    }
+    panic!("the sixth question did not fail the node");
+}

@@ -255,7 +255,12 @@ pub(crate) fn invocation(
     argv.extend(["--permission-mode".into(), mode.into()]);
     let fingerprint = session_fingerprint(env.host_env);
     let mode = node.session.as_ref().map_or("fresh", |s| s.value.as_str());
-    let (flags, note) = session_flags(mode, scope.input, &fingerprint, env.node_id);
+    let (mut flags, note) = session_flags(mode, scope.input, &fingerprint, env.node_id);
+    if let Some(id) = &shape.resume_session
+        && !flags.iter().any(|f| f == "--resume")
+    {
+        flags = vec!["--resume".into(), id.clone()];
+    }
     argv.extend(flags);
     if let Some((level, message)) = note {
         env.sink.log(level, &message);

@@ -147,15 +147,22 @@ pub fn check_executable(workflow: &Workflow, env: &BTreeMap<String, String>) -> 
             NodeKind::Tool | NodeKind::Compute => {}
         }
     }
+    // `human` pauses for a person (human nodes, agents through the interaction protocol); the modes where a
+    // model answers are not executed
     if let Some(i) = &workflow.interaction
-        && i.value != "none"
+        && matches!(i.value.as_str(), "llm" | "llm_or_human")
     {
-        out.push(at(
-            "X004",
-            file,
-            i.span,
-            format!("'interaction: {}' is not supported in this version", i.value),
-        ));
+        out.push(
+            at(
+                "X004",
+                file,
+                i.span,
+                format!("'interaction: {}' is not supported in this version", i.value),
+            )
+            .with_hint(
+                "use 'interaction: human': the run pauses and `iterion resume --answers-file` answers",
+            ),
+        );
     }
     super::check_flow::fan_out_warnings(workflow, &mut out);
     iterion_spec::diag::sort(&mut out);
@@ -198,9 +205,12 @@ fn check_agent(workflow: &Workflow, node: &Node, env: &BTreeMap<String, String>,
         );
     }
     if let Some(i) = &node.interaction
-        && i.value != "none"
+        && matches!(i.value.as_str(), "llm" | "llm_or_human")
     {
-        out.push(unsupported_prop(file, i.span, "interaction", &i.value, name));
+        out.push(
+            unsupported_prop(file, i.span, "interaction", &i.value, name)
+                .with_hint("use 'interaction: human': the run pauses for a person's answer"),
+        );
     }
     check_mcp(workflow, node, &backend, out);
     if node.memory.as_ref().and_then(|m| m.enabled) == Some(true) {

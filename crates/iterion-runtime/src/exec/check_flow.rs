@@ -18,6 +18,14 @@ pub fn human_mode<'w>(workflow: &'w Workflow, node: &'w Node) -> &'w str {
     }
 }
 
+/// The interaction mode of an agent or judge: its own, else the workflow's, else `none`.
+pub fn agent_interaction<'w>(workflow: &'w Workflow, node: &'w Node) -> &'w str {
+    node.interaction
+        .as_ref()
+        .or(workflow.interaction.as_ref())
+        .map_or("none", |i| i.value.as_str())
+}
+
 /// A human node pauses the run (`human`, `none`); the model-answered modes are refused.
 pub(super) fn human(workflow: &Workflow, node: &Node, out: &mut Vec<Diagnostic>) {
     let mode = human_mode(workflow, node);
@@ -130,9 +138,7 @@ fn fan_out(workflow: &Workflow, node: &Node, env: &BTreeMap<String, String>, out
             let why = match n.kind {
                 NodeKind::Human => Some("a human node (a pause inside a branch has no resume point)"),
                 NodeKind::Router => Some("a router (nested routers are not executed)"),
-                NodeKind::Agent | NodeKind::Judge
-                    if n.interaction.as_ref().is_some_and(|i| i.value != "none") =>
-                {
+                NodeKind::Agent | NodeKind::Judge if agent_interaction(workflow, n) != "none" => {
                     Some("an agent with 'interaction' (it could not pause inside a branch)")
                 }
                 _ => None,

@@ -37,7 +37,7 @@
 
 mod agent;
 pub mod check;
-mod check_flow;
+pub(crate) mod check_flow;
 pub mod claw;
 mod context;
 mod graph;

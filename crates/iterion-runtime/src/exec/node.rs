@@ -32,6 +32,8 @@ pub(crate) struct CallShape {
     pub model: Option<String>,
     /// Only reading tools.
     pub readonly: bool,
+    /// Continue this agent session (`--resume`), unless the node's `session` mode already resumes one.
+    pub resume_session: Option<String>,
 }
 
 /// Everything one node execution needs.

@@ -84,6 +84,13 @@ pub struct Checkpoint {
     /// The backend of the agent that asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend_name: Option<String>,
+    /// How many times in a row that agent asked (at most 5 re-invocations).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub interaction_depth: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Checkpoint {

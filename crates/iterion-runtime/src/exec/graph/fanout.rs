@@ -18,7 +18,7 @@ use crate::events::{
     Event, FailedBranch, JoinReady, NodeFinished, NodeKind as EvKind, NodeStarted, RunFailed,
 };
 use crate::exec::context::{ExecOutcome, NodeSandbox, RunSink};
-use crate::exec::node::{NodeEnv, NodeRun, ms};
+use crate::exec::node::{CallShape, NodeEnv, NodeRun, ms};
 use crate::exec::topology::{convergence_point, mutating_branches};
 use crate::failure::FailureCode;
 use crate::store::{Checkpoint, LogLevel};
@@ -596,7 +596,9 @@ impl<'a> Engine<'a> {
         let sc = scope(view, input, &loops, self.ctx, id);
         let t0 = Instant::now();
         let result = {
-            let fut = dispatch(&env, self.wf, node, &sc);
+            // agents that may ask a person are refused inside branches: a plain call
+            let shape = CallShape::default();
+            let fut = dispatch(&env, self.wf, node, &sc, &shape);
             with_deadlines(fut, &cancel, self.budget_deadline, self.timeout_deadline).await
         };
         // Siblings may be running in the same sandbox: only this execution's credential ends here; processes

@@ -177,6 +177,7 @@ impl<'a> Engine<'a> {
             user_fallback: Some(serde_json::to_string(&cleaned).unwrap_or_default()),
             model: Some(default_model),
             readonly: true,
+            resume_session: None,
         };
         let cancel = self.ctx.cancel.child_token();
         let env = NodeEnv {

@@ -105,6 +105,10 @@ struct State {
     budget_warned: BTreeSet<&'static str>,
     /// Router id → selections made (round robin), for the whole run.
     round_robin: BTreeMap<String, u64>,
+    /// Agent → times in a row it asked for input (interaction protocol).
+    interaction_depth: BTreeMap<String, u32>,
+    /// The agent session a re-invoked agent continues (node, session id), used once.
+    resume_session: Option<(String, String)>,
 }
 
 impl State {
@@ -123,6 +127,8 @@ impl State {
             usage: Usage::default(),
             budget_warned: BTreeSet::new(),
             round_robin: BTreeMap::new(),
+            interaction_depth: BTreeMap::new(),
+            resume_session: None,
         }
     }
 
@@ -136,6 +142,10 @@ impl State {
         st.loop_previous = cp.loop_previous_output.clone();
         st.artifact_versions = cp.artifact_versions.clone();
         st.round_robin = cp.round_robin_counters.clone();
+        if cp.interaction_depth > 0 {
+            st.interaction_depth
+                .insert(cp.node_id.clone(), cp.interaction_depth);
+        }
         for n in &workflow.nodes {
             if let (Some(p), Some(o)) = (&n.publish, cp.outputs.get(&n.name.value)) {
                 st.artifacts.insert(p.value.clone(), o.clone());
@@ -267,6 +277,11 @@ pub async fn execute(workflow: &Workflow, ctx: ExecContext) -> ExecOutcome {
                 checkpoint: cp.clone(),
             };
         };
+        if cp.backend_name.is_some() {
+            // an agent asked: it runs again with the answers in its input
+            let input = ex.answer_delegate(cp, answers);
+            return ex.run(cp.node_id.clone(), Some(input)).await;
+        }
         return match ex.answer(cp, answers) {
             Ok(next) => ex.run(next, None).await,
             Err(outcome) => outcome,
@@ -386,11 +401,16 @@ impl<'a> Engine<'a> {
             Some(i) => i,
             None => self.build_input(&id),
         };
-        let output = match node.kind {
-            NodeKind::Router => self.condition_router(node, input),
-            NodeKind::Compute => self.compute(node, input)?,
+        let mut output = match node.kind {
+            NodeKind::Router => self.condition_router(node, input.clone()),
+            NodeKind::Compute => self.compute(node, input.clone())?,
             _ => self.run_node(node, &input).await?,
         };
+        // an agent asking for input through the interaction protocol pauses the run
+        if let Some(questions) = self.asks(node, &mut output.output) {
+            return Err(self.pause_delegate(node, input, questions, &output));
+        }
+        self.st.interaction_depth.remove(&id);
         self.finish(node, output)
     }
 
@@ -599,6 +619,7 @@ impl<'a> Engine<'a> {
             NodeKind::Judge => EvKind::Judge,
             _ => EvKind::Tool,
         };
+        let shape = self.agent_shape(node);
         loop {
             let it = self.st.node_iterations.entry(id.clone()).or_insert(0);
             let iteration = *it;
@@ -619,7 +640,7 @@ impl<'a> Engine<'a> {
             let sc = scope(&self.st, input, &loops, self.ctx, &id);
             let t0 = Instant::now();
             let result = {
-                let fut = dispatch(&env, self.wf, node, &sc);
+                let fut = dispatch(&env, self.wf, node, &sc, &shape);
                 with_deadlines(fut, &cancel, self.budget_deadline, self.timeout_deadline).await
             };
             // The execution's credential and the processes it left behind end with it.
@@ -935,15 +956,21 @@ impl Done {
     }
 }
 
-async fn dispatch(env: &NodeEnv<'_>, wf: &Workflow, node: &Node, sc: &Scope<'_>) -> NodeRun {
+async fn dispatch(
+    env: &NodeEnv<'_>,
+    wf: &Workflow,
+    node: &Node,
+    sc: &Scope<'_>,
+    shape: &CallShape,
+) -> NodeRun {
     match node.kind {
         NodeKind::Tool => run_tool(env, node, sc).await,
         NodeKind::Agent | NodeKind::Judge => {
             let (backend, _) = node_backend(wf, node, env.host_env);
             if backend == "claude_code" {
-                run_claude_code(env, wf, node, sc, &CallShape::default()).await
+                run_claude_code(env, wf, node, sc, shape).await
             } else if backend == "claw" {
-                run_claw(env, wf, node, sc, &CallShape::default()).await
+                run_claw(env, wf, node, sc, shape).await
             } else {
                 NodeRun::Err(NodeError::new(
                     FailureCode::ExecutionFailed,
