@@ -220,7 +220,7 @@ fn check_file(name: &str, abs: &Path) -> Result<CheckedAttachment> {
     if meta.len() > MAX_BYTES {
         return Err(invalid(
             name,
-            format!("{shown} is larger than {} bytes", MAX_BYTES),
+            format!("{shown} is larger than 1 GiB ({} bytes)", meta.len()),
         ));
     }
     let bytes = head(&mut f).map_err(|e| invalid(name, format!("cannot read {shown}: {e}")))?;
@@ -727,6 +727,14 @@ mod tests {
         assert!(r.contains("cannot read"), "{r}");
         let r = reason(check_supplied(&w, &[s("logo", "/dev/null")], base));
         assert!(r.ends_with("/dev/null is a device"), "{r}");
+        // over the size limit (a sparse file: nothing is written)
+        let big = std::fs::File::create(base.join("big.pdf")).unwrap();
+        big.set_len(MAX_BYTES + 1).unwrap();
+        let r = reason(check_supplied(&w, &[s("logo", "big.pdf")], base));
+        assert!(
+            r.ends_with("big.pdf is larger than 1 GiB (1073741825 bytes)"),
+            "{r}"
+        );
         // no accept_mime: anything regular goes
         assert_eq!(check_supplied(&w, &[s("logo", "a.pdf")], base).unwrap().len(), 1);
     }
