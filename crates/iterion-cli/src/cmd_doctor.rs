@@ -128,10 +128,11 @@ pub fn inputs(args: &DoctorArgs, env: &BTreeMap<String, String>) -> Result<Input
         sandbox_env.push((name, value));
     }
     let (timeout, warning) = doctor::doctor_timeout(env);
-    if let Some(w) = warning {
-        eprintln!("warning: {}", crate::terminal::clean(&w));
+    if let Some(w) = &warning {
+        eprintln!("warning: {}", crate::terminal::clean(w));
     }
     let mut i = Inputs::new(env.clone(), work_dir);
+    i.notes.extend(warning);
     i.argv0 = crate::argv0();
     i.cwd = current_dir();
     i.strict = strict;
@@ -191,7 +192,10 @@ fn run_doctor(args: DoctorArgs, env: &BTreeMap<String, String>) -> ExitCode {
             for w in &host.selection.warnings {
                 eprintln!("warning: {}", crate::terminal::clean(w));
             }
-            doctor::run(&inputs, &host, loaded.as_ref()).await
+            let mut report = doctor::run(&inputs, &host, loaded.as_ref()).await?;
+            // the warnings about the settings count with the checks' own
+            report.add_notes(inputs.notes.iter().chain(&host.selection.warnings).cloned());
+            Ok::<_, String>(report)
         };
         // Ctrl-C drops the battery: the probes' drop guard removes the throwaway sandbox and its proxy.
         tokio::select! {

@@ -142,6 +142,33 @@ fn d23_bad_timeout_warns_and_uses_the_default() {
     assert_eq!(code(&o), 0);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("ITERION_SANDBOX_DOCTOR_TIMEOUT"), "{err}");
+    // in strict mode the warning is one of the report's warnings, in the summary and the JSON document
+    let f = fixture("ok-sandbox-auto.bot");
+    let o = doctor(&["--strict", f.to_str().expect("utf-8")], &with(&env));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("WARN  settings"), "{out}");
+    let o = doctor(&["--strict", f.to_str().expect("utf-8"), "--json"], &with(&env));
+    let doc = json(&o);
+    let warnings = doc["warnings"].as_array().expect("warnings");
+    assert!(warnings[0].as_str().unwrap().contains("banana"), "{doc:#}");
+    let counted = doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "warn")
+        .count();
+    assert_eq!(doc["summary"]["warn"], counted + 1, "{doc:#}");
+}
+
+#[test]
+fn strict_without_probe_says_what_it_did_not_try() {
+    if !iterion_test_support::engine_required("strict_without_probe_says_what_it_did_not_try") {
+        return;
+    }
+    let f = fixture("ok-sandbox-auto.bot");
+    let o = doctor(&["--strict", f.to_str().expect("utf-8")], &[]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("add --probe"), "{out}");
 }
 
 #[test]

@@ -117,6 +117,8 @@ pub struct Inputs {
     pub work_dir: PathBuf,
     /// `ITERION_SANDBOX_DOCTOR_TIMEOUT`.
     pub timeout: Duration,
+    /// Warnings about the settings found while reading them, counted in the report's summary.
+    pub notes: Vec<String>,
     /// `argv[0]` of the process, read once by the caller (driver selection looks for a sibling relay).
     pub argv0: Option<String>,
     /// The process's current directory, read once by the caller (relative data dir settings resolve
@@ -142,6 +144,7 @@ impl Inputs {
             cwd: work_dir.clone(),
             work_dir,
             timeout: DEFAULT_TIMEOUT,
+            notes: Vec::new(),
             argv0: None,
         }
     }

@@ -132,6 +132,10 @@ pub struct Report {
     /// The strict header's workflow label (not in the JSON document).
     #[serde(skip)]
     pub header: String,
+    /// Warnings about the doctor's own settings (an invalid timeout, an unknown `ITERION_MODE`), counted with
+    /// the warnings of the checks.
+    #[serde(rename = "warnings", skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl Report {
@@ -164,6 +168,16 @@ impl Report {
     /// The pretty-printed JSON document.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Adds warnings about the settings; they count as warnings in the summary.
+    pub fn add_notes(&mut self, notes: impl IntoIterator<Item = String>) {
+        for n in notes {
+            if let Some(s) = &mut self.summary {
+                s.warn += 1;
+            }
+            self.notes.push(n);
+        }
     }
 
     /// Human output (06 §2 for report mode, §5 for strict mode). `color` adds ANSI colours to the status.
@@ -206,6 +220,9 @@ impl Report {
                 out.push_str(&format!("          hint: {h}\n"));
             }
         }
+        for n in &self.notes {
+            out.push_str(&format!("  {:<4}  {:<24}{n}\n", "WARN", "settings"));
+        }
         let s = self.summary.unwrap_or_default();
         let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         out.push_str(&format!(
@@ -216,6 +233,13 @@ impl Report {
             s.skip,
             self.exit_code
         ));
+        // what only a started sandbox shows (a missing user, no /bin/sh, a missing init) is tried by --probe
+        let probed = self.checks.iter().flatten().any(|c| c.id.starts_with("probe_"));
+        if !probed && self.selected_driver != "noop" && self.selected_driver != "none" {
+            out.push_str(
+                "  not tried: starting the sandbox (its user, its shell, the engine's init) and its boundaries; add --probe\n",
+            );
+        }
         out
     }
 }

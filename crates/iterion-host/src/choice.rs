@@ -88,7 +88,8 @@ mod tests {
         assert!(matches!(choice_of(Some("noop")), C::ForcedNoop));
         match choice_of(None) {
             C::Unavailable { reason } => assert!(
-                reason.starts_with("no container runtime: none of docker, podman answered (docker: "),
+                reason.starts_with("DOCKER_HOST=unix://")
+                    && reason.contains("did not answer; Podman is not tried"),
                 "{reason}"
             ),
             other => panic!("{other:?}"),

@@ -277,16 +277,37 @@ pub async fn select(env: &BTreeMap<String, String>, opts: &SelectOptions) -> Res
     let mut warnings = Vec::new();
     let host = host_kind(env, opts.argv0.as_deref(), &mut warnings);
     // Which candidates to probe: the host's list; with a forced driver only that one (and noop).
+    // An explicit DOCKER_HOST names the engine, as for the docker CLI: when it does not answer, iterion does
+    // not quietly switch to another engine (Podman).
+    let docker_host = env
+        .get("DOCKER_HOST")
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty());
     let wanted: Vec<DriverKind> = match forced {
         Some((DriverKind::Noop, _)) => vec![DriverKind::Noop],
         Some((k, _)) => vec![k, DriverKind::Noop],
+        None if docker_host.is_some() => host
+            .candidates()
+            .iter()
+            .copied()
+            .filter(|k| *k != DriverKind::Podman)
+            .collect(),
         None => host.candidates().to_vec(),
     };
     let podman_forced = matches!(forced, Some((DriverKind::Podman, _)));
     let (docker, podman) = ping_engines(env, opts, &wanted, podman_forced).await;
     let noop_base: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let (tried, drivers) = outcomes(&wanted, &docker, &podman, noop_base);
-    let (driver, kind, reason, engine) = decide(forced, host, &drivers);
+    let (driver, kind, mut reason, engine) = decide(forced, host, &drivers);
+    if forced.is_none()
+        && kind == DriverKind::Noop
+        && let Some(h) = &docker_host
+        && host.candidates().contains(&DriverKind::Docker)
+    {
+        reason = format!(
+            "DOCKER_HOST={h} did not answer; Podman is not tried while DOCKER_HOST names the engine (unset it, or pass --sandbox-driver podman)"
+        );
+    }
     Ok(Selection {
         driver,
         kind,
@@ -443,6 +464,34 @@ mod tests {
             .collect()
     }
 
+    #[tokio::test]
+    async fn a_dead_docker_host_is_not_silently_replaced_by_podman() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = format!("unix://{}", dir.path().join("dead.sock").display());
+        let e = env(&[("DOCKER_HOST", &dead), ("ITERION_MODE", "local")]);
+        let mut opts = SelectOptions::new(None);
+        opts.ping_timeout = Duration::from_millis(500);
+        let s = select(&e, &opts).await.unwrap();
+        assert_eq!(s.kind, DriverKind::Noop);
+        let tried: Vec<DriverKind> = s.candidates_tried.iter().map(|t| t.candidate).collect();
+        assert!(!tried.contains(&DriverKind::Podman), "{tried:?}");
+        assert!(
+            s.reason.contains(&format!("DOCKER_HOST={dead} did not answer")),
+            "{}",
+            s.reason
+        );
+        assert!(s.reason.contains("--sandbox-driver podman"), "{}", s.reason);
+        // forcing podman still tries it
+        let s = select(&e, &SelectOptions::new(Some("podman".into())))
+            .await
+            .unwrap();
+        assert!(
+            s.candidates_tried
+                .iter()
+                .any(|t| t.candidate == DriverKind::Podman)
+        );
+    }
+
     fn check_host(pairs: &[(&str, &str)], argv0: Option<&str>, expect: HostKind, expect_warnings: usize) {
         let mut w = Vec::new();
         assert_eq!(
@@ -525,12 +574,10 @@ mod tests {
             .block_on(select(&no_engine_env(dir.path()), &SelectOptions::new(None)))
             .unwrap();
         assert_eq!(sel.kind, DriverKind::Noop);
-        assert_eq!(
-            sel.reason,
-            "no container runtime: none of docker, podman answered"
-        );
+        // DOCKER_HOST names the (absent) engine: Podman is not tried in its place
+        assert!(sel.reason.ends_with("did not answer; Podman is not tried while DOCKER_HOST names the engine (unset it, or pass --sandbox-driver podman)"), "{}", sel.reason);
         assert_eq!(sel.available(), vec!["noop".to_string()]);
-        assert_eq!(sel.candidates_tried.len(), 3);
+        assert_eq!(sel.candidates_tried.len(), 2);
         assert!(
             sel.unavailable_summary().starts_with("docker: "),
             "{}",

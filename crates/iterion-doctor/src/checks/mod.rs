@@ -423,6 +423,7 @@ fn base_report(inputs: &Inputs, host: &Host, caps: &Capabilities, placement: &st
         exit_code: 0,
         human: Vec::new(),
         header: String::new(),
+        notes: Vec::new(),
     }
 }
 

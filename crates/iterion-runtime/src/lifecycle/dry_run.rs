@@ -203,7 +203,7 @@ fn decide(
         choice => {
             let (label, reason) = host_fallback(&cfg.env, choice, scopes.iter().map(|(_, s)| *s))?;
             out.driver = label.to_owned();
-            out.skipped = Some(reason.to_owned());
+            out.skipped = Some(reason);
             return Ok(());
         }
     };

@@ -349,7 +349,7 @@ impl Setup<'_> {
             .collect();
         let (driver_label, reason) = host_fallback(&cfg.env, choice, scopes.iter().map(|(_, s)| s))?;
         for (node, s) in &scopes {
-            self.emit_skipped(driver_label, s, reason, node.as_deref());
+            self.emit_skipped(driver_label, s, &reason, node.as_deref());
             // a fallback that lowers isolation is a warning naming what is lost
             let scope = node
                 .as_deref()
@@ -535,26 +535,66 @@ pub(crate) fn host_fallback<'s>(
     env: &BTreeMap<String, String>,
     choice: &DriverChoice,
     mut scopes: impl Iterator<Item = &'s ResolvedSandbox>,
-) -> Result<(&'static str, &'static str), Failure> {
+) -> Result<(&'static str, String), Failure> {
     let inline_floor = env
         .get("ITERION_SANDBOX_FLOOR")
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("inline"));
-    let (driver_label, reason, fail): (&str, &str, Option<String>) = match choice {
+    let (driver_label, reason, fail): (&str, String, Option<String>) = match choice {
         DriverChoice::ForcedNoop if inline_floor => (
             "noop",
-            OPERATOR_NOOP,
+            OPERATOR_NOOP.into(),
             Some("the inline floor forbids running on the host".into()),
         ),
-        DriverChoice::ForcedNoop => ("noop", OPERATOR_NOOP, None),
-        DriverChoice::ForcedUnavailable { message } => ("none", NO_RUNTIME, Some(message.clone())),
-        _ => ("none", NO_RUNTIME, None),
+        DriverChoice::ForcedNoop => ("noop", OPERATOR_NOOP.into(), None),
+        DriverChoice::ForcedUnavailable { message } => ("none", no_runtime(env, None), Some(message.clone())),
+        DriverChoice::Unavailable { reason } => ("none", no_runtime(env, Some(reason)), None),
+        _ => ("none", no_runtime(env, None), None),
     };
     let forced_noop = matches!(choice, DriverChoice::ForcedNoop);
     if scopes.any(|s| fail.is_some() || (!forced_noop && !s.degrade_allowed)) {
-        let message = fail.unwrap_or_else(|| INLINE_NEEDS_CONTAINER.to_owned());
+        let message = fail.unwrap_or_else(|| inline_needs_container(env, inline_floor));
         return Err(Failure::new(FailureCode::SandboxDriverUnavailable, message).phase(FailurePhase::Driver));
     }
     Ok((driver_label, reason))
+}
+
+fn cloud_mode(env: &BTreeMap<String, String>) -> bool {
+    env.get("ITERION_MODE")
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("cloud"))
+}
+
+/// The reason of `sandbox_skipped`: the usual wording when Docker and Podman were looked for and none answered;
+/// the real cause when the host looked elsewhere (a cloud host) or an explicit `DOCKER_HOST` did not answer.
+fn no_runtime(env: &BTreeMap<String, String>, selection: Option<&str>) -> String {
+    match selection {
+        Some(r) if cloud_mode(env) || r.starts_with("DOCKER_HOST=") => {
+            let r = r.strip_prefix("no container runtime: ").unwrap_or(r);
+            let r = if cloud_mode(env) {
+                format!("ITERION_MODE=cloud: {r}")
+            } else {
+                r.to_string()
+            };
+            format!("no container runtime available ({r})")
+        }
+        _ => NO_RUNTIME.to_string(),
+    }
+}
+
+/// Why an inline scope cannot run, with only the ways out that exist here: no `--sandbox none` under the
+/// inline floor, no "install Docker" on a cloud host.
+fn inline_needs_container(env: &BTreeMap<String, String>, inline_floor: bool) -> String {
+    let cause = if cloud_mode(env) {
+        "this workflow needs a container and ITERION_MODE=cloud selects the kubernetes driver, which this version does not build; unset ITERION_MODE to use Docker or Podman"
+    } else {
+        "this workflow pins a container (sandbox inline); install or start Docker or Podman"
+    };
+    if inline_floor {
+        format!("{cause} (the inline floor, ITERION_SANDBOX_FLOOR=inline, forbids running on the host)")
+    } else if cloud_mode(env) {
+        format!("{cause}, or run with --sandbox none to execute on the host")
+    } else {
+        INLINE_NEEDS_CONTAINER.to_owned()
+    }
 }
 
 pub(crate) fn effective_policies(
@@ -613,6 +653,53 @@ pub(crate) fn attachments_unsupported() -> Failure {
     .phase(FailurePhase::Resolve)
     .with(|e| e.detail("attachments"))
     .hint(Some(
-        "run the workflow on Docker or Podman, or with --sandbox none".to_owned(),
+        "a run with attachments needs a driver with host bind mounts (Docker or Podman)".to_owned(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_skip_reason_names_the_real_cause() {
+        let k8s = "no container runtime: none of kubernetes answered (kubernetes: the kubernetes driver is not built in this version of iterion)";
+        assert_eq!(
+            no_runtime(
+                &env(&[]),
+                Some("no container runtime: none of docker, podman answered")
+            ),
+            NO_RUNTIME
+        );
+        let cloud = no_runtime(&env(&[("ITERION_MODE", "cloud")]), Some(k8s));
+        assert!(
+            cloud.starts_with("no container runtime available (ITERION_MODE=cloud: "),
+            "{cloud}"
+        );
+        assert!(!cloud.contains("docker or podman"), "{cloud}");
+        let dh = no_runtime(
+            &env(&[]),
+            Some("DOCKER_HOST=unix:///x did not answer; Podman is not tried"),
+        );
+        assert!(dh.contains("DOCKER_HOST=unix:///x did not answer"), "{dh}");
+    }
+
+    #[test]
+    fn the_inline_refusal_offers_only_ways_out_that_exist() {
+        let local = inline_needs_container(&env(&[]), false);
+        assert_eq!(local, INLINE_NEEDS_CONTAINER);
+        let floor = inline_needs_container(&env(&[("ITERION_SANDBOX_FLOOR", "inline")]), true);
+        assert!(!floor.contains("--sandbox none"), "{floor}");
+        assert!(floor.contains("ITERION_SANDBOX_FLOOR=inline"), "{floor}");
+        let cloud = inline_needs_container(&env(&[("ITERION_MODE", "cloud")]), true);
+        assert!(!cloud.contains("install or start Docker"), "{cloud}");
+        assert!(!cloud.contains("--sandbox none"), "{cloud}");
+    }
 }

@@ -245,7 +245,7 @@ impl Starter {
                 let f = driver_failure(&self.cfg, &e, FailurePhase::Pull);
                 return Err(match (spec.origin, &spec.image) {
                     (iterion_spec::resolved::Origin::DefaultImage, Some(image)) => {
-                        f.hint(Some(default_image_ways_out(image)))
+                        f.hint(Some(default_image_ways_out(image, &self.cfg.env)))
                     }
                     _ => f,
                 });
@@ -638,12 +638,38 @@ pub(super) fn url_host(host: &str) -> String {
     }
 }
 
-/// The ways out when the default image (`auto` without a devcontainer.json) cannot be had.
-fn default_image_ways_out(image: &str) -> String {
+/// The ways out when the default image (`auto` without a devcontainer.json) cannot be had; running on the host
+/// is offered only when no floor (`ITERION_SANDBOX_FLOOR`) forbids it.
+fn default_image_ways_out(image: &str, env: &std::collections::BTreeMap<String, String>) -> String {
+    let floor = env
+        .get("ITERION_SANDBOX_FLOOR")
+        .map(|v| v.trim().to_ascii_lowercase())
+        .filter(|v| v == "auto" || v == "inline");
+    let host = match floor {
+        Some(f) => format!(" (running on the host is not an option: ITERION_SANDBOX_FLOOR={f})"),
+        None => {
+            ", or run on the host with --sandbox none (ITERION_SANDBOX_DEFAULT=none for every run)".to_owned()
+        }
+    };
     format!(
         "the default sandbox image {image} is not on this machine and could not be pulled: pull it where its registry \
          is reachable (`docker pull {image}`), name an image you have with --sandbox-default-image REF (or \
-         ITERION_SANDBOX_DEFAULT_IMAGE), add a .devcontainer/devcontainer.json, or run on the host with --sandbox \
-         none (ITERION_SANDBOX_DEFAULT=none for every run)"
+         ITERION_SANDBOX_DEFAULT_IMAGE), add a .devcontainer/devcontainer.json{host}"
     )
+}
+
+#[cfg(test)]
+mod hint_tests {
+    use super::default_image_ways_out;
+
+    #[test]
+    fn under_a_floor_the_host_is_not_offered() {
+        let none = std::collections::BTreeMap::new();
+        assert!(default_image_ways_out("img", &none).contains("--sandbox none"));
+        let floor =
+            std::collections::BTreeMap::from([("ITERION_SANDBOX_FLOOR".to_string(), "auto".to_string())]);
+        let h = default_image_ways_out("img", &floor);
+        assert!(!h.contains("--sandbox none"), "{h}");
+        assert!(h.contains("ITERION_SANDBOX_FLOOR=auto"), "{h}");
+    }
 }
