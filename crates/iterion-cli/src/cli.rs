@@ -29,6 +29,7 @@ EXIT CODES:\n  0 no file has an error; 1 a file has an error; 2 a file cannot be
     /// Run a workflow.
     #[command(
         after_help = "EXAMPLES:\n  iterion run review.bot\n  iterion run review.bot --var pr=42 --timeout 30m\n  \
+iterion run review.bot --attach doc=a.pdf      # a file the workflow declares under attachments:\n  \
 iterion run review.bot --dry-run               # what the run would do, without doing it\n  \
 iterion run review.bot --sandbox none          # on the host, visibly unsandboxed\n  \
 iterion run review.bot --json | jq .type       # the events as they are recorded\n\n\

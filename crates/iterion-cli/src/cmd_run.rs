@@ -2,7 +2,8 @@
 //!
 //! Exit codes (05 §11.4): 0 finished; 1 failed, failed_resumable, cancelled, compile or executability errors,
 //! a locked run, a refused resume, internal errors; 2 usage errors (bad flags or values, unknown `--var`,
-//! missing workflow file, invalid sandbox environment variables).
+//! an `--attach` the workflow does not declare or cannot use, a required attachment not supplied, missing
+//! workflow file, invalid sandbox environment variables).
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -69,6 +70,10 @@ pub struct RunArgs {
     /// Set a workflow var (repeatable).
     #[arg(long = "var", value_name = "KEY=VALUE")]
     pub vars: Vec<String>,
+    /// Supply the file at PATH as the workflow's declared attachment NAME (repeatable); it is copied into
+    /// the run directory and its path, MIME type, size and SHA-256 are the {{attachments.NAME…}} values.
+    #[arg(long = "attach", value_name = "NAME=PATH")]
+    pub attachments: Vec<String>,
     /// Apply a preset of the workflow.
     #[arg(long, value_name = "NAME")]
     pub preset: Option<String>,
@@ -883,6 +888,17 @@ fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, 
     for v in &args.vars {
         vars.push(parse_var(v).map_err(|e| usage(e.to_string()))?);
     }
+    // Attachments: usage errors (undeclared, required and missing, unreadable, refused type) before anything
+    // starts; the runtime checks them again when it prepares the launch.
+    let mut attachments = Vec::new();
+    for a in &args.attachments {
+        let (name, path) = iterion_runtime::attachments::parse_attach(a).map_err(|e| usage(e.to_string()))?;
+        attachments.push((name, store::absolutize(&path, &p.cwd)));
+    }
+    if let Some(wf) = &compiled.workflow {
+        iterion_runtime::attachments::check_supplied(wf, &attachments, &p.cwd)
+            .map_err(|e| usage(e.to_string()))?;
+    }
     // Checked here so that a bad id is a usage error before anything starts.
     if let Some(id) = &args.run_id {
         RunId::parse(id).map_err(|e| usage(e.to_string()))?;
@@ -914,6 +930,7 @@ fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, 
     let cancel = Cancel::new();
     let mut opts = RunOptions::new(&work_dir).sandbox(flags.clone());
     opts.vars = vars.clone();
+    opts.attachments = attachments;
     opts.preset = args.preset.clone();
     opts.run_id = args.run_id.clone();
     if args.dry_run {
@@ -975,6 +992,7 @@ pub(crate) fn runtime_early(e: iterion_runtime::Error) -> Early {
         | E::UnknownVar { .. }
         | E::UnknownPreset { .. }
         | E::InvalidLaunch { .. }
+        | E::InvalidAttachment { .. }
         | E::InvalidRunId { .. }
         | E::AnswersRequired { .. } => usage(e.to_string()),
         E::CancelledBeforeStart { ref reason } => Early {

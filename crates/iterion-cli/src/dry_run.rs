@@ -82,6 +82,14 @@ fn lines(d: &DryRun) -> Vec<String> {
     if let Some(s) = &d.skipped {
         l.push(row("Host fallback", format!("{s}; network policy NOT enforced")));
     }
+    for (i, a) in d.attachments.iter().enumerate() {
+        let text = format!("{} ← {} ({}, {} bytes)", a.name, a.source, a.mime, a.size);
+        l.push(if i == 0 {
+            row("Attachments", text)
+        } else {
+            more(text)
+        });
+    }
     match &d.refused {
         None => l.push(row("Verdict", "the run could start (nothing was created)")),
         Some(r) => {

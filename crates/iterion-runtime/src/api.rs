@@ -258,6 +258,8 @@ pub struct RunOptions {
     pub run_id: Option<String>,
     /// Sandbox flags.
     pub sandbox: SandboxFlags,
+    /// `--attach NAME=PATH` pairs (a relative path is taken from the work dir).
+    pub attachments: Vec<(String, PathBuf)>,
 }
 
 impl RunOptions {
@@ -272,6 +274,12 @@ impl RunOptions {
     /// Adds a var.
     pub fn var(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.vars.push((name.into(), value.into()));
+        self
+    }
+
+    /// Adds an attachment: the file at `path` supplied as the declared attachment `name`.
+    pub fn attach(mut self, name: impl Into<String>, path: impl Into<PathBuf>) -> Self {
+        self.attachments.push((name.into(), path.into()));
         self
     }
 
@@ -397,7 +405,8 @@ impl Runtime {
         compile(path.as_ref(), work_dir, &self.cfg.env)
     }
 
-    /// Turns a compiled workflow into a [`Launch`]: the repository root of the work dir (the project anchor),
+    /// Turns a compiled workflow into a [`Launch`]: the attachments checked ([`Error::InvalidAttachment`]), the
+    /// repository root of the work dir (the project anchor),
     /// the store dir (the builder's, else the project's: a managed `<repo root>/.iterion`, else
     /// `<data dir>/projects/<key of the repo root>`), vars, preset, run id and sandbox flags. A workflow with errors is [`Error::Compile`].
     pub fn prepare(&self, compiled: Compiled, opts: RunOptions) -> Result<Launch> {
@@ -412,6 +421,8 @@ impl Runtime {
             }
         };
         let path = compiled.path;
+        // Attachments are usage errors before anything exists: undeclared, missing, unreadable, refused type.
+        let attachments = crate::attachments::check_supplied(&workflow, &opts.attachments, &opts.work_dir)?;
         // The project anchor: the repository root of the work dir decides the store and the devcontainer.
         let repo_root = iterion_host::repo_root(&opts.work_dir);
         let store_dir = match &self.store_dir {
@@ -428,6 +439,7 @@ impl Runtime {
         launch.vars = opts.vars;
         launch.preset = opts.preset;
         launch.sandbox = opts.sandbox;
+        launch.attachments = attachments;
         launch.run_id = match opts.run_id {
             Some(id) => Some(RunId::parse(&id)?),
             None => None,

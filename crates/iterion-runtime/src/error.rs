@@ -142,6 +142,15 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// An attachment supplied or required at launch is unusable (undeclared name, required and missing, not a
+    /// readable regular file, a MIME type the declaration does not accept): a usage error, nothing is created.
+    #[error("attachment '{name}': {reason}")]
+    InvalidAttachment {
+        /// The attachment name (or the whole argument when it has no name).
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The run was cancelled (a signal) while its sandbox was being resolved, before anything was created.
     #[error("cancelled before the run started ({reason}); nothing was created")]
     CancelledBeforeStart {

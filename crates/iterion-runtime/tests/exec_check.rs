@@ -128,7 +128,7 @@ fn xc2_session_interaction_and_capabilities() {
 }
 
 #[test]
-fn xc2_mcp_server_and_attachments() {
+fn xc2_mcp_server_refused_and_attachments_executed() {
     let src = format!(
         "mcp_server gh:\n  transport: stdio\n  command: \"gh-mcp\"\n\nagent a:\n{CC}  mcp:\n    servers: [gh]\n\nworkflow w:\n  entry: a\n  a -> done\n"
     );
@@ -175,15 +175,14 @@ fn xc2_mcp_server_and_attachments() {
         &[],
     );
 
+    // attachments are executed: neither the declaration nor a placeholder (prompt, command, `with`, `.url`)
+    // is refused any more (X004 / X005 used to)
     let src = format!(
-        "attachments:\n  doc: file\n\nprompt p:\n  Read {{{{attachments.doc}}}}\n\nagent a:\n{CC}  user: p\n\nworkflow w:\n  entry: a\n  a -> done\n"
+        "attachments:\n  doc: file\n    required: true\n\nprompt p:\n  Read {{{{attachments.doc}}}} {{{{attachments.doc.url}}}}\n\nagent a:\n{CC}  user: p\n\ntool t:\n  command: `wc -c {{{{attachments.doc.path}}}}`\n\nworkflow w:\n  entry: t\n  attachments:\n    extra: image\n  t -> a with {{ size: \"{{{{attachments.doc.size}}}}\" }}\n  a -> done\n"
     );
     let wf = compile(&src);
-    let codes: Vec<&str> = check_executable(&wf, &BTreeMap::new())
-        .iter()
-        .map(|d| d.code)
-        .collect();
-    assert_eq!(codes, ["X004", "X005"]);
+    let d = check_executable(&wf, &BTreeMap::new());
+    assert!(d.is_empty(), "{d:#?}");
 }
 
 #[test]

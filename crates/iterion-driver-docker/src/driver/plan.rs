@@ -129,6 +129,7 @@ fn workspace_mounts(
         runtime_targets: &runtime_targets,
     };
     policy.check_workspace(&ws_host)?;
+    check_attachments_mounts(&policy, &req.aux_mounts)?;
     if let Some(g) = git
         .as_ref()
         .filter(|g| g.outside && !g.common_dir.starts_with(&ws_host))
@@ -165,6 +166,31 @@ fn workspace_mounts(
         policy.check_target(&m.target).map_err(refuse)?;
     }
     Ok((ws_host, workspace, planned))
+}
+
+/// The run's attachments directory is a bind of a host path like any other: its source goes through mount
+/// safety (03 §10), and it is only ever mounted read-only (09 §7.4).
+fn check_attachments_mounts(
+    policy: &MountPolicy<'_>,
+    aux: &[iterion_driver::AuxMount],
+) -> Result<(), DError> {
+    for a in aux
+        .iter()
+        .filter(|a| a.kind == iterion_driver::AuxMountKind::Attachments)
+    {
+        let src = a.host_path.to_string_lossy();
+        let refuse = |reason: String| DError::UnsafeMount {
+            mount: format!("type=bind,source={src},target={}", a.container_path),
+            reason,
+        };
+        if !a.read_only {
+            return Err(refuse("attachments are only mounted read-only".into()));
+        }
+        policy
+            .check_bind_source(&src)
+            .map_err(|r| refuse(format!("source {r}")))?;
+    }
+    Ok(())
 }
 
 /// The proxy socket and the relay binary, read-only, for the relay placement (03 §7.2); checks the binary
@@ -401,6 +427,58 @@ fn podman_no_copy_up(tmpfs: &mut HashMap<String, String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attachments_mounts_pass_mount_safety_and_are_read_only() {
+        let host = HostFacts {
+            os: HostOs::Linux,
+            home: None,
+            xdg_runtime_dir: None,
+            engine_socket: None,
+        };
+        let policy = MountPolicy {
+            host: &host,
+            fs: &RealFs,
+            driver: DriverKind::Docker,
+            workspace_target: None,
+            workspace_host: None,
+            runtime_targets: &[],
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let aux = |p: &Path, read_only: bool| iterion_driver::AuxMount {
+            kind: iterion_driver::AuxMountKind::Attachments,
+            host_path: p.to_path_buf(),
+            container_path: "/run/iterion/attachments".into(),
+            read_only,
+        };
+        assert!(check_attachments_mounts(&policy, &[aux(dir.path(), true)]).is_ok());
+        let reason = |r: Result<(), DError>| match r {
+            Err(DError::UnsafeMount { reason, .. }) => reason,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            reason(check_attachments_mounts(&policy, &[aux(dir.path(), false)])),
+            "attachments are only mounted read-only"
+        );
+        assert!(
+            reason(check_attachments_mounts(
+                &policy,
+                &[aux(Path::new("/etc/ssh"), true)]
+            ))
+            .starts_with("source /etc/ssh is a sensitive path"),
+        );
+        assert!(
+            reason(check_attachments_mounts(
+                &policy,
+                &[aux(&dir.path().join("gone"), true)]
+            ))
+            .ends_with("does not exist"),
+        );
+        // other runtime mounts are not this check's business
+        let mut other = aux(Path::new("/etc/ssh"), false);
+        other.kind = iterion_driver::AuxMountKind::RunFiles;
+        assert!(check_attachments_mounts(&policy, &[other]).is_ok());
+    }
 
     #[test]
     fn podman_tmpfs_never_copies_up_what_it_hides() {

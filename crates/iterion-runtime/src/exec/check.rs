@@ -6,6 +6,9 @@
 //! see `iterion_claw::provider::COMPATIBLE`) and only runner builtin tools (`X006`); any other backend, e.g.
 //! `codex`, is refused with `X002`.
 //!
+//! Attachments (`attachments:` and `{{attachments.…}}`) are executed (see [`crate::attachments`]); `X004` and
+//! `X005` no longer apply to them. `.url` renders as empty text with a warning at run time.
+//!
 //! Sessions other than `fresh` and MCP servers are executed on `claude_code` nodes (stdio servers only); on
 //! claw nodes they stay refused (`X003` for `session`, `X004` for a non-empty MCP active set), as do http/sse
 //! servers and `auth` blocks (`X004`). Unknown MCP server names are the compiler's `C025`, reported by
@@ -21,8 +24,8 @@
 use std::collections::BTreeMap;
 
 use iterion_spec::diag::Diagnostic;
-use iterion_spec::model::{LoopCap, Node, NodeKind, Span, Spanned, Workflow};
-use iterion_spec::template::{EnvContext, expand_env, placeholders};
+use iterion_spec::model::{Node, NodeKind, Span, Spanned, Workflow};
+use iterion_spec::template::{EnvContext, expand_env};
 
 use super::backends::at;
 pub use super::backends::{EXECUTABLE_BACKENDS, node_backend};
@@ -139,45 +142,7 @@ pub fn check_executable(workflow: &Workflow, env: &BTreeMap<String, String>) -> 
             ),
         );
     }
-    for a in &workflow.attachments {
-        out.push(at(
-            "X004",
-            file,
-            a.name.span,
-            format!("'attachments {}' is not supported in this version", a.name.value),
-        ));
-    }
     super::check_flow::fan_out_warnings(workflow, &mut out);
-    // X005: {{attachments.…}} anywhere a template is rendered.
-    let mut templates: Vec<(&str, Span)> = Vec::new();
-    for p in &workflow.prompts {
-        templates.push((&p.body, p.name.span));
-    }
-    for n in &workflow.nodes {
-        for t in [&n.command, &n.script].into_iter().flatten() {
-            templates.push((&t.value, t.span));
-        }
-    }
-    for e in &workflow.edges {
-        for w in &e.with.entries {
-            templates.push((&w.value.value, w.value.span));
-        }
-        if let Some(l) = &e.loop_spec
-            && let LoopCap::Template(t) = &l.cap.value
-        {
-            templates.push((t, l.cap.span));
-        }
-    }
-    for (text, span) in templates {
-        if placeholders(text).iter().any(|p| p.namespace() == "attachments") {
-            out.push(at(
-                "X005",
-                file,
-                span,
-                "template namespace 'attachments' is not supported in this version".into(),
-            ));
-        }
-    }
     iterion_spec::diag::sort(&mut out);
     out
 }

@@ -9,6 +9,7 @@ use iterion_driver::Run;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::attachments::AttachmentValues;
 use crate::events::{Event, PlacementKind, RunFailed};
 use crate::failure::{FailureCode, FailurePhase};
 use crate::store::Checkpoint;
@@ -161,6 +162,8 @@ pub struct ExecContext {
     pub resume: Option<Checkpoint>,
     /// Deadlines and retry timing.
     pub bounds: ExecBounds,
+    /// What `{{attachments.…}}` renders to (empty values for every declared attachment by default).
+    pub attachments: Arc<AttachmentValues>,
     /// The answers to the interaction a `paused_waiting_human` checkpoint waits for.
     pub answers: Option<serde_json::Map<String, Value>>,
 }
@@ -195,8 +198,15 @@ impl ExecContext {
             cancel: CancellationToken::new(),
             resume: None,
             bounds: ExecBounds::default(),
+            attachments: Arc::default(),
             answers: None,
         }
+    }
+
+    /// Sets the attachment values.
+    pub fn with_attachments(mut self, attachments: AttachmentValues) -> Self {
+        self.attachments = Arc::new(attachments);
+        self
     }
 
     /// Sets the cancellation token.

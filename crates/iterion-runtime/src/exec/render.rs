@@ -64,6 +64,9 @@ pub struct Scope<'a> {
     pub artifacts: &'a Map<String, Value>,
     /// `run.id`.
     pub run_id: &'a str,
+    /// `attachments.NAME[.path|.mime|.size|.sha256|.url]`, as the consuming node sees them
+    /// ([`crate::attachments::AttachmentValues::seen_by`]); bare `attachments.NAME` is the path.
+    pub attachments: &'a Map<String, Value>,
 }
 
 static NULL: Value = Value::Null;
@@ -83,6 +86,7 @@ impl Scope<'static> {
             loops: &EMPTY_LOOPS,
             artifacts: m,
             run_id: "",
+            attachments: m,
         }
     }
 }
@@ -139,6 +143,15 @@ impl Scope<'_> {
             "artifacts" => {
                 let (name, rest) = rest.split_first()?;
                 walk(self.artifacts.get(name)?.clone(), rest)
+            }
+            "attachments" => {
+                let (name, rest) = rest.split_first()?;
+                let a = self.attachments.get(name)?;
+                match rest {
+                    [] => a.get("path").cloned(),
+                    [field] => a.get(field).cloned(),
+                    _ => None,
+                }
             }
             _ => None,
         }
@@ -558,6 +571,48 @@ mod tests {
             &scope,
         );
         assert_eq!(r.text, "2 2/3 x r1");
+    }
+
+    #[test]
+    fn attachments_namespace() {
+        let attachments = json!({
+            "spec": {"path": "/s/runs/r/attachments/spec/it's.pdf", "mime": "application/pdf", "size": "12",
+                     "sha256": "ab", "url": ""},
+            "logo": {"path": "", "mime": "", "size": "", "sha256": "", "url": ""}
+        });
+        let scope = Scope {
+            attachments: attachments.as_object().unwrap(),
+            ..Scope::empty()
+        };
+        // AT5: the path is one single-quoted word in a command
+        assert_eq!(
+            render_shell("wc -c {{attachments.spec}}", &scope).unwrap().text,
+            r"wc -c '/s/runs/r/attachments/spec/it'\''s.pdf'"
+        );
+        assert_eq!(
+            render_shell("echo {{attachments.spec.size}} {{attachments.logo}}", &scope)
+                .unwrap()
+                .text,
+            "echo '12' ''"
+        );
+        let r = render(
+            "[{{attachments.spec.path}}|{{attachments.spec.mime}}|{{attachments.spec.sha256}}|{{attachments.spec.url}}|{{attachments.logo}}]",
+            Mode::Text,
+            &scope,
+        );
+        assert_eq!(
+            r.text,
+            "[/s/runs/r/attachments/spec/it's.pdf|application/pdf|ab||]"
+        );
+        assert!(r.missing.is_empty());
+        assert_eq!(with_value("{{attachments.spec.size}}", &scope), json!("12"));
+        // an unknown field or a deeper path is missing
+        let r = render(
+            "{{attachments.spec.nope}}{{attachments.spec.path.x}}",
+            Mode::Text,
+            &scope,
+        );
+        assert_eq!(r.missing.len(), 2);
     }
 
     fn env_check(text: &str, container: bool, expect: &str, withheld: &[&str]) {

@@ -139,6 +139,9 @@ pub struct Launch {
     pub vars: Vec<(String, String)>,
     /// Sandbox flags.
     pub sandbox: SandboxFlags,
+    /// Attachments checked against the workflow ([`crate::attachments::check_supplied`]), copied into the run
+    /// directory when the run is created.
+    pub attachments: Vec<crate::attachments::CheckedAttachment>,
 }
 
 impl Launch {
@@ -163,6 +166,7 @@ impl Launch {
             preset: None,
             vars: Vec::new(),
             sandbox: SandboxFlags::default(),
+            attachments: Vec::new(),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `iterion run --dry-run`: everything a launch decides before its first side effect — the workflow's vars,
 //! the worktree it would use, the resolved sandbox of every scope and node, the driver (or the host fallback),
-//! the egress policy in force with its rules, the environment names the deny class removes — without creating
-//! a run record, a worktree, a network, an image or a container.
+//! the egress policy in force with its rules, the environment names the deny class removes, the attachments it
+//! would store — without creating a run record, a worktree, a network, an image or a container.
 //!
 //! It calls the same steps as [`super::launch`] (resolution, the host-fallback decision, policy compilation,
 //! the container environment merge), so a verdict here is the verdict of the run.
@@ -14,7 +14,9 @@ use super::assembly::container_env;
 use super::config::{Config, Launch};
 use super::host::DriverChoice;
 use super::requested_of;
-use super::sandbox::{compile_policy, effective_policies, host_fallback, resolve_failure};
+use super::sandbox::{
+    attachments_unsupported, compile_policy, effective_policies, host_fallback, resolve_failure,
+};
 use super::step_failure::Failure;
 use super::worktree::Planned;
 use crate::error::Result;
@@ -57,9 +59,26 @@ pub struct DryRun {
     /// Per container scope (`run`, or a node's own sandbox key): the environment names the deny class would
     /// remove, sorted.
     pub env_denied: BTreeMap<String, Vec<String>>,
+    /// The attachments the run would store (checked: declared, readable, of an accepted type).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<PlannedAttachment>,
     /// The refusal, when the run could not start.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused: Option<Refusal>,
+}
+
+/// One attachment a run would store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct PlannedAttachment {
+    /// The declared name.
+    pub name: String,
+    /// The file (every symlink resolved).
+    pub source: String,
+    /// The sniffed MIME type.
+    pub mime: String,
+    /// Size in bytes.
+    pub size: u64,
 }
 
 impl DryRun {
@@ -122,6 +141,16 @@ pub fn dry_run(cfg: &Config, launch: &Launch) -> Result<DryRun> {
         skipped: None,
         plan: None,
         env_denied: BTreeMap::new(),
+        attachments: launch
+            .attachments
+            .iter()
+            .map(|a| PlannedAttachment {
+                name: a.name.clone(),
+                source: a.source.to_string_lossy().into_owned(),
+                mime: a.mime.clone(),
+                size: a.size,
+            })
+            .collect(),
         refused: None,
     };
     if let Planned::Refused(reason) = &planned {
@@ -166,6 +195,9 @@ fn decide(
         DriverChoice::Container(d) => {
             out.driver = d.kind().as_str().to_owned();
             out.sandboxed = true;
+            if !d.capabilities().host_binds && !out.attachments.is_empty() {
+                return Err(attachments_unsupported());
+            }
             d.capabilities().host_binds
         }
         choice => {

@@ -208,7 +208,15 @@ pub(crate) async fn launch_with(
             project_dir: &pdir,
         },
     )?;
+    crate::attachments::check_complete(&launch.workflow, &launch.attachments)?;
     let store = Store::create(&launch.store_dir)?.with_record_key(cfg.record_key.clone());
+    // Copied before the record exists: a file that changed since it was checked refuses the launch.
+    let staged = crate::attachments::stage(
+        &launch.store_dir,
+        id.as_str(),
+        &launch.attachments,
+        &crate::time::now_timestamp(),
+    )?;
     let file_path = launch.workflow_path.to_string_lossy().into_owned();
     let run = store.create_run(
         &id,
@@ -228,7 +236,18 @@ pub(crate) async fn launch_with(
             now: crate::time::now_timestamp(),
         },
     )?;
+    let attached = staged.commit(run.dir());
     let em = sink::Emitter::with_events(run, cfg.observer.clone(), events);
+    let attach_refused = match attached {
+        Ok(records) => {
+            em.update(|d| d.attachments = records);
+            None
+        }
+        Err(e) => Some(Failure::new(
+            FailureCode::StoreWriteFailed,
+            format!("the attachments were not stored: {}", sink::chain(&e)),
+        )),
+    };
     let recorded_root = repo_root.clone();
     em.update(|d| {
         d.repo_root = recorded_root.map(|p| p.to_string_lossy().into_owned());
@@ -241,6 +260,7 @@ pub(crate) async fn launch_with(
         Ok(wt) => (wt, None),
         Err(f) => (None, Some(f)),
     };
+    let refused = attach_refused.or(refused);
     let ctx = DriveInput {
         workflow: launch.workflow,
         plan,
@@ -290,6 +310,7 @@ pub async fn resume(cfg: &Config, req: Resume) -> Result<Outcome> {
         });
     }
     let (mut workflow, hash) = resumable_workflow(&req, &doc)?;
+    crate::attachments::verify_stored(run.dir(), &doc.attachments).map_err(|r| resume_invalid(&req, r))?;
     let file = req.file.clone().unwrap_or_else(|| PathBuf::from(&doc.file_path));
     if let Some(d) = crate::exec::mcp::load_project(&mut workflow, &file, &cfg.env)
         .iter()
@@ -678,6 +699,7 @@ async fn execute(
     // The executor stops on cancellation and on the first failed write to the store.
     let exec_cancel = cfg.cancel.token().child_token();
     em.abort_also(exec_cancel.clone());
+    let attachments = attachment_values(em, &input.workflow, &sandboxes);
     let mut ctx = ExecContext::new(
         run_id,
         input.vars.clone(),
@@ -690,6 +712,7 @@ async fn execute(
     if let Some(c) = &input.resume {
         ctx = ctx.with_resume(c.clone());
     }
+    ctx = ctx.with_attachments(attachments);
     if let Some(a) = &input.answers {
         ctx = ctx.with_answers(a.clone());
     }
@@ -725,6 +748,28 @@ async fn execute(
             )
         }
     }
+}
+
+/// The attachment values of the run from its record (the same on a resume), container paths for the nodes
+/// placed in a container; the warnings about unsupplied attachments and `.url` are logged once.
+fn attachment_values(
+    em: &sink::Emitter,
+    workflow: &Workflow,
+    sandboxes: &sandbox::Sandboxes,
+) -> crate::attachments::AttachmentValues {
+    let (records, run_dir) = {
+        let r = em.run();
+        (r.document().attachments.clone(), r.dir().to_path_buf())
+    };
+    for w in crate::attachments::template_warnings(workflow, &records) {
+        em.log(LogLevel::Warn, &w);
+    }
+    let in_containers = workflow
+        .nodes
+        .iter()
+        .map(|n| n.name.value.clone())
+        .filter(|n| sandboxes.in_container(n));
+    crate::attachments::AttachmentValues::new(workflow, &records, &run_dir).in_containers(in_containers)
 }
 
 /// Writes the final status and the terminal event; returns `(error, hint)` for the outcome.

@@ -253,6 +253,25 @@ pub struct SandboxRecord {
     pub extra: Map<String, Value>,
 }
 
+/// One attachment of a run, as its `meta.json` and `run.json.attachments` record it (09 §7.2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttachmentRecord {
+    /// The declared attachment name.
+    pub name: String,
+    /// The base name of the supplied file (the stored file's name).
+    pub original_filename: String,
+    /// The sniffed MIME type.
+    pub mime: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Lower-case hex SHA-256 of the content.
+    pub sha256: String,
+    /// When it was stored (RFC 3339).
+    pub created_at: String,
+    /// The stored file relative to the store dir (`runs/<id>/attachments/<name>/<file>`).
+    pub storage_ref: String,
+}
+
 /// The run document `run.json` (section 1.4). Unknown top-level fields are kept in `extra` and written back.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -302,6 +321,10 @@ pub struct RunDocument {
     /// Whether the run uses a git worktree.
     #[serde(default)]
     pub worktree: bool,
+    /// The attachments copied into the run directory at launch (09 §7.2); a resume reads these, never the
+    /// original paths.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<AttachmentRecord>,
     /// Git top-level of the source repository.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repo_root: Option<String>,
@@ -382,6 +405,7 @@ impl RunDocument {
             artifact_index: None,
             work_dir: new.work_dir,
             worktree: false,
+            attachments: Vec::new(),
             repo_root: None,
             base_commit: None,
             final_commit: None,

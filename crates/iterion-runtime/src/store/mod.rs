@@ -41,9 +41,9 @@ mod transition;
 mod words;
 
 pub use document::{
-    Checkpoint, ContainerRecord, EnvLayers, FORMAT_VERSION, LaunchInputs, NetworkRecord, NewRun,
-    NodePlacementRecord, OperatorEnvEntry, Owner, RunDocument, SandboxRecord, SandboxRequested, SkippedScope,
-    launch_env,
+    AttachmentRecord, Checkpoint, ContainerRecord, EnvLayers, FORMAT_VERSION, LaunchInputs, NetworkRecord,
+    NewRun, NodePlacementRecord, OperatorEnvEntry, Owner, RunDocument, SandboxRecord, SandboxRequested,
+    SkippedScope, launch_env,
 };
 pub use event_log::{Appended, EventLog, read_events};
 pub(crate) use files::create_private_dir;

@@ -17,3 +17,5 @@ pub const INTERACTIONS: &str = "interactions";
 pub const ARTIFACT_FILES: &str = "artifact_files";
 /// Egress proxy socket directory.
 pub const NET: &str = "net";
+/// Attachments supplied at launch, one directory per name (mounted read-only at `/run/iterion/attachments`).
+pub const ATTACHMENTS: &str = "attachments";

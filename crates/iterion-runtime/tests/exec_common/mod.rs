@@ -192,6 +192,7 @@ pub struct Harness {
     pub cancel: tokio_util::sync::CancellationToken,
     pub run: Option<Arc<dyn Run>>,
     pub claw_runner: Option<String>,
+    pub attachments: Option<iterion_runtime::attachments::AttachmentValues>,
 }
 
 impl Harness {
@@ -215,6 +216,7 @@ impl Harness {
             cancel: tokio_util::sync::CancellationToken::new(),
             run: None,
             claw_runner: None,
+            attachments: None,
         }
     }
 
@@ -277,6 +279,9 @@ impl Harness {
             .with_cancel(self.cancel.clone());
         if let Some(cp) = self.resume.clone() {
             ctx = ctx.with_resume(cp);
+        }
+        if let Some(a) = self.attachments.clone() {
+            ctx = ctx.with_attachments(a);
         }
         if let Some(a) = self.answers.clone() {
             ctx = ctx.with_answers(a);

@@ -44,7 +44,11 @@ pub struct FakeDriver {
     pub calls: Arc<Mutex<Vec<String>>>,
     pub faults: Faults,
     pub env_seen: Arc<Mutex<Vec<EnvList>>>,
+    /// The runtime-owned mounts of every start request.
+    pub aux_seen: Arc<Mutex<Vec<Vec<iterion_driver::AuxMount>>>>,
     pub remap: Option<(u32, u32)>,
+    /// Advertise host bind mounts (false: a driver without a host file system, like Kubernetes).
+    pub host_binds: bool,
     inner: NoopDriver,
 }
 
@@ -54,7 +58,9 @@ impl FakeDriver {
             calls: Arc::default(),
             faults,
             env_seen: Arc::default(),
+            aux_seen: Arc::default(),
             remap: None,
+            host_binds: true,
             inner: NoopDriver::new(vec![("PATH".into(), std::env::var("PATH").unwrap_or_default())]),
         }
     }
@@ -74,7 +80,9 @@ impl Driver for FakeDriver {
         DriverKind::Docker
     }
     fn capabilities(&self) -> Capabilities {
-        Capabilities::linux_engine(true)
+        let mut c = Capabilities::linux_engine(true);
+        c.host_binds = self.host_binds;
+        c
     }
     async fn engine_info(&self) -> Result<EngineInfo> {
         Ok(EngineInfo::new(DriverKind::Docker, "fake engine"))
@@ -144,6 +152,7 @@ impl Driver for FakeDriver {
             return Err(e.clone());
         }
         self.env_seen.lock().unwrap().push(req.container_env.clone());
+        self.aux_seen.lock().unwrap().push(req.aux_mounts.clone());
         let noop_p = self
             .inner
             .prepare(PrepareRequest::new(prepared.sandbox.clone()))

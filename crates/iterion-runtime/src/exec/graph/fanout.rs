@@ -460,7 +460,7 @@ impl<'a> Engine<'a> {
                 *it += 1;
                 n
             };
-            let input = build_input(self.wf, view, &current, &self.ctx.run_id);
+            let input = build_input(self.wf, view, &current, self.ctx);
             let done = match self
                 .branch_node(shared, node, iteration, &input, view, sink, fan_cancel)
                 .await
@@ -593,7 +593,7 @@ impl<'a> Engine<'a> {
             warned_env: &self.warned_env,
         };
         let loops = view.loops();
-        let sc = scope(view, input, &loops, &self.ctx.run_id);
+        let sc = scope(view, input, &loops, self.ctx, id);
         let t0 = Instant::now();
         let result = {
             // agents that may ask a person are refused inside branches: a plain call

@@ -263,7 +263,7 @@ impl<'a> Engine<'a> {
             warned_env: &self.warned_env,
         };
         let loops = self.st.loops();
-        let sc = scope(&self.st, cleaned, &loops, &self.ctx.run_id);
+        let sc = scope(&self.st, cleaned, &loops, self.ctx, &id);
         let (result, stop) = {
             let fut = async {
                 match backend.as_str() {

@@ -190,11 +190,13 @@ impl State {
     }
 }
 
+/// The scope of templates rendered for node `node` (attachment paths as that node sees them).
 fn scope<'a>(
     st: &'a State,
     input: &'a Value,
     loops: &'a BTreeMap<String, LoopView>,
-    run_id: &'a str,
+    ctx: &'a ExecContext,
+    node: &str,
 ) -> Scope<'a> {
     Scope {
         input,
@@ -203,7 +205,8 @@ fn scope<'a>(
         history: &st.history,
         loops,
         artifacts: &st.artifacts,
-        run_id,
+        run_id: &ctx.run_id,
+        attachments: ctx.attachments.seen_by(node),
     }
 }
 
@@ -479,7 +482,7 @@ impl<'a> Engine<'a> {
 
     /// 10.3: the input of `node` from the `with` mappings of its incoming edges.
     fn build_input(&self, node: &str) -> Value {
-        build_input(self.wf, &self.st, node, &self.ctx.run_id)
+        build_input(self.wf, &self.st, node, self.ctx)
     }
 
     fn budget_dims(&self) -> Vec<(&'static str, BudgetValue, BudgetValue, bool)> {
@@ -634,7 +637,7 @@ impl<'a> Engine<'a> {
                 warned_env: &self.warned_env,
             };
             let loops = self.st.loops();
-            let sc = scope(&self.st, input, &loops, &self.ctx.run_id);
+            let sc = scope(&self.st, input, &loops, self.ctx, &id);
             let t0 = Instant::now();
             let result = {
                 let fut = dispatch(&env, self.wf, node, &sc, &shape);
@@ -726,7 +729,7 @@ impl<'a> Engine<'a> {
                 .ok_or_else(|| n.to_string())?,
             LoopCap::Template(t) => {
                 let loops = self.st.loops();
-                let v = with_value(t, &scope(&self.st, output, &loops, &self.ctx.run_id));
+                let v = with_value(t, &scope(&self.st, output, &loops, self.ctx, ""));
                 let parsed = match &v {
                     Value::Number(n) => n.as_u64(),
                     Value::String(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
@@ -879,7 +882,7 @@ impl<'a> Engine<'a> {
 
 /// 10.3: the input of `node` from the `with` mappings of its incoming edges whose source has an output in
 /// `st` (later edges and entries overwrite earlier ones); the entry node without mapping gets the vars.
-fn build_input(wf: &Workflow, st: &State, node: &str, run_id: &str) -> Value {
+fn build_input(wf: &Workflow, st: &State, node: &str, ctx: &ExecContext) -> Value {
     let mut input = Map::new();
     let mut mapped = false;
     let loops = st.loops();
@@ -891,7 +894,7 @@ fn build_input(wf: &Workflow, st: &State, node: &str, run_id: &str) -> Value {
             continue;
         }
         mapped = true;
-        let sc = scope(st, src_out, &loops, run_id);
+        let sc = scope(st, src_out, &loops, ctx, node);
         for (k, t) in e.with.iter() {
             input.insert(k.to_string(), with_value(t, &sc));
         }

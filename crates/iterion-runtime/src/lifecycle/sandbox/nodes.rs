@@ -46,6 +46,22 @@ impl Sandboxes {
     pub(crate) fn driver_name(&self) -> Option<String> {
         self.driver_name.clone()
     }
+
+    /// Whether [`NodeSandboxes::sandbox_for`] gives `node_id` a container (the run container, or a node
+    /// container that can be started).
+    pub(crate) fn in_container(&self, node_id: &str) -> bool {
+        match self.placements.get(node_id) {
+            Some(PlacementKind::Run) => self.run.is_some(),
+            Some(PlacementKind::Own) => {
+                self.starter.is_some()
+                    && self
+                        .own_keys
+                        .get(node_id)
+                        .is_some_and(|k| self.own.contains_key(k))
+            }
+            _ => false,
+        }
+    }
 }
 
 #[async_trait]

@@ -395,6 +395,7 @@ impl Setup<'_> {
         } else {
             None
         };
+        let attachments_dir = attachments_mount(em, caps.host_binds)?;
         let run_spec = plan.run.clone();
         let (run_policy, node_policies, overrides) = effective_policies(plan);
         let needs_proxy = run_spec.as_ref().is_some_and(|r| r.network.needs_proxy())
@@ -420,6 +421,7 @@ impl Setup<'_> {
             owner: self.owner.clone(),
             net: None,
             artifact_dir,
+            attachments_dir,
             res: guard.res.clone(),
             claw_run_nodes: plan
                 .nodes
@@ -639,6 +641,33 @@ pub(crate) fn effective_policies(
         }
     }
     (run_policy, node_policies, overrides)
+}
+
+/// The run's attachments directory, bind-mounted read-only into its containers (09 §7.4), when the run has
+/// attachments. A driver without host bind mounts (Kubernetes) cannot provide them: the run fails
+/// `SANDBOX_SPEC_INVALID` / `attachments` before any container or node starts.
+fn attachments_mount(em: &Emitter, host_binds: bool) -> Result<Option<PathBuf>, Failure> {
+    let run = em.run();
+    if run.document().attachments.is_empty() {
+        return Ok(None);
+    }
+    if !host_binds {
+        return Err(attachments_unsupported());
+    }
+    Ok(Some(run.dir().join(crate::store::names::ATTACHMENTS)))
+}
+
+/// The refusal of a run with attachments by a driver without host bind mounts.
+pub(crate) fn attachments_unsupported() -> Failure {
+    Failure::new(
+        FailureCode::SandboxSpecInvalid,
+        "attachments need a host bind mount or pod copy, which this driver does not provide",
+    )
+    .phase(FailurePhase::Resolve)
+    .with(|e| e.detail("attachments"))
+    .hint(Some(
+        "a run with attachments needs a driver with host bind mounts (Docker or Podman)".to_owned(),
+    ))
 }
 
 #[cfg(test)]

@@ -70,6 +70,8 @@ pub(super) struct Starter {
     pub(super) owner: OwnerInfo,
     pub(super) net: Option<Arc<Net>>,
     pub(super) artifact_dir: Option<PathBuf>,
+    /// The run's attachments directory, mounted read-only at `/run/iterion/attachments` (09 §7.4).
+    pub(super) attachments_dir: Option<PathBuf>,
     pub(super) res: Arc<Mutex<Res>>,
     /// Claw nodes placed in the run container.
     pub(super) claw_run_nodes: Vec<String>,
@@ -290,6 +292,16 @@ impl Starter {
         Ok(built)
     }
 
+    /// The run's attachments directory, read-only at `/run/iterion/attachments` (09 §7.4), when it has any.
+    fn attachments_mount(&self) -> Option<AuxMount> {
+        self.attachments_dir.as_ref().map(|dir| AuxMount {
+            kind: AuxMountKind::Attachments,
+            host_path: dir.clone(),
+            container_path: crate::attachments::CONTAINER_DIR.into(),
+            read_only: true,
+        })
+    }
+
     /// 4.10–4.12: start, post-create, probes.
     pub(super) async fn start(
         &self,
@@ -314,6 +326,7 @@ impl Starter {
                 read_only: false,
             });
         }
+        req.aux_mounts.extend(self.attachments_mount());
         let h = &self.cfg.host;
         req.host_state = crate::lifecycle::assembly::host_state_plan(
             spec,
