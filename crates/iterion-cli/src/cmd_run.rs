@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub(crate) use crate::early::{Early, fail1, runtime_early, signal_exit, usage};
 use iterion_runtime::api::{HostOptions, RunOptions, Runtime};
 use iterion_runtime::events::{Event, NodeFinished, PlacementKind, SandboxResolved, SandboxStarted};
 use iterion_runtime::exec::{ExecBounds, parse_var};
@@ -152,29 +153,6 @@ pub struct ResumeArgs {
     /// Print the run's events as JSON lines.
     #[arg(long)]
     pub json: bool,
-}
-
-/// A usage error (exit 2) or another error before the run record exists (exit 1).
-pub(crate) struct Early {
-    code: u8,
-    message: String,
-    diagnostics: Option<(Vec<Diagnostic>, String)>,
-}
-
-pub(crate) fn usage(message: impl Into<String>) -> Early {
-    Early {
-        code: 2,
-        message: message.into(),
-        diagnostics: None,
-    }
-}
-
-pub(crate) fn fail1(message: impl Into<String>) -> Early {
-    Early {
-        code: 1,
-        message: message.into(),
-        diagnostics: None,
-    }
 }
 
 fn report_early(e: Early, json: bool) -> ExitCode {
@@ -983,36 +961,6 @@ fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, 
     };
     print_outcome(&printer, &outcome);
     Ok(exit_of(&outcome))
-}
-
-pub(crate) fn runtime_early(e: iterion_runtime::Error) -> Early {
-    use iterion_runtime::Error as E;
-    match e {
-        E::InvalidVar { .. }
-        | E::UnknownVar { .. }
-        | E::UnknownPreset { .. }
-        | E::InvalidLaunch { .. }
-        | E::InvalidAttachment { .. }
-        | E::InvalidRunId { .. }
-        | E::AnswersRequired { .. } => usage(e.to_string()),
-        E::CancelledBeforeStart { ref reason } => Early {
-            code: signal_exit(reason).unwrap_or(1),
-            message: e.to_string(),
-            diagnostics: None,
-        },
-        other => fail1(crate::cmd_runs::error_chain(&other)),
-    }
-}
-
-/// 128 + the signal's number for a cancellation by SIGINT (130), SIGTERM (143) or SIGHUP (129), as shells
-/// report a process ended by a signal.
-fn signal_exit(reason: &str) -> Option<u8> {
-    match reason {
-        "signal SIGINT" => Some(130),
-        "signal SIGTERM" => Some(143),
-        "signal SIGHUP" => Some(129),
-        _ => None,
-    }
 }
 
 /// `iterion resume`.

@@ -8,7 +8,7 @@ use iterion_runtime::lifecycle::{Outcome, Paused, Resume};
 use iterion_runtime::status::RunStatus;
 use serde_json::{Map, Value};
 
-use crate::cmd_run::{Early, fail1, runtime_early, usage};
+use crate::early::{Early, fail1, runtime_early, usage};
 
 /// Answers are asked on the terminal only when stdin is one, `--no-interactive` is not given and stdout
 /// does not carry JSON.

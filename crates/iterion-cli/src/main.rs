@@ -12,6 +12,7 @@ mod cmd_run;
 mod cmd_runs;
 mod cmd_validate;
 mod dry_run;
+mod early;
 mod environment;
 mod human;
 mod probe;

@@ -280,9 +280,7 @@ impl<'a> Engine<'a> {
             (_, Some(super::Stop::Deadline(super::DeadlineKind::Budget))) => {
                 Err(self.budget_exceeded_duration(&id, None))
             }
-            (_, Some(super::Stop::Deadline(super::DeadlineKind::Timeout))) => {
-                return Err(self.timed_out(&id, None));
-            }
+            (_, Some(super::Stop::Deadline(super::DeadlineKind::Timeout))) => Err(self.timed_out(&id, None)),
             (NodeRun::Cancelled, _) | (_, Some(super::Stop::Cancelled)) => Err(ExecOutcome::Cancelled {
                 checkpoint: self.st.checkpoint(&id, None),
             }),
