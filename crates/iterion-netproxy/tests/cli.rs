@@ -185,6 +185,6 @@ fn tls_inspection_needs_the_feature() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr).trim_end(),
-        "tls inspection is not available in this build (secret GH_TOKEN needs it): enable the tls-inspection feature"
+        "error: tls inspection is not available in this build (secret GH_TOKEN needs it): enable the tls-inspection feature"
     );
 }
