@@ -153,3 +153,26 @@ async fn se6_artifacts_only_and_fresh_ignore_the_mapping() {
         assert!(session_args(&a, 1).is_empty(), "{mode}: {:?}", a.argv_of(1));
     }
 }
+
+#[tokio::test]
+async fn a_session_never_crosses_between_the_host_and_a_container() {
+    // w runs on the host, c in the run container: c must not resume w's session (the CLI keeps it on the host)
+    let mut a = agent();
+    a.h = a.h.placed("c", iterion_runtime::events::PlacementKind::Run);
+    let out = a.h.run(&two_nodes("inherit", ID_ONLY)).await;
+    assert_eq!(summary(&out), "finished", "{:#?}", a.h.rec.lines());
+    assert!(session_args(&a, 1).is_empty(), "{:?}", a.argv_of(1));
+    let w = logs(&a, LogLevel::Warn);
+    assert!(
+        w.iter()
+            .any(|m| m.contains("session abc was made on the host and this node runs in the run container")),
+        "{w:?}"
+    );
+    // both in the run container: resumed
+    let mut a = agent();
+    a.h =
+        a.h.placed("w", iterion_runtime::events::PlacementKind::Run)
+            .placed("c", iterion_runtime::events::PlacementKind::Run);
+    a.h.run(&two_nodes("inherit", ID_ONLY)).await;
+    assert_eq!(session_args(&a, 1), ["--resume", "abc"]);
+}

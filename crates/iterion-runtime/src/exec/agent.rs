@@ -255,7 +255,11 @@ pub(crate) fn invocation(
     argv.extend(["--permission-mode".into(), mode.into()]);
     let fingerprint = session_fingerprint(env.host_env);
     let mode = node.session.as_ref().map_or("fresh", |s| s.value.as_str());
-    let (mut flags, note) = session_flags(mode, scope.input, &fingerprint, env.node_id);
+    let (mut flags, mut note) = session_flags(mode, scope.input, &fingerprint, env.node_id);
+    if let Some(why) = &shape.drop_session {
+        flags.clear();
+        note = Some((LogLevel::Warn, why.clone()));
+    }
     if let Some(id) = &shape.resume_session
         && !flags.iter().any(|f| f == "--resume")
     {

@@ -34,6 +34,8 @@ pub(crate) struct CallShape {
     pub readonly: bool,
     /// Continue this agent session (`--resume`), unless the node's `session` mode already resumes one.
     pub resume_session: Option<String>,
+    /// Why the session in the node's input must not be continued here (it was made in another placement).
+    pub drop_session: Option<String>,
 }
 
 /// Everything one node execution needs.

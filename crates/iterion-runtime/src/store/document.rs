@@ -84,6 +84,9 @@ pub struct Checkpoint {
     /// The backend of the agent that asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend_name: Option<String>,
+    /// Agent session id → where the node that made it ran (a session never crosses placements).
+    #[serde(default, skip_serializing_if = "is_empty_map")]
+    pub session_placements: BTreeMap<String, crate::events::PlacementKind>,
     /// How many times in a row that agent asked (at most 5 re-invocations).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub interaction_depth: u32,

@@ -32,6 +32,8 @@ struct Shared {
     node_iterations: BTreeMap<String, u64>,
     /// One (node, sandbox) per distinct sandbox a branch node ran in, swept after the join.
     used: Vec<(String, NodeSandbox)>,
+    /// Agent sessions made in the branches, with where they were made.
+    sessions: Vec<(String, crate::events::PlacementKind)>,
 }
 
 /// How a branch ended.
@@ -159,6 +161,7 @@ impl<'a> Engine<'a> {
             warned: self.st.budget_warned.clone(),
             node_iterations: self.st.node_iterations.clone(),
             used: Vec::new(),
+            sessions: Vec::new(),
         });
         let fan_cancel = self.ctx.cancel.child_token();
         let results: Vec<BranchResult> = {
@@ -193,6 +196,7 @@ impl<'a> Engine<'a> {
         self.st.usage = shared.usage;
         self.st.budget_warned = shared.warned;
         self.st.node_iterations = shared.node_iterations;
+        self.st.session_places.extend(shared.sessions.iter().cloned());
         // the processes branch nodes left behind, now that no sibling can still be running
         for (node, sandbox) in &shared.used {
             self.ctx.sandboxes.node_ended(node, sandbox).await;
@@ -597,7 +601,10 @@ impl<'a> Engine<'a> {
         let t0 = Instant::now();
         let result = {
             // agents that may ask a person are refused inside branches: a plain call
-            let shape = CallShape::default();
+            let shape = CallShape {
+                drop_session: super::session_crossing(view, node, input, sandbox.placement),
+                ..CallShape::default()
+            };
             let fut = dispatch(&env, self.wf, node, &sc, &shape);
             with_deadlines(fut, &cancel, self.budget_deadline, self.timeout_deadline).await
         };
@@ -615,7 +622,13 @@ impl<'a> Engine<'a> {
             }
         }
         match result {
-            (NodeRun::Ok(s), _) => Ok(Done::from(s, ms(t0.elapsed()))),
+            (NodeRun::Ok(s), _) => {
+                if let Some(id) = s.output.get("_session_id").and_then(Value::as_str) {
+                    let mut g = shared.lock().unwrap_or_else(|p| p.into_inner());
+                    g.sessions.push((id.to_string(), sandbox.placement));
+                }
+                Ok(Done::from(s, ms(t0.elapsed())))
+            }
             (_, Some(Stop::Deadline(DeadlineKind::Budget))) => Err(End::Failed {
                 error: format!("node '{id}' in branch {bid}: budget max_duration exceeded"),
                 code: FailureCode::BudgetExceeded,

@@ -250,6 +250,7 @@ impl<'a> Engine<'a> {
             model: Some(default_model),
             readonly: true,
             resume_session: None,
+            drop_session: None,
         };
         let cancel = self.ctx.cancel.child_token();
         let env = NodeEnv {

@@ -109,6 +109,8 @@ struct State {
     interaction_depth: BTreeMap<String, u32>,
     /// The agent session a re-invoked agent continues (node, session id), used once.
     resume_session: Option<(String, String)>,
+    /// Agent session id → the placement of the node that made it.
+    session_places: BTreeMap<String, crate::events::PlacementKind>,
 }
 
 impl State {
@@ -129,6 +131,7 @@ impl State {
             round_robin: BTreeMap::new(),
             interaction_depth: BTreeMap::new(),
             resume_session: None,
+            session_places: BTreeMap::new(),
         }
     }
 
@@ -142,6 +145,7 @@ impl State {
         st.loop_previous = cp.loop_previous_output.clone();
         st.artifact_versions = cp.artifact_versions.clone();
         st.round_robin = cp.round_robin_counters.clone();
+        st.session_places = cp.session_placements.clone();
         if cp.interaction_depth > 0 {
             st.interaction_depth
                 .insert(cp.node_id.clone(), cp.interaction_depth);
@@ -166,6 +170,7 @@ impl State {
             node_attempts: self.node_attempts.clone(),
             pending_input,
             round_robin_counters: self.round_robin.clone(),
+            session_placements: self.session_places.clone(),
             ..Checkpoint::default()
         }
     }
@@ -619,7 +624,8 @@ impl<'a> Engine<'a> {
             NodeKind::Judge => EvKind::Judge,
             _ => EvKind::Tool,
         };
-        let shape = self.agent_shape(node);
+        let mut shape = self.agent_shape(node);
+        shape.drop_session = session_crossing(&self.st, node, input, sandbox.placement);
         loop {
             let it = self.st.node_iterations.entry(id.clone()).or_insert(0);
             let iteration = *it;
@@ -649,7 +655,10 @@ impl<'a> Engine<'a> {
             // every execution counts, failed attempts included (max_iterations)
             self.st.usage.iterations += 1;
             let err = match result {
-                (NodeRun::Ok(s), _) => return Ok(Done::from(s, duration_ms)),
+                (NodeRun::Ok(s), _) => {
+                    remember_session(&mut self.st, &s.output, sandbox.placement);
+                    return Ok(Done::from(s, duration_ms));
+                }
                 (_, Some(Stop::Deadline(DeadlineKind::Budget))) => {
                     return Err(self.budget_exceeded_duration(&id, Some(input.clone())));
                 }
@@ -878,6 +887,43 @@ impl<'a> Engine<'a> {
         }
         self.emit(ev);
     }
+}
+
+/// Records where the agent session in `output` (`_session_id`) was made.
+fn remember_session(st: &mut State, output: &Value, placement: crate::events::PlacementKind) {
+    if let Some(id) = output.get("_session_id").and_then(Value::as_str) {
+        st.session_places.insert(id.to_string(), placement);
+    }
+}
+
+/// Why the session a node would continue (`session: inherit|inherit_if_available|fork` and a mapped
+/// `_session_id`) must not be: it was made where this node does not run. The CLI keeps sessions where it runs
+/// (the container's home or the host's), so a session never crosses between the host and a container.
+fn session_crossing(
+    st: &State,
+    node: &Node,
+    input: &Value,
+    here: crate::events::PlacementKind,
+) -> Option<String> {
+    let mode = node.session.as_ref().map(|s| s.value.as_str())?;
+    if !matches!(mode, "inherit" | "inherit_if_available" | "fork") {
+        return None;
+    }
+    let id = input.get("_session_id").and_then(Value::as_str)?;
+    let made = *st.session_places.get(id)?;
+    let name = |p: crate::events::PlacementKind| match p {
+        crate::events::PlacementKind::Host => "on the host",
+        crate::events::PlacementKind::Run => "in the run container",
+        crate::events::PlacementKind::Own => "in a node container",
+    };
+    (made != here).then(|| {
+        format!(
+            "node '{}': session {id} was made {} and this node runs {}; a session never crosses between the host and a container: running fresh",
+            node.name.value,
+            name(made),
+            name(here)
+        )
+    })
 }
 
 /// 10.3: the input of `node` from the `with` mappings of its incoming edges whose source has an output in
