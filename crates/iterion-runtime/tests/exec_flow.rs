@@ -685,7 +685,7 @@ fn nested_routers_and_human_nodes_inside_branches_are_refused() {
 fn lr(multi: bool) -> String {
     let multi = if multi { "  multi: true\n" } else { "" };
     format!(
-        "prompt sys:\n  Route the work.\n\nrouter r:\n  mode: llm\n  backend: \"claude_code\"\n{multi}  system: sys\n\ncompute x:\n  expr:\n    via: \"'x'\"\n\ncompute y:\n  expr:\n    via: \"'y'\"\n\ncompute m:\n  await: wait_all\n  expr:\n    k: \"1\"\n\nworkflow w:\n  entry: r\n  r -> x\n  r -> y\n  x -> m\n  y -> m\n  m -> done\n"
+        "prompt sys:\n  Route the work.\n\nprompt ask:\n  Pick one of {{{{input._route_candidates}}}}.\n\nrouter r:\n  mode: llm\n  backend: \"claude_code\"\n{multi}  system: sys\n  user: ask\n\ncompute x:\n  expr:\n    via: \"'x'\"\n\ncompute y:\n  expr:\n    via: \"'y'\"\n\ncompute m:\n  await: wait_all\n  expr:\n    k: \"1\"\n\nworkflow w:\n  entry: r\n  r -> x\n  r -> y\n  x -> m\n  y -> m\n  m -> done\n"
     )
 }
 
@@ -715,10 +715,12 @@ async fn lr1_an_llm_router_takes_the_route_the_model_picks() {
     );
     let tools = &argv[argv.iter().position(|s| s == "--allowedTools").unwrap() + 1];
     assert_eq!(tools, "Read,Glob,Grep");
+    let stdin = a.file("stdin.r");
     assert!(
-        a.file("stdin.r").contains("\"selected_route\""),
+        stdin.contains("\"selected_route\""),
         "the schema is in the prompt"
     );
+    assert!(stdin.starts_with("Pick one of [\"x\",\"y\"]."), "{stdin}");
     let fin = lines_of(&a.h, "node_finished")
         .into_iter()
         .find(|l| l["node_id"] == "r")

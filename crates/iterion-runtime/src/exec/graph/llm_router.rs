@@ -139,8 +139,12 @@ impl<'a> Engine<'a> {
         let mut ev = NodeStarted::new(id.clone(), EvKind::Router, iteration, sandbox.placement);
         ev.mode = Some("llm".into());
         self.emit(ev);
-        // the prompts see the input without its `_` keys; the candidates reach the model in the instruction
-        let input = self.build_input(&id);
+        // the input gains `_route_candidates` (readable as {{input._route_candidates}}); without a `user`
+        // prompt the model gets the input as JSON without its `_` keys, the candidates being in the instruction
+        let mut input = self.build_input(&id);
+        if let Value::Object(m) = &mut input {
+            m.insert("_route_candidates".into(), json!(candidates));
+        }
         let cleaned: Map<String, Value> = input
             .as_object()
             .map(|m| {
@@ -156,7 +160,7 @@ impl<'a> Engine<'a> {
         }
         let t0 = Instant::now();
         let success = self
-            .route_call(node, &sandbox, &candidates, multi, &cleaned)
+            .route_call(node, &sandbox, &candidates, multi, (&input, &cleaned))
             .await?;
         if let Some(t) = success.tokens {
             self.st.usage.tokens = self.st.usage.tokens.saturating_add(t);
@@ -222,7 +226,7 @@ impl<'a> Engine<'a> {
         sandbox: &crate::exec::context::NodeSandbox,
         candidates: &[String],
         multi: bool,
-        cleaned: &Value,
+        (input, cleaned): (&Value, &Value),
     ) -> Result<crate::exec::node::NodeSuccess, ExecOutcome> {
         let id = node.name.value.clone();
         let wf = self.wf;
@@ -264,7 +268,7 @@ impl<'a> Engine<'a> {
             warned_env: &self.warned_env,
         };
         let loops = self.st.loops();
-        let sc = scope(&self.st, cleaned, &loops, self.ctx, &id);
+        let sc = scope(&self.st, input, &loops, self.ctx, &id);
         let (result, stop) = {
             let fut = async {
                 match backend.as_str() {
