@@ -94,33 +94,7 @@ impl Engine<'_> {
         let (backend, _) = crate::exec::check::node_backend(self.wf, node, &self.ctx.host_env);
         // one id per question round: the loop iteration, or the round of a chain of questions
         let n = self.loop_iteration(&id).max(u64::from(depth) - 1);
-        let interaction_id = if n > 0 {
-            format!("{}_{id}_{n}", self.ctx.run_id)
-        } else {
-            format!("{}_{id}", self.ctx.run_id)
-        };
-        let record = json!({
-            "id": interaction_id,
-            "run_id": self.ctx.run_id,
-            "node_id": id,
-            "requested_at": now_timestamp(),
-            "questions": questions,
-            "source": "delegate",
-            "backend": backend,
-        });
-        if let Err(e) = self.ctx.sink.write_interaction(&interaction_id, &record) {
-            self.warn(&format!(
-                "node '{id}': cannot write interaction record {interaction_id}: {e}"
-            ));
-        }
-        self.emit(HumanInputRequested {
-            node_id: id.clone(),
-            interaction_id: interaction_id.clone(),
-            questions: questions.clone(),
-            source: Some("delegate".into()),
-            backend: Some(backend.clone()),
-        });
-        self.emit(RunPaused {});
+        let interaction_id = self.request_input(&id, n, &questions, Some(&backend));
         let mut checkpoint = self.st.checkpoint(&id, Some(input));
         checkpoint.interaction_id = Some(interaction_id);
         checkpoint.interaction_questions = Some(questions);
@@ -177,6 +151,41 @@ impl Engine<'_> {
         });
     }
 
+    /// Asks for input: the interaction record (`<run>_<node>[_<n>]`), `human_input_requested` (from an agent
+    /// when `backend` is given) and `run_paused`. Returns the interaction id.
+    fn request_input(&mut self, id: &str, n: u64, questions: &Value, backend: Option<&str>) -> String {
+        let interaction_id = if n > 0 {
+            format!("{}_{id}_{n}", self.ctx.run_id)
+        } else {
+            format!("{}_{id}", self.ctx.run_id)
+        };
+        let mut record = json!({
+            "id": interaction_id,
+            "run_id": self.ctx.run_id,
+            "node_id": id,
+            "requested_at": now_timestamp(),
+            "questions": questions,
+        });
+        if let (Some(b), Value::Object(m)) = (backend, &mut record) {
+            m.insert("source".into(), json!("delegate"));
+            m.insert("backend".into(), json!(b));
+        }
+        if let Err(e) = self.ctx.sink.write_interaction(&interaction_id, &record) {
+            self.warn(&format!(
+                "node '{id}': cannot write interaction record {interaction_id}: {e}"
+            ));
+        }
+        self.emit(HumanInputRequested {
+            node_id: id.to_string(),
+            interaction_id: interaction_id.clone(),
+            questions: questions.clone(),
+            source: backend.map(|_| "delegate".to_string()),
+            backend: backend.map(str::to_string),
+        });
+        self.emit(RunPaused {});
+        interaction_id
+    }
+
     /// The loop iteration of `node` for its interaction id: the highest counter of the loops whose body holds it.
     fn loop_iteration(&self, node: &str) -> u64 {
         self.bodies
@@ -195,31 +204,7 @@ impl Engine<'_> {
         self.emit(NodeStarted::in_process(id.clone(), EvKind::Human, iteration));
         let questions = pending.unwrap_or_else(|| self.build_input(&id));
         let n = self.loop_iteration(&id);
-        let interaction_id = if n > 0 {
-            format!("{}_{id}_{n}", self.ctx.run_id)
-        } else {
-            format!("{}_{id}", self.ctx.run_id)
-        };
-        let record = json!({
-            "id": interaction_id,
-            "run_id": self.ctx.run_id,
-            "node_id": id,
-            "requested_at": now_timestamp(),
-            "questions": questions,
-        });
-        if let Err(e) = self.ctx.sink.write_interaction(&interaction_id, &record) {
-            self.warn(&format!(
-                "node '{id}': cannot write interaction record {interaction_id}: {e}"
-            ));
-        }
-        self.emit(HumanInputRequested {
-            node_id: id.clone(),
-            interaction_id: interaction_id.clone(),
-            questions: questions.clone(),
-            source: None,
-            backend: None,
-        });
-        self.emit(RunPaused {});
+        let interaction_id = self.request_input(&id, n, &questions, None);
         let mut checkpoint = self.st.checkpoint(&id, None);
         checkpoint.interaction_id = Some(interaction_id);
         checkpoint.interaction_questions = Some(questions);
