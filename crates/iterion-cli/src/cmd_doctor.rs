@@ -1,7 +1,7 @@
-//! `iterion sandbox doctor` (06 §1): report mode, `--strict [WORKFLOW]`, `--probe`, `--json`. The battery is
+//! `iterion sandbox doctor`: report mode, `--strict [WORKFLOW]`, `--probe`, `--json`. The battery is
 //! the `iterion-doctor` library; this module turns flags into its [`Inputs`] and prints its report.
 //!
-//! Exit codes (06 §8): 0 report mode or no failed check; 1 a failed check; 2 usage (bad flag or value,
+//! Exit codes: 0 report mode or no failed check; 1 a failed check; 2 usage (bad flag or value,
 //! `WORKFLOW` / `--target` / `--probe` without `--strict`, unreadable file, lexical or parse errors, invalid
 //! sandbox environment values).
 
@@ -226,7 +226,7 @@ pub fn current_dir() -> PathBuf {
     std::env::current_dir().unwrap_or_else(|_| std::env::temp_dir())
 }
 
-/// Prints a failed pre-flight (06 §9): every failed check and hint on stderr, then the error line; with
+/// Prints a failed pre-flight: every failed check and hint on stderr, then the error line; with
 /// `json`, stdout carries `{"error": "sandbox preflight failed", "preflight": <report>}`.
 pub fn print_preflight_failure(report: &Report, json: bool) {
     for c in report.checks.iter().flatten() {

@@ -1,6 +1,6 @@
-//! `iterion run FILE` and `iterion resume --run-id ID` (05 §11): flags, human output, `--json`, exit codes.
+//! `iterion run FILE` and `iterion resume --run-id ID`: flags, human output, `--json`, exit codes.
 //!
-//! Exit codes (05 §11.4): 0 finished; 1 failed, failed_resumable, cancelled, compile or executability errors,
+//! Exit codes: 0 finished; 1 failed, failed_resumable, cancelled, compile or executability errors,
 //! a locked run, a refused resume, internal errors; 2 usage errors (bad flags or values, unknown `--var`,
 //! an `--attach` the workflow does not declare or cannot use, a required attachment not supplied, missing
 //! workflow file, invalid sandbox environment variables).
@@ -190,7 +190,7 @@ fn report_early(e: Early, json: bool) -> ExitCode {
     ExitCode::from(e.code)
 }
 
-/// Loads `.env` (05 §11.1): the first `.env` found walking up from `cwd`; variables already set win; names
+/// Loads `.env`: the first `.env` found walking up from `cwd`; variables already set win; names
 /// starting with `ITERION_` are ignored with a warning.
 pub fn load_dotenv(env: &mut BTreeMap<String, String>, cwd: &Path, warnings: &mut Vec<String>) {
     let Some(file) = cwd.ancestors().map(|d| d.join(".env")).find(|p| p.is_file()) else {

@@ -19,7 +19,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// The most diagnostics printed per file in human output (01 §9.1); the rest are counted.
+/// The most diagnostics printed per file in human output; the rest are counted.
 const MAX_SHOWN: usize = 50;
 
 /// Arguments of `iterion validate`.

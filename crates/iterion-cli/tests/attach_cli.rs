@@ -1,4 +1,4 @@
-//! `iterion run --attach NAME=PATH` (09 §7): usage errors before any run directory (AT4), a host run that stores
+//! `iterion run --attach NAME=PATH`: usage errors before any run directory (AT4), a host run that stores
 //! and renders the attachment (AT1, AT5), `--dry-run`, and on the real engine the read-only mount (AT2).
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -1,4 +1,4 @@
-//! `iterion sandbox doctor` as a binary: the exit-code table (06 §8) and the vectors of 06 §13 that run
+//! `iterion sandbox doctor` as a binary: the exit-code table and the vectors of 06 §13 that run
 //! without an engine, then report and strict mode against the real engine (skipped visibly without one,
 //! a failure under CI).
 

@@ -9,7 +9,7 @@
 //! the selected driver, the doctor's own egress proxy, and the static probe program ([`probe`]) run
 //! once per probe check inside it.
 //!
-//! Pre-flight (06 §9) for `iterion run` / `iterion resume`:
+//! Pre-flight for `iterion run` / `iterion resume`:
 //!
 //! ```ignore
 //! match doctor::preflight_mode(env)? {                // Err: invalid ITERION_SANDBOX_PREFLIGHT (exit 2)
@@ -150,7 +150,7 @@ impl Inputs {
     }
 }
 
-/// `ITERION_SANDBOX_DOCTOR_TIMEOUT` (06 §3.3): the bound and, for an empty, unparseable or non-positive
+/// `ITERION_SANDBOX_DOCTOR_TIMEOUT`: the bound and, for an empty, unparseable or non-positive
 /// value, a warning naming the variable (the default is then used).
 pub fn doctor_timeout(env: &BTreeMap<String, String>) -> (Duration, Option<String>) {
     const NAME: &str = "ITERION_SANDBOX_DOCTOR_TIMEOUT";
@@ -172,7 +172,7 @@ pub fn doctor_timeout(env: &BTreeMap<String, String>) -> (Duration, Option<Strin
 /// What the battery knows about this host: the driver selection and the engine to ask.
 #[derive(Debug, Clone)]
 pub struct Host {
-    /// Driver selection (03 §2).
+    /// Driver selection.
     pub selection: Selection,
     /// The engine endpoint the doctor queries (the selected engine, else the first Docker candidate).
     pub engine: Arc<dyn EngineProbe>,
@@ -206,7 +206,7 @@ pub async fn gather(inputs: &Inputs) -> Result<Host, iterion_host::Error> {
     })
 }
 
-/// iterion's data directory (05 §1.1): where the relay and the probe program are installed.
+/// iterion's data directory: where the relay and the probe program are installed.
 pub fn data_dir(inputs: &Inputs) -> PathBuf {
     iterion_host::data_dir(&inputs.env, &inputs.cwd)
 }
@@ -220,7 +220,7 @@ pub fn temp_dir(env: &BTreeMap<String, String>) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/tmp"))
 }
 
-/// The first local socket of the Docker candidate list (03 §4.1) that exists, else the first one.
+/// The first local socket of the Docker candidate list that exists, else the first one.
 fn first_candidate(env: &BTreeMap<String, String>) -> PathBuf {
     use iterion_driver_docker::endpoint::{Candidate, EndpointSettings, candidates};
     let get = |k: &str| env.get(k).cloned();
@@ -251,7 +251,7 @@ pub async fn run(inputs: &Inputs, host: &Host, loaded: Option<&checks::Loaded>) 
     checks::build_report(inputs, host, loaded).await
 }
 
-/// `ITERION_SANDBOX_PREFLIGHT` (06 §9): `None` = no pre-flight, `Some(false)` = battery, `Some(true)` = battery
+/// `ITERION_SANDBOX_PREFLIGHT`: `None` = no pre-flight, `Some(false)` = battery, `Some(true)` = battery
 /// with probes; `Err` = the usage-error message (exit 2).
 pub fn preflight_mode(env: &BTreeMap<String, String>) -> Result<Option<bool>, String> {
     let raw = env
@@ -269,7 +269,7 @@ pub fn preflight_mode(env: &BTreeMap<String, String>) -> Result<Option<bool>, St
     }
 }
 
-/// The pre-flight of `iterion run` / `iterion resume` (06 §9): runs the strict battery (`inputs.strict` is
+/// The pre-flight of `iterion run` / `iterion resume`: runs the strict battery (`inputs.strict` is
 /// forced on) and returns `Err(report)` when any check fails. Warnings are printed to stderr as
 /// `sandbox preflight: WARN <id>: <message>`; the caller logs them to `run.log` once the run exists.
 pub async fn preflight(mut inputs: Inputs) -> Result<Report, PreflightError> {

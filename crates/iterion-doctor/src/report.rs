@@ -7,7 +7,7 @@ use serde_json::Value;
 /// Schema id of the JSON document.
 pub const SCHEMA: &str = "iterion.sandbox.doctor/1";
 
-/// Status of one check (06 §3.1).
+/// Status of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {

@@ -1,4 +1,4 @@
-//! Driver selection (03 §2): the host kind, the preference order, forcing, and the only place that constructs
+//! Driver selection: the host kind, the preference order, forcing, and the only place that constructs
 //! concrete drivers (`DockerDriver`, `NoopDriver`).
 //!
 //! `select` pings every candidate of the host kind concurrently, each bounded by `ping_timeout`, and keeps the
@@ -23,7 +23,7 @@ pub const DEFAULT_PING_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the podman ping may still run once docker (preferred) has answered.
 const PODMAN_GRACE: Duration = Duration::from_millis(200);
 
-/// Host kind (03 §2.1).
+/// Host kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HostKind {
     /// A developer machine or CI host.
@@ -165,7 +165,7 @@ impl Selection {
         v
     }
 
-    /// Each unavailable candidate with its reason, `docker: <reason>; podman: <reason>` (03 §4.2).
+    /// Each unavailable candidate with its reason, `docker: <reason>; podman: <reason>`.
     pub fn unavailable_summary(&self) -> String {
         self.candidates_tried
             .iter()
@@ -271,7 +271,7 @@ pub fn kubernetes_unavailable() -> String {
     iterion_driver_k8s::NOT_BUILT.to_string()
 }
 
-/// Selects the driver (03 §2). `Err` only for an invalid driver name (a usage error).
+/// Selects the driver. `Err` only for an invalid driver name (a usage error).
 pub async fn select(env: &BTreeMap<String, String>, opts: &SelectOptions) -> Result<Selection> {
     let forced = forced_driver(env, opts.forced_flag.as_deref())?;
     let mut warnings = Vec::new();

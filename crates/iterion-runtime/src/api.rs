@@ -461,7 +461,7 @@ impl Runtime {
         crate::lifecycle::launch(&self.cfg, launch).await
     }
 
-    /// Resumes a run (05 §9).
+    /// Resumes a run.
     pub async fn resume(&self, resume: Resume) -> Result<Outcome> {
         crate::lifecycle::resume(&self.cfg, resume).await
     }
@@ -488,7 +488,7 @@ impl Runtime {
         .await
     }
 
-    /// One reaper pass over the container driver (05 §8.4), bounded to 10 s.
+    /// One reaper pass over the container driver, bounded to 10 s.
     pub async fn reap_orphans(&self) -> Vec<Reaped> {
         let drivers: Vec<Arc<dyn Driver>> = match &self.cfg.drivers.container {
             DriverChoice::Container(d) => vec![d.clone()],

@@ -1,4 +1,4 @@
-//! Attachments (09 §7): files supplied at launch under a name the workflow declares (`attachments:`).
+//! Attachments: files supplied at launch under a name the workflow declares (`attachments:`).
 //!
 //! 1. [`check_supplied`] — before the run record exists: every supplied name is declared, no name is given
 //!    twice, every `required: true` attachment is supplied, every path is a readable regular file (symlinks

@@ -192,7 +192,7 @@ pub enum Error {
         /// The run.
         run_id: String,
     },
-    /// The workflow does not compile or uses constructs this version cannot execute (05 §4.0); nothing was
+    /// The workflow does not compile or uses constructs this version cannot execute; nothing was
     /// created.
     #[error("workflow {file} has errors ({} diagnostic(s))", diagnostics.len())]
     Compile {

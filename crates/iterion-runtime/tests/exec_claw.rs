@@ -1,4 +1,4 @@
-//! `claw` agent and judge nodes on the `NoopDriver` (05 §10.5.3): the real runner (the static program embedded
+//! `claw` agent and judge nodes on the `NoopDriver`: the real runner (the static program embedded
 //! by `iterion-host`) against the scripted fake provider on loopback, and a scripted runner double for the
 //! launcher's rules (AG3, AG4, the tool boundary).
 mod exec_common;

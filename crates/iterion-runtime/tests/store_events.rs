@@ -1,4 +1,4 @@
-//! The event catalogue (05 §6): the stored JSON line of every event type, snapshotted.
+//! The event catalogue: the stored JSON line of every event type, snapshotted.
 use iterion_runtime::events::*;
 use iterion_runtime::failure::{FailureCode, FailurePhase};
 use iterion_runtime::status::RunStatus;

@@ -1,4 +1,4 @@
-//! The expression language of `when "…"` and `compute expr:` (01 §5.3): parser and evaluator.
+//! The expression language of `when "…"` and `compute expr:`: parser and evaluator.
 //!
 //! ```
 //! use iterion_spec::expr::{parse_expr, eval, truthy};
@@ -470,7 +470,7 @@ impl<'a> P<'a> {
     }
 }
 
-/// Parses an expression (01 §5.3). Errors carry the byte offset inside `text`.
+/// Parses an expression. Errors carry the byte offset inside `text`.
 pub fn parse_expr(text: &str) -> Result<Expr, ExprError> {
     let toks = tokenize(text)?;
     let mut p = P {

@@ -140,7 +140,7 @@ pub enum SandboxScope {
     Node,
 }
 
-/// What a `sandbox:` declaration means (01 §6.4).
+/// What a `sandbox:` declaration means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SandboxKind {
@@ -233,7 +233,7 @@ pub struct SandboxDecl {
     /// Whether the short form (`sandbox: WORD`) was used.
     #[serde(skip)]
     pub short: bool,
-    /// The derived block kind (01 §6.4), computed by `compile`.
+    /// The derived block kind, computed by `compile`.
     #[serde(skip)]
     pub kind: SandboxKind,
     /// The mode as written: the short-form word, or the block's `mode:`.
@@ -364,7 +364,7 @@ impl SandboxDecl {
 // Declarations
 // ---------------------------------------------------------------------------------------------------------
 
-/// A var / schema field type (01 §3.1).
+/// A var / schema field type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum VarType {
     /// `string`.

@@ -453,7 +453,7 @@ pub(super) fn driver_capabilities(ctx: &Ctx<'_>) -> Check {
     )
 }
 
-/// What the boundary probes need (06 §6), or why they are skipped: only with docker/podman on this host, a
+/// What the boundary probes need, or why they are skipped: only with docker/podman on this host, a
 /// real driver, an active scope, an image present locally (never pulled, never built) and a probe program
 /// that can run on the engine.
 pub(super) async fn probe_plan(ctx: &Ctx<'_>, checks: &[Check]) -> Result<crate::probes::Plan, String> {

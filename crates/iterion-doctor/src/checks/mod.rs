@@ -57,11 +57,11 @@ pub fn load(path: &Path) -> Result<Loaded, String> {
     })
 }
 
-/// A synthetic workflow with no sandbox block: resolution of the host defaults only (06 §7).
+/// A synthetic workflow with no sandbox block: resolution of the host defaults only.
 const EMPTY_WORKFLOW: &str =
     "tool noop:\n  command: \"true\"\n\nworkflow doctor:\n  entry: noop\n  noop -> done\n";
 
-/// Which check a diagnostic belongs to (06 §4.1).
+/// Which check a diagnostic belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Bucket {
     Workflow,
@@ -113,7 +113,7 @@ impl Ctx<'_> {
     fn forced_noop(&self) -> bool {
         self.host.selection.forced.is_some() && self.kind() == DriverKind::Noop
     }
-    /// An explicit `--target` that this host cannot serve (06 §3.2).
+    /// An explicit `--target` that this host cannot serve.
     fn cross_host(&self) -> bool {
         self.explicit_target && (self.cloud || !self.real_local_engine())
     }
@@ -329,7 +329,7 @@ struct Resolved<'a> {
     plan: Result<SandboxPlan, ResolveError>,
 }
 
-/// Resolves the sandbox plan the way `iterion run` would (05 §4).
+/// Resolves the sandbox plan the way `iterion run` would.
 fn resolve<'a>(inputs: &Inputs, loaded: Option<&'a Loaded>) -> Resolved<'a> {
     let (checked, label) = match loaded {
         Some(l) => (
@@ -368,7 +368,7 @@ fn resolve<'a>(inputs: &Inputs, loaded: Option<&'a Loaded>) -> Resolved<'a> {
     }
 }
 
-/// The report's host part (06 §2): selection, engine, capabilities, settings; no checks yet.
+/// The report's host part: selection, engine, capabilities, settings; no checks yet.
 fn base_report(inputs: &Inputs, host: &Host, caps: &Capabilities, placement: &str) -> Report {
     let sel = &host.selection;
     let env = &inputs.env;
@@ -445,7 +445,7 @@ fn active_specs(plan: &Result<SandboxPlan, ResolveError>) -> Vec<(String, Resolv
     specs
 }
 
-/// The strict battery in order (06 §4), each check timed, then the boundary probes with `--probe`.
+/// The strict battery in order, each check timed, then the boundary probes with `--probe`.
 async fn battery(ctx: &Ctx<'_>) -> Vec<Check> {
     let inputs = ctx.inputs;
     let mut checks = Vec::new();

@@ -84,7 +84,7 @@ pub(super) fn plan_mounts(
 }
 
 /// The workspace bind and, only once verified (never read from a pointer alone), the git common directory of a
-/// linked worktree; checks mount safety (03 §10) for them and the spec's binds, and every user mount's target.
+/// linked worktree; checks mount safety for them and the spec's binds, and every user mount's target.
 fn workspace_mounts(
     settings: &DockerSettings,
     facts: &EngineFacts,
@@ -169,7 +169,7 @@ fn workspace_mounts(
 }
 
 /// The run's attachments directory is a bind of a host path like any other: its source goes through mount
-/// safety (03 §10), and it is only ever mounted read-only (09 §7.4).
+/// safety, and it is only ever mounted read-only.
 fn check_attachments_mounts(
     policy: &MountPolicy<'_>,
     aux: &[iterion_driver::AuxMount],
@@ -193,7 +193,7 @@ fn check_attachments_mounts(
     Ok(())
 }
 
-/// The proxy socket and the relay binary, read-only, for the relay placement (03 §7.2); checks the binary
+/// The proxy socket and the relay binary, read-only, for the relay placement; checks the binary
 /// against the engine's architecture.
 fn relay_mounts(
     settings: &DockerSettings,
@@ -263,7 +263,7 @@ fn host_state_mounts(hs: &HostStatePlan, ws_host: &Path, planned: &mut Vec<Plann
     skipped
 }
 
-/// The protected paths (03 §8.4): pinned ones read-write, the rest read-only, unless a mount already has the
+/// The protected paths: pinned ones read-write, the rest read-only, unless a mount already has the
 /// target.
 fn protected_mounts(
     ws_host: &Path,

@@ -146,7 +146,7 @@ fn url_host(url: &str) -> String {
     host.to_ascii_lowercase()
 }
 
-/// The session flags of a node (09 §5.3) from its `session` mode and input, and the log line the choice
+/// The session flags of a node from its `session` mode and input, and the log line the choice
 /// calls for.
 pub(crate) fn session_flags(
     mode: &str,

@@ -221,7 +221,7 @@ fn check_agent(workflow: &Workflow, node: &Node, env: &BTreeMap<String, String>,
     }
 }
 
-/// MCP servers of an agent or judge node (09 §6.3): executed for `claude_code` nodes with stdio servers; `X004`
+/// MCP servers of an agent or judge node: executed for `claude_code` nodes with stdio servers; `X004`
 /// for a claw node with a non-empty active set, for http/sse servers and for `auth` blocks. Names the catalog
 /// lacks are the compiler's `C025` ("unknown MCP server").
 fn check_mcp(workflow: &Workflow, node: &Node, backend: &str, out: &mut Vec<Diagnostic>) {

@@ -1,4 +1,4 @@
-//! MCP servers for `claude_code` nodes (09 §6): the catalog (the project's `.mcp.json` overridden by
+//! MCP servers for `claude_code` nodes: the catalog (the project's `.mcp.json` overridden by
 //! `mcp_server` declarations), the workflow and node active sets, the per-node config file handed to the agent
 //! CLI with `--mcp-config`, and the health check before the first node.
 //!

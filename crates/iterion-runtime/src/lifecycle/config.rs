@@ -127,7 +127,7 @@ pub struct Launch {
     pub workflow_bytes: Vec<u8>,
     /// `--run-id`, or a new UUIDv7.
     pub run_id: Option<RunId>,
-    /// The store dir (05 §1.1).
+    /// The store dir.
     pub store_dir: PathBuf,
     /// Absolute host work dir.
     pub work_dir: PathBuf,
@@ -171,7 +171,7 @@ impl Launch {
     }
 }
 
-/// A resume (05 §9).
+/// A resume.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Resume {

@@ -1,4 +1,4 @@
-//! The run lifecycle (05 §4): run record → resolve → floors → driver → environment → prepare/pull → build →
+//! The run lifecycle: run record → resolve → floors → driver → environment → prepare/pull → build →
 //! network → start → post-create → probes → nodes (the executor, [`crate::exec`]) → final status → cleanup.
 //!
 //! Everything talks to engines through `Arc<dyn Driver>` chosen by the caller ([`Drivers`]); the library never
@@ -7,7 +7,7 @@
 //! Known differences from the event order of 05 §4.15, listed so nobody relies on them by accident:
 //! `sandbox_user_remap`, `sandbox_uid_mismatch_warning` and `sandbox_host_state_mounted` are emitted from the
 //! driver's start report, so they follow `sandbox_image_ready` and `sandbox_network_started` instead of
-//! preceding them. The host-state planning itself (05 §4.6) is done by the container driver (03 §8.3).
+//! preceding them. The host-state planning itself is done by the container driver.
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -277,7 +277,7 @@ pub(crate) async fn launch_with(
     Ok(drive(cfg, em, ctx, None).await)
 }
 
-/// Resumes a `failed_resumable` or `cancelled` run (05 §9). `Err(Error::ResumeInvalid)` refuses without
+/// Resumes a `failed_resumable` or `cancelled` run. `Err(Error::ResumeInvalid)` refuses without
 /// changing the record.
 pub async fn resume(cfg: &Config, req: Resume) -> Result<Outcome> {
     let store = Store::at(&req.store_dir).with_record_key(cfg.record_key.clone());

@@ -1,4 +1,4 @@
-//! The reaper (05 §8.4) and crash recovery (§8.5).
+//! The reaper and crash recovery (§8.5).
 //!
 //! A managed resource is removed only when its owner is provably dead **and** its run is terminal (crash
 //! recovery first turns a `running` run of a dead owner into `failed_resumable` / `RUN_INTERRUPTED`). Resources
@@ -58,7 +58,7 @@ pub fn verdict(liveness: Liveness, state: impl FnOnce() -> RunState) -> Verdict 
     }
 }
 
-/// Crash recovery (05 §8.5) of one run: when it says `running`, its recorded owner is provably dead and its
+/// Crash recovery of one run: when it says `running`, its recorded owner is provably dead and its
 /// lock can be taken, it becomes `failed_resumable` / `RUN_INTERRUPTED` and a `run_failed` is appended.
 /// Returns whether the run was recovered. Best-effort: unreadable runs are left alone.
 pub fn recover_run(store: &Store, run_id: &str, me: &Owner) -> bool {

@@ -227,7 +227,7 @@ pub struct SandboxRecord {
     /// A scope that degraded to unsandboxed.
     #[serde(default)]
     pub skipped: Option<SkippedScope>,
-    /// The resolved run-scope sandbox in its JSON form (01 §8.9).
+    /// The resolved run-scope sandbox in its JSON form.
     #[serde(default)]
     pub resolved: Option<iterion_spec::resolved::ResolvedSandbox>,
     /// Effective container user (`uid:gid`).
@@ -256,7 +256,7 @@ pub struct SandboxRecord {
     pub extra: Map<String, Value>,
 }
 
-/// One attachment of a run, as its `meta.json` and `run.json.attachments` record it (09 §7.2).
+/// One attachment of a run, as its `meta.json` and `run.json.attachments` record it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AttachmentRecord {
     /// The declared attachment name.
@@ -324,7 +324,7 @@ pub struct RunDocument {
     /// Whether the run uses a git worktree.
     #[serde(default)]
     pub worktree: bool,
-    /// The attachments copied into the run directory at launch (09 §7.2); a resume reads these, never the
+    /// The attachments copied into the run directory at launch; a resume reads these, never the
     /// original paths.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attachments: Vec<AttachmentRecord>,

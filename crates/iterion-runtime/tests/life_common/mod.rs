@@ -1,4 +1,4 @@
-//! A fake driver for lifecycle tests (05 §12): records calls, can be told to fail or hang in a phase, and runs
+//! A fake driver for lifecycle tests: records calls, can be told to fail or hang in a phase, and runs
 //! execs on the host through an inner `NoopDriver` (so post-create commands and tool nodes really run).
 #![allow(dead_code)]
 

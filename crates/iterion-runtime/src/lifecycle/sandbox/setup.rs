@@ -643,7 +643,7 @@ pub(crate) fn effective_policies(
     (run_policy, node_policies, overrides)
 }
 
-/// The run's attachments directory, bind-mounted read-only into its containers (09 §7.4), when the run has
+/// The run's attachments directory, bind-mounted read-only into its containers, when the run has
 /// attachments. A driver without host bind mounts (Kubernetes) cannot provide them: the run fails
 /// `SANDBOX_SPEC_INVALID` / `attachments` before any container or node starts.
 fn attachments_mount(em: &Emitter, host_binds: bool) -> Result<Option<PathBuf>, Failure> {

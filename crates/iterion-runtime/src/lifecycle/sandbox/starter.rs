@@ -70,7 +70,7 @@ pub(super) struct Starter {
     pub(super) owner: OwnerInfo,
     pub(super) net: Option<Arc<Net>>,
     pub(super) artifact_dir: Option<PathBuf>,
-    /// The run's attachments directory, mounted read-only at `/run/iterion/attachments` (09 §7.4).
+    /// The run's attachments directory, mounted read-only at `/run/iterion/attachments`.
     pub(super) attachments_dir: Option<PathBuf>,
     pub(super) res: Arc<Mutex<Res>>,
     /// Claw nodes placed in the run container.
@@ -150,7 +150,7 @@ impl Starter {
         })
     }
 
-    /// The container environment of a spec (05 §4.5) with the reserved values; `scope` is `run` or a node id.
+    /// The container environment of a spec with the reserved values; `scope` is `run` or a node id.
     pub(super) fn merge_env(
         &self,
         spec: &ResolvedSandbox,
@@ -292,7 +292,7 @@ impl Starter {
         Ok(built)
     }
 
-    /// The run's attachments directory, read-only at `/run/iterion/attachments` (09 §7.4), when it has any.
+    /// The run's attachments directory, read-only at `/run/iterion/attachments`, when it has any.
     fn attachments_mount(&self) -> Option<AuxMount> {
         self.attachments_dir.as_ref().map(|dir| AuxMount {
             kind: AuxMountKind::Attachments,
