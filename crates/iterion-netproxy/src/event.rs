@@ -105,6 +105,18 @@ pub enum ProxyEvent {
     },
     /// A request was allowed (only with `report_allowed`).
     Allowed(DecisionEvent),
+    /// A name the policy allows did not resolve (502) or its resolver did not answer in time (504): not a
+    /// policy decision, but the request was not served.
+    DnsFailed {
+        /// Canonical target host.
+        host: String,
+        /// Target port.
+        port: u16,
+        /// `dns_failed` or `dns_timeout`.
+        code: String,
+        /// The node the credential is attributed to.
+        node_id: Option<String>,
+    },
     /// A CONNECT tunnel ended.
     TunnelClosed {
         /// The decision that opened the tunnel.
@@ -165,6 +177,8 @@ pub struct Stats {
     pub auth_failures: u64,
     /// Events dropped because the consumer was not keeping up.
     pub events_dropped: u64,
+    /// Allowed names that did not resolve, or whose resolver timed out.
+    pub dns_failures: u64,
     /// Bytes relayed from clients to upstreams.
     pub bytes_up: u64,
     /// Bytes relayed from upstreams to clients.
@@ -179,6 +193,7 @@ pub(crate) struct Counters {
     pub(crate) allowed: AtomicU64,
     pub(crate) auth_failures: AtomicU64,
     pub(crate) events_dropped: AtomicU64,
+    pub(crate) dns_failures: AtomicU64,
     pub(crate) bytes_up: AtomicU64,
     pub(crate) bytes_down: AtomicU64,
     pub(crate) denied: Mutex<BTreeMap<String, u64>>,
@@ -206,6 +221,7 @@ impl Counters {
             silent_denied: self.silent_denied.lock().map(|m| m.clone()).unwrap_or_default(),
             auth_failures: get(&self.auth_failures),
             events_dropped: get(&self.events_dropped),
+            dns_failures: get(&self.dns_failures),
             bytes_up: get(&self.bytes_up),
             bytes_down: get(&self.bytes_down),
         }

@@ -314,6 +314,16 @@ async fn handle_request<S: AsyncIo>(
     let decision = match decide(&cred.policy, &target, Some(sh.resolver.as_ref()), &options).await {
         Ok(d) => d,
         Err(e) => {
+            if matches!(e.code(), "dns_failed" | "dns_timeout") {
+                Counters::add(&sh.counters.dns_failures, 1);
+                tracing::info!(host = %host, port = target.port, code = e.code(), "dns failed");
+                sh.events.emit(ProxyEvent::DnsFailed {
+                    host: host.clone(),
+                    port: target.port,
+                    code: e.code().to_owned(),
+                    node_id: cred.node_id.clone(),
+                });
+            }
             let ctx = ErrorContext {
                 host: Some(&host),
                 port: Some(target.port),

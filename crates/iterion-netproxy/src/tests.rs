@@ -489,7 +489,7 @@ async fn two_stage_decisions() {
 }
 
 #[tokio::test]
-async fn s18_nxdomain_through_the_proxy_is_502_without_event() {
+async fn s18_nxdomain_through_the_proxy_is_502_with_a_dns_event() {
     let h = harness(Setup {
         rules: vec!["**"],
         script: vec![("nxdomain.example", "NXDOMAIN")],
@@ -508,7 +508,13 @@ async fn s18_nxdomain_through_the_proxy_is_502_without_event() {
         ("502", Some("dns_failed"))
     );
     assert_eq!(header(&r, "X-Iterion-Reason"), Some("dns resolution failed"));
-    assert!(h.events().is_empty());
+    // not a policy decision, but reported and counted: an operator sees why the request was not served
+    let events = h.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(
+        matches!(&events[0], ProxyEvent::DnsFailed { host, port: 443, code, .. } if host == "nxdomain.example" && code == "dns_failed"),
+        "{events:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -303,11 +303,12 @@ fn print_stats(stats: &Stats, json: bool) -> Result<(), String> {
         println!("{}", serde_json::to_string(stats).map_err(|e| chain(&e))?);
     } else {
         eprintln!(
-            "netproxy stopped: {} connections, {} tunnels, {} allowed, {} denied, {} auth failures, {} events dropped, {} bytes up, {} bytes down",
+            "netproxy stopped: {} connections, {} tunnels, {} allowed, {} denied, {} dns failures, {} auth failures, {} events dropped, {} bytes up, {} bytes down",
             stats.connections,
             stats.tunnels,
             stats.allowed,
             stats.denied.values().sum::<u64>(),
+            stats.dns_failures,
             stats.auth_failures,
             stats.events_dropped,
             stats.bytes_up,

@@ -62,6 +62,32 @@ impl Setup<'_> {
         let run_id = self.run_id.clone();
         let dedup = Mutex::new(Dedup::new());
         builder = builder.on_event(move |ev| {
+            // an allowed name that does not resolve is no policy decision, but the node's request failed: say so
+            if let ProxyEvent::DnsFailed {
+                host,
+                port,
+                code,
+                node_id,
+            } = &ev
+            {
+                let admitted = dedup.lock().unwrap_or_else(|p| p.into_inner()).admit(
+                    host,
+                    *port,
+                    node_id.as_deref(),
+                    code,
+                    Instant::now(),
+                );
+                if admitted.is_none() {
+                    return;
+                }
+                let who = node_id.as_deref().map(|n| format!("node {n}: ")).unwrap_or_default();
+                let what = if code == "dns_timeout" { "timed out" } else { "failed" };
+                em.log(
+                    LogLevel::Warn,
+                    &format!("sandbox: {who}name resolution of {host}:{port} {what} (the egress proxy answered 502/504)"),
+                );
+                return;
+            }
             if let ProxyEvent::Denied(d) = ev {
                 let reason_text = d.reason.clone().unwrap_or_else(|| "policy denial".into());
                 let admitted = dedup.lock().unwrap_or_else(|p| p.into_inner()).admit(
