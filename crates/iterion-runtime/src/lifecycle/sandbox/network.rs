@@ -58,65 +58,7 @@ impl Setup<'_> {
         if let Some(sd) = &cfg.settings.silent_deny {
             builder = builder.silent_deny(sd);
         }
-        let em = self.em.clone();
-        let run_id = self.run_id.clone();
-        let dedup = Mutex::new(Dedup::new());
-        builder = builder.on_event(move |ev| {
-            // an allowed name that does not resolve is no policy decision, but the node's request failed: say so
-            if let ProxyEvent::DnsFailed {
-                host,
-                port,
-                code,
-                node_id,
-            } = &ev
-            {
-                let admitted = dedup.lock().unwrap_or_else(|p| p.into_inner()).admit(
-                    host,
-                    *port,
-                    node_id.as_deref(),
-                    code,
-                    Instant::now(),
-                );
-                if admitted.is_none() {
-                    return;
-                }
-                let who = node_id.as_deref().map(|n| format!("node {n}: ")).unwrap_or_default();
-                let what = if code == "dns_timeout" { "timed out" } else { "failed" };
-                em.log(
-                    LogLevel::Warn,
-                    &format!("sandbox: {who}name resolution of {host}:{port} {what} (the egress proxy answered 502/504)"),
-                );
-                return;
-            }
-            if let ProxyEvent::Denied(d) = ev {
-                let reason_text = d.reason.clone().unwrap_or_else(|| "policy denial".into());
-                let admitted = dedup.lock().unwrap_or_else(|p| p.into_inner()).admit(
-                    &d.host,
-                    d.port,
-                    d.node_id.as_deref(),
-                    &reason_text,
-                    Instant::now(),
-                );
-                let Some(suppressed) = admitted else { return };
-                let reason = match reason_text.as_str() {
-                    "non-global address" => BlockReason::NonGlobalAddress,
-                    "secret leak" => BlockReason::SecretLeak,
-                    _ => BlockReason::PolicyDenial,
-                };
-                em.emit(NetworkBlocked {
-                    host: d.host.clone(),
-                    port: d.port,
-                    reason,
-                    rule: d.rule.clone().unwrap_or_else(|| "no rule matched".into()),
-                    decision_id: d.decision_id.to_string(),
-                    run_id: run_id.clone(),
-                    node_id: d.node_id.clone(),
-                    suppressed,
-                    address: d.address.clone(),
-                    secret: None,
-                });
-            }
-        });
+        builder = builder.on_event(proxy_events(self.em.clone(), self.run_id.clone()));
         let start_failed = |e: String| {
             Failure::new(
                 FailureCode::SandboxStartFailed,
@@ -176,5 +118,77 @@ impl Setup<'_> {
             node_policies: compiled.clone(),
             endpoint: iterion_driver::ProxyEndpoint { host, port },
         })
+    }
+}
+
+/// What the run does with the proxy's events: a policy denial becomes `network_blocked` (deduplicated); an allowed
+/// name that does not resolve becomes a warning in the run log naming the node.
+fn proxy_events(
+    em: super::super::sink::Emitter,
+    run_id: String,
+) -> impl Fn(ProxyEvent) + Send + Sync + 'static {
+    let dedup = Mutex::new(Dedup::new());
+    move |ev| {
+        // an allowed name that does not resolve is no policy decision, but the node's request failed: say so
+        if let ProxyEvent::DnsFailed {
+            host,
+            port,
+            code,
+            node_id,
+        } = &ev
+        {
+            let admitted = dedup.lock().unwrap_or_else(|p| p.into_inner()).admit(
+                host,
+                *port,
+                node_id.as_deref(),
+                code,
+                Instant::now(),
+            );
+            if admitted.is_none() {
+                return;
+            }
+            let who = node_id
+                .as_deref()
+                .map(|n| format!("node {n}: "))
+                .unwrap_or_default();
+            let what = if code == "dns_timeout" {
+                "timed out"
+            } else {
+                "failed"
+            };
+            em.log(
+                LogLevel::Warn,
+                &format!("sandbox: {who}name resolution of {host}:{port} {what} (the egress proxy answered 502/504)"),
+            );
+            return;
+        }
+        if let ProxyEvent::Denied(d) = ev {
+            let reason_text = d.reason.clone().unwrap_or_else(|| "policy denial".into());
+            let admitted = dedup.lock().unwrap_or_else(|p| p.into_inner()).admit(
+                &d.host,
+                d.port,
+                d.node_id.as_deref(),
+                &reason_text,
+                Instant::now(),
+            );
+            let Some(suppressed) = admitted else { return };
+            let reason = match reason_text.as_str() {
+                "non-global address" => BlockReason::NonGlobalAddress,
+                "secret leak" => BlockReason::SecretLeak,
+                _ => BlockReason::PolicyDenial,
+            };
+            em.emit(NetworkBlocked {
+                host: d.host.clone(),
+                port: d.port,
+                reason,
+                rule: d.rule.clone().unwrap_or_else(|| "no rule matched".into()),
+                decision_id: d.decision_id.to_string(),
+                run_id: run_id.clone(),
+                node_id: d.node_id.clone(),
+                suppressed,
+                address: d.address.clone(),
+                secret: None,
+            });
+        }
     }
 }
