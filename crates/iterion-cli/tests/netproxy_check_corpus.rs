@@ -464,9 +464,9 @@ fn names_resolved_through_a_scripted_server() {
     // The §16.2 / §18.9 lines.
     dns(&["**.github.com"], "api.github.com", r#"allow api.github.com:443 rule="**.github.com""#, 0);
     dns(&["**.github.com", "!gist.github.com"], "gist.github.com", r#"deny gist.github.com:443 reason="policy denial" rule="!gist.github.com""#, 1);
-    dns(&["**"], "nosuch.invalid", r#"deny nosuch.invalid:443 reason="dns resolution failed" rule="-""#, 1);
+    dns(&["**"], "nosuch.invalid", r#"deny nosuch.invalid:443 reason="dns resolution failed" rule="-" policy="allowed by **""#, 1);
     // A resolution failure denies in every mode: nothing was checked.
-    check(&["--dns-server", &s, "--mode", "denylist", "example.org"], r#"deny example.org:443 reason="dns resolution failed" rule="-""#, 1);
+    check(&["--dns-server", &s, "--mode", "denylist", "example.org"], r#"deny example.org:443 reason="dns resolution failed" rule="-" policy="allowed by (mode fallback)""#, 1);
     dns(&["**"], "metadata.google.internal:80", &ng("metadata.google.internal:80", "169.254.169.254"), 1);
     dns(&["**"], "METADATA.Google.Internal.", &ng("metadata.google.internal:443", "169.254.169.254"), 1);
     dns(&["**", "0.0.0.0/0"], "metadata.google.internal", &ng("metadata.google.internal:443", "169.254.169.254"), 1);
@@ -490,8 +490,8 @@ fn names_resolved_through_a_scripted_server() {
     dns(&["**"], "1.2.3.4.nip.io", r#"allow 1.2.3.4.nip.io:443 rule="**""#, 0);
     dns(&["**"], "127.0.0.1.nip.io:8080", &ng("127.0.0.1.nip.io:8080", "127.0.0.1"), 1);
     dns(&["**"], "v6.test", r#"allow v6.test:443 rule="**""#, 0);
-    dns(&["**"], "missing.test", r#"deny missing.test:443 reason="dns resolution failed" rule="-""#, 1);
-    dns(&["**"], "empty.test", r#"deny empty.test:443 reason="dns resolution failed" rule="-""#, 1);
+    dns(&["**"], "missing.test", r#"deny missing.test:443 reason="dns resolution failed" rule="-" policy="allowed by **""#, 1);
+    dns(&["**"], "empty.test", r#"deny empty.test:443 reason="dns resolution failed" rule="-" policy="allowed by **""#, 1);
     // A name the name stage refuses is not resolved: the decision is the policy's.
     dns(&["**", "!missing.test"], "missing.test", r#"deny missing.test:443 reason="policy denial" rule="!missing.test""#, 1);
     dns(&[], "public.test", &no_match("public.test:443"), 1);
@@ -506,7 +506,7 @@ fn names_resolved_through_a_scripted_server() {
         [
             serde_json::json!({"target": "mapped.test", "host": "mapped.test", "port": 443, "decision": "deny", "reason": "non-global address", "rule": "non-global address", "address": "169.254.169.254", "addresses": ["169.254.169.254"]}),
             serde_json::json!({"target": "public.test", "host": "public.test", "port": 443, "decision": "allow", "rule": "**", "addresses": ["93.184.216.34"]}),
-            serde_json::json!({"target": "missing.test", "host": "missing.test", "port": 443, "decision": "deny", "reason": "dns resolution failed", "rule": "-"}),
+            serde_json::json!({"target": "missing.test", "host": "missing.test", "port": 443, "decision": "deny", "reason": "dns resolution failed", "rule": "-", "policy": "allowed by **"}),
         ],
         "{out:?}"
     );
@@ -520,7 +520,7 @@ fn a_server_that_never_answers_is_a_dns_timeout() {
     let s = silent.local_addr().expect("udp addr").to_string();
     check(
         &["--dns-server", &s, "--rule", "**", "slow.test"],
-        r#"deny slow.test:443 reason="dns timeout" rule="-""#,
+        r#"deny slow.test:443 reason="dns timeout" rule="-" policy="allowed by **""#,
         1,
     );
     // The name stage decides first: a refused name is never resolved.

@@ -378,7 +378,7 @@ fn is_uuid_v7(s: &str) -> bool {
 /// The exact bytes of the §13.2 refusal for a decision id (no `address`).
 fn expected_403(id: &str, host: &str, port: u16, reason: &str, rule: &str) -> String {
     let message = format!(
-        "host '{host}' (port {port}) is blocked by the sandbox network policy ({rule}); if the workflow needs it, add it to sandbox.network.rules"
+        "host '{host}' (port {port}) is blocked by the sandbox network policy ({rule}); if the workflow needs it, add it to a --rule of this proxy"
     );
     let body = serde_json::json!({
         "decision_id": id, "host": host, "port": port, "reason": reason, "rule": rule, "message": message,
@@ -1011,7 +1011,7 @@ fn names_resolve_through_the_dns_server_and_every_address_is_checked() {
         (Some("127.0.0.1"), Some("up.test")),
         "{ev}"
     );
-    // NXDOMAIN: 502 dns resolution failed, and no `denied` event (the next event is the next denial's).
+    // NXDOMAIN: 502 dns resolution failed, reported as a `dns_failed` event, not a denial.
     let r = proxy.ask(&connect_req("nosuch.test:443", &bearer()));
     assert_eq!(
         r.status, 403,
@@ -1027,6 +1027,13 @@ fn names_resolve_through_the_dns_server_and_every_address_is_checked() {
         Some("dns resolution failed"),
         "{}",
         r.raw
+    );
+    // not a denial, but reported: a dns_failed event
+    let ev = proxy.event();
+    assert_eq!(
+        (ev["type"].as_str(), ev["host"].as_str(), ev["code"].as_str()),
+        (Some("dns_failed"), Some("nosuch.test"), Some("dns_failed")),
+        "{ev}"
     );
     // S2: one public and one loopback answer → refused on the loopback one.
     let r = proxy.ask(&connect_req(&format!("rebind.test:{port}"), &bearer()));
@@ -2143,7 +2150,7 @@ fn an_idle_tunnel_is_closed_on_both_sides() {
 }
 
 #[test]
-fn a_dns_server_that_never_answers_is_504_without_an_event() {
+fn a_dns_server_that_never_answers_is_504_with_a_dns_event() {
     let silent = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
     let server = silent.local_addr().expect("addr").to_string();
     let proxy = serve_token(&[
@@ -2158,6 +2165,13 @@ fn a_dns_server_that_never_answers_is_504_without_an_event() {
     ]);
     let r = proxy.ask(&connect_req("slow.test:443", &bearer()));
     generated(&r, 504, "dns_timeout", "dns timeout");
+    // reported as a dns_failed event (code dns_timeout), not as a denial
+    let ev = proxy.event();
+    assert_eq!(
+        (ev["type"].as_str(), ev["host"].as_str(), ev["code"].as_str()),
+        (Some("dns_failed"), Some("slow.test"), Some("dns_timeout")),
+        "{ev}"
+    );
     let marker = proxy.ask(&connect_req("1.2.3.4:443", &bearer()));
     let ev = proxy.event();
     assert_eq!(

@@ -128,6 +128,7 @@ pub struct ProxyConfig {
     pub(crate) on_event: Option<EventCallback>,
     pub(crate) report_allowed: bool,
     pub(crate) silent_deny: SilentDeny,
+    pub(crate) rules_hint: String,
     pub(crate) limits: Limits,
     #[cfg(feature = "tls-inspection")]
     pub(crate) tls: Option<Arc<Inspector>>,
@@ -187,6 +188,7 @@ pub struct ProxyConfigBuilder {
     silent_deny: Option<Vec<String>>,
     limits: Limits,
     tls_inspection: Option<TlsInspection>,
+    rules_hint: Option<String>,
 }
 
 impl fmt::Debug for ProxyConfigBuilder {
@@ -208,6 +210,7 @@ impl Default for ProxyConfigBuilder {
             on_event: None,
             report_allowed: false,
             silent_deny: None,
+            rules_hint: None,
             limits: Limits::default(),
             tls_inspection: None,
         }
@@ -254,6 +257,13 @@ impl ProxyConfigBuilder {
     /// Also report allowed decisions (`ProxyEvent::Allowed`).
     pub fn report_allowed(mut self, on: bool) -> Self {
         self.report_allowed = on;
+        self
+    }
+
+    /// Where a refused client is told to add a rule (`sandbox.network.rules` by default; the standalone proxy
+    /// says `--rule`).
+    pub fn rules_hint(mut self, where_: impl Into<String>) -> Self {
+        self.rules_hint = Some(where_.into());
         self
     }
 
@@ -365,6 +375,9 @@ impl ProxyConfigBuilder {
             on_event: self.on_event,
             report_allowed: self.report_allowed,
             silent_deny,
+            rules_hint: self
+                .rules_hint
+                .unwrap_or_else(|| "sandbox.network.rules".to_owned()),
             limits: self.limits,
             #[cfg(feature = "tls-inspection")]
             tls,

@@ -270,6 +270,7 @@ impl Decided<'_> {
     /// Answer `403` with the refusal's reason and rule.
     async fn forbid<S: AsyncIo>(
         &self,
+        sh: &Shared,
         client: &mut S,
         reason: &str,
         rule: &str,
@@ -282,6 +283,7 @@ impl Decided<'_> {
             reason,
             rule,
             address,
+            rules_hint: &sh.rules_hint,
         };
         let _ = client.write_all(&forbidden_response(&refusal)).await;
         Next::Close
@@ -460,7 +462,7 @@ async fn denied<S: AsyncIo>(sh: &Shared, client: &mut S, req: &Decided<'_>) -> N
             .emit(ProxyEvent::Denied(req.event(Some(reason.to_owned()))));
     }
     let address = req.decision.address.map(|a| a.to_string());
-    req.forbid(client, reason, req.decision.rule.as_str(), address.as_deref())
+    req.forbid(sh, client, reason, req.decision.rule.as_str(), address.as_deref())
         .await
 }
 
@@ -486,7 +488,7 @@ async fn plain_leak<S: AsyncIo>(
     ev.address = None;
     ev.secret = Some(b.name.clone());
     sh.events.emit(ProxyEvent::Denied(ev));
-    req.forbid(client, "secret leak", &rule, None).await
+    req.forbid(sh, client, "secret leak", &rule, None).await
 }
 
 /// Step 6 of CONNECT: take a tunnel slot, dial the pinned addresses, answer `200`; the tunnel is relayed by the

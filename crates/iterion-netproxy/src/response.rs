@@ -115,18 +115,20 @@ pub(crate) struct Refusal<'a> {
     pub(crate) reason: &'a str,
     pub(crate) rule: &'a str,
     pub(crate) address: Option<&'a str>,
+    /// Where to add a rule: `sandbox.network.rules`, or `--rule` for the standalone proxy.
+    pub(crate) rules_hint: &'a str,
 }
 
 /// The sentence an agent can act on.
 fn denial_message(r: &Refusal<'_>) -> String {
     match r.address {
         Some(a) => format!(
-            "host '{}' (port {}) resolves to the non-global address {a}, which the sandbox refuses; if the workflow needs it, add an explicit IP or CIDR rule for it to sandbox.network.rules",
-            r.host, r.port
+            "host '{}' (port {}) resolves to the non-global address {a}, which the sandbox refuses; if the workflow needs it, add an explicit IP or CIDR rule for it to {}",
+            r.host, r.port, r.rules_hint
         ),
         None => format!(
-            "host '{}' (port {}) is blocked by the sandbox network policy ({}); if the workflow needs it, add it to sandbox.network.rules",
-            r.host, r.port, r.rule
+            "host '{}' (port {}) is blocked by the sandbox network policy ({}); if the workflow needs it, add it to {}",
+            r.host, r.port, r.rule, r.rules_hint
         ),
     }
 }
@@ -201,6 +203,7 @@ mod tests {
             reason: "policy denial",
             rule: "no rule matched",
             address: None,
+            rules_hint: "sandbox.network.rules",
         };
         insta::assert_snapshot!(text(forbidden_response(&r)));
     }
@@ -215,6 +218,7 @@ mod tests {
             reason: "non-global address",
             rule: "non-global address",
             address: Some("127.0.0.1"),
+            rules_hint: "sandbox.network.rules",
         };
         insta::assert_snapshot!(text(forbidden_response(&r)));
     }

@@ -28,6 +28,8 @@ pub(crate) struct Shared {
     pub(crate) events: EventSink,
     pub(crate) counters: Arc<Counters>,
     pub(crate) silent: SilentDeny,
+    /// Where a refused client is told to add a rule.
+    pub(crate) rules_hint: String,
     pub(crate) report_allowed: bool,
     pub(crate) own_listen: Vec<SocketAddr>,
     /// Stop accepting; head readers answer 503.
@@ -69,6 +71,7 @@ impl Shared {
             events: EventSink::new(config.on_event, config.limits.event_queue, counters.clone()),
             counters,
             silent: config.silent_deny,
+            rules_hint: config.rules_hint,
             report_allowed: config.report_allowed,
             own_listen,
             draining: CancellationToken::new(),

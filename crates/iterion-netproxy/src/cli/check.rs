@@ -79,12 +79,22 @@ async fn check_one(
     let decision = match crate::decide(policy, &target, resolver, &DecideOptions::default()).await {
         Ok(d) => d,
         Err(e) => {
-            let reason = e.to_string();
-            return denied_line(
+            // the name stage allowed it (or nothing would have been resolved): show by which rule
+            let named = policy.decide_name(&target);
+            let by = format!("allowed by {}", named.rule.as_str());
+            let (ok, line) = denied_line(
                 &target.to_string(),
-                &reason,
+                &e.to_string(),
                 Some((target.host.to_string(), target.port)),
-            );
+            )?;
+            let line = if a.json {
+                let mut v: serde_json::Value = serde_json::from_str(&line).map_err(|e| chain(&e))?;
+                v["policy"] = serde_json::Value::from(by);
+                v.to_string()
+            } else {
+                format!("{line} policy=\"{by}\"")
+            };
+            return Ok((ok, line));
         }
     };
     if !a.json {

@@ -195,6 +195,8 @@ fn build_config(
     } else {
         builder.credential(Credential::new("iterion", token.to_owned(), None, s.policy).accept_any_username())
     };
+    // a refused client of the standalone proxy is told about the flag, not the workflow field
+    builder = builder.rules_hint("a --rule of this proxy");
     if a.no_silent_deny {
         builder = builder.silent_deny::<&str>(&[]);
     } else if !a.silent_deny.is_empty() {

@@ -699,6 +699,7 @@ where
         reason: "secret leak",
         rule: &leak.rule,
         address: None,
+        rules_hint: &sh.rules_hint,
     };
     let _ = client.write_all(&forbidden_response(&refusal)).await;
     let _ = client.flush().await;
