@@ -14,8 +14,9 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// `iterion ARGS` in `dir` with `HOME` at `home` and no inherited `ITERION_*` variable or terminal width.
-fn iterion(args: &[&str], dir: &Path, home: &Path) -> Output {
+/// The command `iterion ARGS` in `dir` with `HOME` at `home` and no inherited `ITERION_*` variable or
+/// terminal width.
+fn command(args: &[&str], dir: &Path, home: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_iterion"));
     c.args(args).current_dir(dir).env("HOME", home);
     for (k, _) in std::env::vars() {
@@ -23,7 +24,12 @@ fn iterion(args: &[&str], dir: &Path, home: &Path) -> Output {
             c.env_remove(k);
         }
     }
-    c.output().expect("run iterion")
+    c
+}
+
+/// Runs [`command`].
+fn iterion(args: &[&str], dir: &Path, home: &Path) -> Output {
+    command(args, dir, home).output().expect("run iterion")
 }
 
 /// Exit code, stdout and stderr in one text.
@@ -180,18 +186,11 @@ fn run_outcomes_human() {
         "tool t:\n  command: `true`\n\nworkflow w:\n  entry: t\n  sandbox:\n    image: \"alpine:3\"\n  t -> done\n",
     );
     let nowhere = format!("unix://{}", tmp.path().join("absent.sock").display());
-    let mut c = Command::new(env!("CARGO_BIN_EXE_iterion"));
-    c.args(["run", "w.bot"])
-        .current_dir(&ws)
-        .env("HOME", &home)
+    let o = command(&["run", "w.bot"], &ws, &home)
         .env("DOCKER_HOST", &nowhere)
-        .env("CONTAINER_HOST", &nowhere);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("ITERION_") || k == "COLUMNS" || k == "LINES" {
-            c.env_remove(k);
-        }
-    }
-    let o = c.output().expect("run iterion");
+        .env("CONTAINER_HOST", &nowhere)
+        .output()
+        .expect("run iterion");
     insta::assert_snapshot!(
         "run_setup_failure_human",
         redact_clock(&redact(&transcript(&o), tmp.path())),
@@ -203,19 +202,14 @@ fn run_outcomes_human() {
 fn run_cancelled_human() {
     let (tmp, ws, home) = scratch("tool t:\n  command: `sleep 30`\n\nworkflow w:\n  entry: t\n  t -> done\n");
     let store = tmp.path().join("store");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_iterion"));
-    c.args(["run", "--sandbox", "none", "--store-dir"])
-        .arg(&store)
-        .arg("w.bot")
-        .current_dir(&ws)
-        .env("HOME", &home)
-        .stdout(std::process::Stdio::piped())
+    let store_s = store.to_string_lossy().into_owned();
+    let mut c = command(
+        &["run", "--sandbox", "none", "--store-dir", &store_s, "w.bot"],
+        &ws,
+        &home,
+    );
+    c.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("ITERION_") || k == "COLUMNS" || k == "LINES" {
-            c.env_remove(k);
-        }
-    }
     let child = c.spawn().expect("spawn");
     // cancel once the node runs
     let started = std::time::Instant::now();

@@ -14,8 +14,8 @@ use super::{
     scope, with_deadlines,
 };
 use crate::events::{
-    ArtifactWritten, BranchFinished, BranchStarted, BudgetExceeded, BudgetValue, BudgetWarning, EdgeSelected,
-    Event, FailedBranch, JoinReady, NodeFinished, NodeKind as EvKind, NodeStarted, RunFailed,
+    ArtifactWritten, BranchFinished, BranchStarted, BudgetExceeded, BudgetWarning, EdgeSelected, Event,
+    FailedBranch, JoinReady, NodeFinished, NodeKind as EvKind, NodeStarted, RunFailed,
 };
 use crate::exec::context::{ExecOutcome, NodeSandbox, RunSink};
 use crate::exec::node::{CallShape, NodeEnv, NodeRun, ms};
@@ -648,28 +648,19 @@ impl<'a> Engine<'a> {
     /// The budget check before a branch node, against the shared usage.
     fn branch_budget_check(&self, shared: &Mutex<Shared>, sink: &BranchSink<'_>) -> Option<End> {
         let usage = shared.lock().unwrap_or_else(|p| p.into_inner()).usage;
-        for (dim, used, limit, _) in self.budget_dims_of(&usage) {
-            let over = match (used, limit) {
-                (BudgetValue::Int(u), BudgetValue::Int(l)) => u >= l,
-                (BudgetValue::Float(u), BudgetValue::Float(l)) => u >= l,
-                _ => false,
-            };
-            if over {
-                sink.emit(
-                    BudgetExceeded {
-                        dimension: dim.into(),
-                        used,
-                        limit,
-                    }
-                    .into(),
-                );
-                return Some(End::Failed {
-                    error: format!("budget {dim} exceeded"),
-                    code: FailureCode::BudgetExceeded,
-                });
+        let (dim, used, limit) = self.over_budget(&usage)?;
+        sink.emit(
+            BudgetExceeded {
+                dimension: dim.into(),
+                used,
+                limit,
             }
-        }
-        None
+            .into(),
+        );
+        Some(End::Failed {
+            error: format!("budget {dim} exceeded"),
+            code: FailureCode::BudgetExceeded,
+        })
     }
 
     fn branch_budget_warnings(&self, shared: &Mutex<Shared>, sink: &BranchSink<'_>) {

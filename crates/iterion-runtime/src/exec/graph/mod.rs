@@ -554,20 +554,23 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// Before starting a node: a dimension at or above its limit stops the run.
-    fn check_budget(&mut self, node: &str, pending: Option<Value>) -> Option<ExecOutcome> {
-        self.budget_warnings();
-        for (dim, used, limit, _) in self.budget_dims() {
-            let over = match (used, limit) {
+    /// The first budget dimension at or above its limit, with `usage` as what was used.
+    fn over_budget(&self, usage: &Usage) -> Option<(&'static str, BudgetValue, BudgetValue)> {
+        self.budget_dims_of(usage)
+            .into_iter()
+            .find(|(_, used, limit, _)| match (used, limit) {
                 (BudgetValue::Int(u), BudgetValue::Int(l)) => u >= l,
                 (BudgetValue::Float(u), BudgetValue::Float(l)) => u >= l,
                 _ => false,
-            };
-            if over {
-                return Some(self.budget_exceeded(dim, used, limit, node, pending));
-            }
-        }
-        None
+            })
+            .map(|(dim, used, limit, _)| (dim, used, limit))
+    }
+
+    /// Before starting a node: a dimension at or above its limit stops the run.
+    fn check_budget(&mut self, node: &str, pending: Option<Value>) -> Option<ExecOutcome> {
+        self.budget_warnings();
+        let (dim, used, limit) = self.over_budget(&self.st.usage)?;
+        Some(self.budget_exceeded(dim, used, limit, node, pending))
     }
 
     fn budget_exceeded(
