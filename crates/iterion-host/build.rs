@@ -32,6 +32,7 @@ fn main() {
     let dest = out_dir.join(OUTPUT);
     if !target.contains("linux") {
         std::fs::write(&dest, b"").expect("write an empty runner");
+        iterion_embed::build::write_digest(&dest).unwrap_or_else(|e| panic!("{e}"));
         println!(
             "cargo:warning=the claw runner is not built for {target}; set ITERION_BIN for claw nodes in containers"
         );
@@ -83,6 +84,7 @@ fn main() {
         .join(if release { "release" } else { "debug" })
         .join(OUTPUT);
     std::fs::copy(&built, &dest).unwrap_or_else(|e| panic!("copy {}: {e}", built.display()));
+    iterion_embed::build::write_digest(&dest).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// The outer target directory: OUT_DIR is `<target dir>[/<triple>]/<profile>/build/<pkg>-<hash>/out`.

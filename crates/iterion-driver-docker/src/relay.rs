@@ -11,6 +11,10 @@ pub use iterion_embed::{ElfFacts, elf_facts, machine_of, short_hash};
 /// cannot build it).
 pub const EMBEDDED: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/iterion-relay"));
 
+/// The SHA-256 of [`EMBEDDED`] (64 hex characters), computed by `build.rs`: installing the embedded relay
+/// does not hash it at every process start.
+pub const EMBEDDED_SHA256: &str = include_str!(concat!(env!("OUT_DIR"), "/iterion-relay.sha256"));
+
 /// Checks that `path` is a regular, executable, statically linked ELF file for `arch`; otherwise
 /// `StartFailed` (`the egress relay <path> is not a static <arch> executable`), never a silent downgrade.
 pub fn check_relay_binary(path: &Path, arch: &str) -> Result<()> {
@@ -32,7 +36,15 @@ pub fn check_relay_binary(path: &Path, arch: &str) -> Result<()> {
 /// Writes the relay `bytes` once to `<data_dir>/bin/iterion-relay-<first 12 hex of SHA-256>` (see
 /// [`iterion_embed::install`]) and returns the path.
 pub fn install(bytes: &[u8], data_dir: &Path) -> Result<PathBuf> {
-    iterion_embed::install(bytes, &data_dir.join("bin"), "iterion-relay").map_err(|e| match e {
+    installed(iterion_embed::install(
+        bytes,
+        &data_dir.join("bin"),
+        "iterion-relay",
+    ))
+}
+
+fn installed(r: iterion_embed::Result<PathBuf>) -> Result<PathBuf> {
+    r.map_err(|e| match e {
         iterion_embed::Error::Empty { .. } => Error::StartFailed {
             reason: "this build of iterion embeds no egress relay (it was built for a non-Linux target)"
                 .into(),
@@ -59,13 +71,26 @@ pub fn install(bytes: &[u8], data_dir: &Path) -> Result<PathBuf> {
 
 /// Installs [`EMBEDDED`] under `data_dir` (see [`install`]).
 pub fn install_embedded(data_dir: &Path) -> Result<PathBuf> {
-    install(EMBEDDED, data_dir)
+    installed(iterion_embed::install_with_digest(
+        EMBEDDED,
+        EMBEDDED_SHA256,
+        &data_dir.join("bin"),
+        "iterion-relay",
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt as _;
+
+    #[test]
+    fn the_compiled_in_digest_is_the_embedded_relay_s() {
+        assert_eq!(
+            EMBEDDED_SHA256,
+            iterion_embed::to_hex(&iterion_embed::sha256(EMBEDDED))
+        );
+    }
 
     #[test]
     fn embedded_relay_is_static() {

@@ -12,6 +12,26 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Writes the SHA-256 of the file at `program` (64 lowercase hex characters, no newline) to
+/// `<program>.sha256` and returns that path: the crate embedding the program compiles it in with
+/// `include_str!` and hands it to [`crate::install_with_digest`], so no process start hashes the bytes.
+pub fn write_digest(program: &Path) -> Result<PathBuf> {
+    let bytes = std::fs::read(program).map_err(|source| Error::Io {
+        what: "read",
+        path: program.to_path_buf(),
+        source,
+    })?;
+    let mut name = program.as_os_str().to_owned();
+    name.push(".sha256");
+    let dest = PathBuf::from(name);
+    std::fs::write(&dest, crate::to_hex(&crate::sha256(&bytes))).map_err(|source| Error::Io {
+        what: "write",
+        path: dest.clone(),
+        source,
+    })?;
+    Ok(dest)
+}
+
 /// The compiler, target and output directory of a build script.
 #[derive(Debug, Clone)]
 pub struct Toolchain {
@@ -84,6 +104,7 @@ impl Toolchain {
                 "cargo:warning={} is not built for {}; the feature that needs it is unavailable",
                 p.crate_name, self.target
             );
+            write_digest(&dest)?;
             return Ok(dest);
         }
         let mut bin = self.rustc(p.crate_name, "bin");
@@ -98,6 +119,7 @@ impl Toolchain {
         }
         bin.args(["-C", "strip=symbols"]).arg("-o").arg(&dest).arg(p.main);
         self.run(bin, p.crate_name)?;
+        write_digest(&dest)?;
         Ok(dest)
     }
 

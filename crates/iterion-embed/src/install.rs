@@ -8,24 +8,37 @@ use std::path::{Path, PathBuf};
 /// Writes `bytes` once to `<dir>/<stem>-<first 12 hex of their SHA-256>` and returns the path.
 ///
 /// The file is written under a temporary name in `dir`, synced, made mode 0755, renamed into place and read
-/// back; an existing file with the right hash is reused, one with another content is rewritten. Empty `bytes`
+/// back; an existing file with the same bytes is reused, one with another content is rewritten. Empty `bytes`
 /// (a program not built for this target) are [`Error::Empty`]; a read-back that differs is
-/// [`Error::Mismatch`].
+/// [`Error::Mismatch`]. This hashes `bytes` once per call: a program that embeds large bytes passes the digest
+/// its build script computed to [`install_with_digest`] instead.
 pub fn install(bytes: &[u8], dir: &Path, stem: &str) -> Result<PathBuf> {
+    install_with_digest(bytes, &to_hex(&sha256(bytes)), dir, stem)
+}
+
+/// [`install`] with the SHA-256 of `bytes` (64 lowercase hex characters) known ahead of time — written next
+/// to the program by [`crate::build::write_digest`] and compiled in — so that starting a process does not
+/// hash megabytes (the claw runner is 8–14 MB: two SHA-256 passes cost about 100–250 ms per process start).
+/// An existing file is checked by comparing its bytes, which is as strict as comparing hashes. A `digest`
+/// that is not 64 hex characters is [`Error::Mismatch`] of the destination directory.
+pub fn install_with_digest(bytes: &[u8], digest: &str, dir: &Path, stem: &str) -> Result<PathBuf> {
     if bytes.is_empty() {
         return Err(Error::Empty { stem: stem.into() });
+    }
+    let digest = digest.trim();
+    if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Error::Mismatch {
+            path: dir.to_path_buf(),
+        });
     }
     let io = |what: &'static str, p: &Path| {
         let path = p.to_path_buf();
         move |source| Error::Io { what, path, source }
     };
-    let digest = to_hex(&sha256(bytes));
     let short = &digest[..12];
     std::fs::create_dir_all(dir).map_err(io("create directory", dir))?;
     let dest = dir.join(format!("{stem}-{short}"));
-    if let Ok(existing) = std::fs::read(&dest)
-        && to_hex(&sha256(&existing)) == digest
-    {
+    if std::fs::read(&dest).is_ok_and(|existing| existing == bytes) {
         return Ok(dest);
     }
     let tmp = dir.join(format!(".{stem}-{short}.{}", std::process::id()));
@@ -37,7 +50,7 @@ pub fn install(bytes: &[u8], dir: &Path, stem: &str) -> Result<PathBuf> {
     make_executable(&tmp).map_err(io("chmod", &tmp))?;
     std::fs::rename(&tmp, &dest).map_err(io("rename to", &dest))?;
     let written = std::fs::read(&dest).map_err(io("read back", &dest))?;
-    if to_hex(&sha256(&written)) != digest {
+    if written != bytes {
         return Err(Error::Mismatch { path: dest });
     }
     Ok(dest)
@@ -91,6 +104,27 @@ mod tests {
             install(b"", &bin, "iterion-probe"),
             Err(Error::Empty { stem }) if stem == "iterion-probe"
         ));
+    }
+
+    #[test]
+    fn a_known_digest_names_the_file_and_a_bad_one_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bytes = elf64(183, true);
+        let digest = to_hex(&sha256(&bytes));
+        let p = install_with_digest(&bytes, &digest, dir.path(), "runner").expect("install");
+        assert_eq!(p, install(&bytes, dir.path(), "runner").expect("same file"));
+        std::fs::write(&p, b"tampered").expect("tamper");
+        install_with_digest(&bytes, &digest, dir.path(), "runner").expect("rewritten");
+        assert_eq!(std::fs::read(&p).expect("read"), bytes);
+        for bad in ["", "abc", &"z".repeat(64)] {
+            assert!(
+                matches!(
+                    install_with_digest(&bytes, bad, dir.path(), "runner"),
+                    Err(Error::Mismatch { .. })
+                ),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -35,7 +35,7 @@ mod sha256;
 
 pub use elf::{ElfFacts, check_static_executable, elf_facts, machine_of};
 pub use error::{Error, Result};
-pub use install::install;
+pub use install::{install, install_with_digest};
 pub use sha256::{sha256, to_hex};
 
 /// First 12 hex characters of the SHA-256 of `bytes`: the suffix of an installed binary's name.

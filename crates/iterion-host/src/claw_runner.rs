@@ -13,6 +13,10 @@ use crate::error::{Error, Result};
 /// The static runner built for this target by `build.rs` (empty when the target cannot build it).
 pub const EMBEDDED: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/iterion-claw-runner"));
 
+/// The SHA-256 of [`EMBEDDED`], computed by `build.rs`: hashing the 8–14 MB runner at every process start
+/// cost about 100–250 ms.
+pub const EMBEDDED_SHA256: &str = include_str!(concat!(env!("OUT_DIR"), "/iterion-claw-runner.sha256"));
+
 /// `ITERION_BIN` from the environment map, when set and not empty.
 pub fn claw_runner_override(env: &BTreeMap<String, String>) -> Option<PathBuf> {
     env.get("ITERION_BIN")
@@ -27,21 +31,33 @@ pub fn claw_runner_path(data_dir: &Path, override_bin: Option<PathBuf>) -> Resul
     if let Some(p) = override_bin {
         return Ok(p);
     }
-    iterion_embed::install(EMBEDDED, &data_dir.join("bin"), "iterion-claw-runner").map_err(|e| {
-        Error::ClawRunner {
-            reason: match e {
-                iterion_embed::Error::Empty { .. } => {
-                    "this build of iterion embeds no claw runner (it was built for a non-Linux target)".into()
-                }
-                other => other.to_string(),
-            },
-        }
+    iterion_embed::install_with_digest(
+        EMBEDDED,
+        EMBEDDED_SHA256,
+        &data_dir.join("bin"),
+        "iterion-claw-runner",
+    )
+    .map_err(|e| Error::ClawRunner {
+        reason: match e {
+            iterion_embed::Error::Empty { .. } => {
+                "this build of iterion embeds no claw runner (it was built for a non-Linux target)".into()
+            }
+            other => other.to_string(),
+        },
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_compiled_in_digest_is_the_embedded_runner_s() {
+        assert_eq!(
+            EMBEDDED_SHA256,
+            iterion_embed::to_hex(&iterion_embed::sha256(EMBEDDED))
+        );
+    }
 
     #[test]
     fn embedded_runner_is_static_and_installs_unless_overridden() {
