@@ -176,13 +176,39 @@ impl Engine {
             )
             .map_err(|e| unavailable(format!("engine at {}: {e}", socket.display())))
         };
-        // `/version` is not versioned in meaning; ask it at the minimum API.
+        // `/version` is not versioned in meaning; ask it at the minimum API. The ping's `Api-Version` header
+        // names the server's API already, so `/info` (at the negotiated API) is asked at the same time; without
+        // the header the two go one after the other.
         let probe = client(MIN_API)?;
-        let version = probe.version().await.map_err(engine)?;
-        let server_api = version.api_version.clone().unwrap_or_default();
-        let api = negotiate(&server_api).map_err(unavailable)?;
-        let docker = client(api)?;
-        let info = docker.info().await.map_err(engine)?;
+        let pinged_api = headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("api-version"))
+            .and_then(|(_, v)| negotiate(v.trim()).ok());
+        let (version, docker, info, api) = match pinged_api {
+            Some(api) => {
+                let docker = client(api)?;
+                let (version, info) = tokio::join!(probe.version(), docker.info());
+                let version = version.map_err(engine)?;
+                let server_api = version.api_version.clone().unwrap_or_default();
+                let agreed = negotiate(&server_api).map_err(unavailable)?;
+                if agreed != api {
+                    // The header and `/version` disagree: trust `/version`, as without a header.
+                    let docker = client(agreed)?;
+                    let info = docker.info().await.map_err(engine)?;
+                    (version, docker, info, agreed)
+                } else {
+                    (version, docker, info.map_err(engine)?, api)
+                }
+            }
+            None => {
+                let version = probe.version().await.map_err(engine)?;
+                let server_api = version.api_version.clone().unwrap_or_default();
+                let api = negotiate(&server_api).map_err(unavailable)?;
+                let docker = client(api)?;
+                let info = docker.info().await.map_err(engine)?;
+                (version, docker, info, api)
+            }
+        };
         let components: Vec<String> = version
             .components
             .unwrap_or_default()
