@@ -47,19 +47,15 @@ impl DockerRun {
     }
 
     /// Records the processes running right after the start, before any command of the workflow or the
-    /// repository ran: the init and the entrypoint (relay or `sleep`). [`Run::kill_leftovers`] spares them.
-    pub(crate) async fn record_infrastructure(&self) -> Result<Vec<u32>, DError> {
-        let cmd = vec!["/bin/sh".into(), "-c".into(), dexec::LIST_PIDS_SCRIPT.into()];
-        let (code, out) = dexec::run_capture(&self.inner, "0", cmd, 4096).await?;
-        let text = String::from_utf8_lossy(&out);
-        let pids: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
-        if code != 0 || pids.is_empty() || pids.len() > MAX_INFRASTRUCTURE || !pids.contains(&1) {
+    /// repository ran: the init and the entrypoint (relay or `sleep`), from the output of
+    /// [`dexec::LIST_PIDS_SCRIPT`] (one pid a line). [`Run::kill_leftovers`] spares them. A listing without
+    /// pid 1, empty, or longer than a fresh sandbox can be is refused (nothing recorded, nothing killed later).
+    pub(crate) fn record_infrastructure(&self, listing: &str) -> Result<Vec<u32>, DError> {
+        let pids: Vec<u32> = listing.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        if pids.is_empty() || pids.len() > MAX_INFRASTRUCTURE || !pids.contains(&1) {
             return Err(DError::Engine {
                 status: None,
-                message: format!(
-                    "listing the processes of the sandbox gave exit code {code} and {} pids",
-                    pids.len()
-                ),
+                message: format!("listing the processes of the sandbox gave {} pids", pids.len()),
             });
         }
         *self
@@ -91,20 +87,11 @@ async fn do_cleanup(inner: Arc<RunInner>) -> CleanupReport {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    let stop = inner.docker.stop_container(
-        &inner.id,
-        Some(StopContainerOptions {
-            signal: None,
-            t: Some(5),
-        }),
-    );
-    match tokio::time::timeout(Duration::from_secs(10), stop).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) if matches!(status_of(&e), Some(304 | 404)) => {}
-        Ok(Err(e)) => report.errors.push(format!("stop {}: {e}", short(&inner.id))),
-        Err(_) => report
-            .errors
-            .push(format!("stop {} did not finish within 10s", short(&inner.id))),
+    // 2. A graceful stop only when a step was still running; otherwise nothing in the container needs a
+    // SIGTERM (the entrypoint is `sleep` or the relay), and the forced removal below kills and removes in
+    // one engine call instead of two.
+    if live > 0 {
+        stop(&inner, &mut report).await;
     }
     let rm = inner.docker.remove_container(
         &inner.id,
@@ -139,6 +126,25 @@ async fn do_cleanup(inner: Arc<RunInner>) -> CleanupReport {
         tracing::warn!(container = %short(&inner.id), "sandbox cleanup: {e}");
     }
     report
+}
+
+/// `POST /containers/{id}/stop?t=5` within 10 s; `304` and `404` are success.
+async fn stop(inner: &RunInner, report: &mut CleanupReport) {
+    let stop = inner.docker.stop_container(
+        &inner.id,
+        Some(StopContainerOptions {
+            signal: None,
+            t: Some(5),
+        }),
+    );
+    match tokio::time::timeout(Duration::from_secs(10), stop).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) if matches!(status_of(&e), Some(304 | 404)) => {}
+        Ok(Err(e)) => report.errors.push(format!("stop {}: {e}", short(&inner.id))),
+        Err(_) => report
+            .errors
+            .push(format!("stop {} did not finish within 10s", short(&inner.id))),
+    }
 }
 
 pub(crate) fn short(id: &str) -> &str {

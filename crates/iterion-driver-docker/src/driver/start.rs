@@ -4,6 +4,7 @@
 use super::create::Hardening;
 use super::plan::{MountPlan, UserPlan};
 use crate::container::{RunInner, engine_error};
+use crate::dexec;
 use crate::engine::EngineFacts;
 use crate::mounts::{MountKind, Origin};
 use crate::run::DockerRun;
@@ -12,10 +13,11 @@ use bollard::query_parameters::LogsOptions;
 use futures::StreamExt;
 use iterion_driver::{
     DriverKind, EgressPlacement, Error as DError, ExecRequest, HardeningReport, HomeSource, ImageRef,
-    ImageReport, LogLevel, MountOrigin, MountReport, ResourceLimits, Run, SkippedPath, StartReport,
+    ImageReport, LogLevel, MountOrigin, MountReport, Output, ResourceLimits, Run, SkippedPath, StartReport,
     StartRequest, UidMismatch, UserRemap,
 };
 use std::time::Duration;
+use tokio::io::AsyncReadExt as _;
 
 /// The started container to check.
 #[derive(Debug)]
@@ -36,7 +38,7 @@ pub(super) struct Created<'a> {
 
 /// Starts the created container and checks it (03 §8.8 steps 4–6): it still runs, a shell answers within
 /// 10 s, and the processes that make up the sandbox itself are recorded (spared when a step's leftovers are
-/// killed; a failure there is only a warning).
+/// killed; a failure there is only a warning). The shell probe and the listing share one exec.
 pub(super) async fn start_and_check(
     docker: &Docker,
     facts: &EngineFacts,
@@ -70,36 +72,44 @@ pub(super) async fn start_and_check(
         c.kind,
     );
     let run = DockerRun::new(inner);
-    let bash = shell_probe(&run, c.image).await?;
-    match tokio::time::timeout(Duration::from_secs(10), run.record_infrastructure()).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => req.events.log(
+    let (bash, listing) = start_checks(&run, c.image).await?;
+    if let Err(e) = run.record_infrastructure(&listing) {
+        req.events.log(
             LogLevel::Warn,
-            format!("cannot list the sandbox's processes ({e}); processes a step leaves behind will not be killed"),
-        ),
-        Err(_) => req.events.log(
-            LogLevel::Warn,
-            "listing the sandbox's processes did not finish within 10s; processes a step leaves behind will not be killed".to_string(),
-        ),
+            format!(
+                "cannot list the sandbox's processes ({e}); processes a step leaves behind will not be killed"
+            ),
+        );
     }
     Ok((run, bash))
 }
 
-/// Shell probe (03 §8.8 step 5): a command runs within 10 s, else the image has no usable shell. The command
-/// is `sh -c 'command -v bash'`, so the same exec also says whether `bash` is there (the start report carries
-/// it, and the runtime needs no probe of its own).
-async fn shell_probe(run: &DockerRun, image: &ImageRef) -> Result<bool, DError> {
+/// The checks after the start (03 §8.8 steps 5–6) in ONE exec, as the container's user: the shell probe (a
+/// command runs within 10 s, else the image has no usable shell) and the listing of the sandbox's own
+/// processes ([`dexec::LIST_PIDS_SCRIPT`], printed on stdout), ending with `command -v bash` so the exit
+/// code also says whether `bash` is there (the start report carries it; the runtime needs no probe of its
+/// own). One exec instead of two saves an engine exec (40–60 ms) on every start.
+async fn start_checks(run: &DockerRun, image: &ImageRef) -> Result<(bool, String), DError> {
+    // Exit 0 or 1, never `command -v`'s own 127 (busybox): 126/127 make the exec layer spend one more exec
+    // on asking whether its shim started.
+    let script = format!(
+        "{}; if command -v bash >/dev/null 2>&1; then exit 0; else exit 1; fi",
+        dexec::LIST_PIDS_SCRIPT
+    );
     let probe = async {
-        let ex = run
-            .exec(
-                ExecRequest::new(["sh", "-c", "command -v bash"])
-                    .outputs(iterion_driver::Output::Discard, iterion_driver::Output::Discard),
-            )
+        let mut ex = run
+            .exec(ExecRequest::new(["sh", "-c", script.as_str()]).outputs(Output::Piped, Output::Discard))
             .await?;
-        ex.wait().await
+        let mut listing = Vec::new();
+        if let Some(out) = ex.stdout.as_mut() {
+            // At most 16 pids are expected; a runaway listing is cut (and then refused by the record).
+            let _ = out.take(64 * 1024).read_to_end(&mut listing).await;
+        }
+        let status = ex.wait().await?;
+        Ok::<_, DError>((status.code == 0, String::from_utf8_lossy(&listing).into_owned()))
     };
     match tokio::time::timeout(Duration::from_secs(10), probe).await {
-        Ok(Ok(status)) => Ok(status.code == 0),
+        Ok(Ok(r)) => Ok(r),
         Ok(Err(DError::ExecStart { .. })) => Err(DError::ShellMissing {
             image: image.reference.clone(),
         }),
