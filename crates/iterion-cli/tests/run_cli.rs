@@ -326,6 +326,39 @@ fn a_failing_node_fails_the_run_with_its_code() {
     assert!(containers_of(&id).is_empty());
 }
 
+/// A step's leftovers do not outlive it: under an egress policy, a process a node leaves running in the
+/// run container (here a loop started in the background, which could keep using the workspace or retry the
+/// network) is killed before the next node starts, and the run says so.
+#[test]
+fn a_background_process_a_node_leaves_is_killed_before_the_next_node() {
+    if !engine_required("a_background_process_a_node_leaves_is_killed") || !image_ready() {
+        return;
+    }
+    let ws = Ws::with_workflow(concat!(
+        "tool spawn:\n",
+        "  command: `(while true; do sleep 0.2; done) >/dev/null 2>&1 & echo $! > /tmp/leftover.pid; echo '{\"spawned\": true}'`\n\n",
+        "tool check:\n",
+        "  command: `p=$(cat /tmp/leftover.pid); s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); ",
+        "if [ -n \"$s\" ] && [ \"$s\" != Z ]; then echo '{\"alive\": true}'; else echo '{\"alive\": false}'; fi`\n\n",
+        "workflow demo:\n  entry: spawn\n  sandbox: auto\n  spawn -> check\n  check -> done\n",
+    ));
+    let out = ws.run(&["run", "demo.bot"], &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let id = ws.run_ids().pop().unwrap();
+    let ev = ws.events(&id);
+    let check = ev
+        .iter()
+        .find(|e| e["type"] == "node_finished" && e["node_id"] == "check")
+        .unwrap();
+    assert_eq!(check["data"]["output"], json!({"alive": false}), "{stderr}");
+    assert!(
+        stderr.contains("processes left behind by node spawn"),
+        "the kill is said: {stderr}"
+    );
+    assert!(containers_of(&id).is_empty());
+}
+
 #[test]
 fn post_create_over_its_bound_then_resume_finishes() {
     if !engine_required("post_create_over_its_bound") || !image_ready() {

@@ -97,8 +97,13 @@ pub trait NodeSandboxes: Send + Sync {
     fn exec_env(&self, node_id: &str) -> Vec<(String, String)>;
 
     /// Called after every execution of a node (success, failure, cancellation or deadline), before the next
-    /// one starts: revokes the execution's credential and kills the processes it left in its sandbox.
+    /// one starts: revokes the execution's credential at once; the processes it left in its sandbox are
+    /// killed by the next [`NodeSandboxes::step_starting`] (or by the teardown when no step follows).
     async fn node_ended(&self, _node_id: &str, _sandbox: &NodeSandbox) {}
+
+    /// Called before every execution of a node (each attempt), after [`NodeSandboxes::sandbox_for`] and
+    /// before [`NodeSandboxes::exec_env`]: kills what earlier steps left running in their sandboxes.
+    async fn step_starting(&self, _node_id: &str) {}
 
     /// Called after an execution that ran while other nodes (fan-out siblings) may still be running in the
     /// same sandbox: revokes the execution's credential only. The processes left behind are killed by a

@@ -424,6 +424,7 @@ pub async fn health_check(
     }
     let mut failures = Vec::new();
     for (sandbox, node, servers) in plans {
+        sandboxes.step_starting(&node).await;
         let mut exec_env = sandboxes.exec_env(&node);
         exec_env.push(("ITERION_NODE_ID".into(), node.clone()));
         let mut set = tokio::task::JoinSet::new();

@@ -585,6 +585,7 @@ impl<'a> Engine<'a> {
             _ => EvKind::Tool,
         };
         sink.emit(NodeStarted::new(id, kind, iteration, sandbox.placement).into());
+        self.ctx.sandboxes.step_starting(id).await;
         let cancel = fan_cancel.child_token();
         let env = NodeEnv {
             run_id: &self.ctx.run_id,

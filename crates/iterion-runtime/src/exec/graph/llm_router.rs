@@ -256,6 +256,7 @@ impl<'a> Engine<'a> {
             resume_session: None,
             drop_session: None,
         };
+        self.ctx.sandboxes.step_starting(&id).await;
         let cancel = self.ctx.cancel.child_token();
         let env = NodeEnv {
             run_id: &self.ctx.run_id,

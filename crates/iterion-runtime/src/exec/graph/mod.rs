@@ -634,6 +634,7 @@ impl<'a> Engine<'a> {
             let iteration = *it;
             *it += 1;
             self.emit(NodeStarted::new(id.clone(), kind, iteration, sandbox.placement));
+            self.ctx.sandboxes.step_starting(&id).await;
             let cancel = self.ctx.cancel.child_token();
             let env = NodeEnv {
                 run_id: &self.ctx.run_id,

@@ -149,7 +149,13 @@ impl NodeSandboxes for Sandboxes {
             return;
         }
         starter
-            .end_step(node_id, sandbox.run.as_ref(), &format!("node {node_id}"))
+            .end_step(node_id, &sandbox.run, &format!("node {node_id}"))
             .await;
+    }
+
+    async fn step_starting(&self, _node_id: &str) {
+        if let Some(starter) = &self.starter {
+            starter.kill_leftovers().await;
+        }
     }
 }

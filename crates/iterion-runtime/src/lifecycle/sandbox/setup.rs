@@ -430,6 +430,7 @@ impl Setup<'_> {
                 .map(|(id, _)| id.clone())
                 .collect(),
             claw_nodes: self.claw_nodes.clone(),
+            leftovers: tokio::sync::Mutex::new(Vec::new()),
         };
         // 4.5
         if let Some(r) = &run_spec {

@@ -77,6 +77,10 @@ pub(super) struct Starter {
     pub(super) claw_run_nodes: Vec<String>,
     /// Every claw node (a node container runs the runner when its node is one).
     pub(super) claw_nodes: std::collections::BTreeSet<String>,
+    /// Sandboxes whose last step ended and whose leftover processes are still to be killed (with what ran
+    /// there last), killed when the next step starts: when no step follows, the teardown removes the
+    /// container, and the kill — one engine exec — is not needed.
+    pub(super) leftovers: tokio::sync::Mutex<Vec<(Arc<dyn Run>, String)>>,
 }
 
 impl std::fmt::Debug for Starter {
@@ -386,7 +390,7 @@ impl Starter {
                 iterion_driver::run_post_create_with_env(run.as_ref(), &spec.post_create, &env, t, &log),
             )
             .await;
-            self.end_step(SETUP_USER, run.as_ref(), "post_create").await;
+            self.end_step(SETUP_USER, &run, "post_create").await;
             let finished = |code: i64| SandboxPostCreateFinished {
                 exit_code: code,
                 duration_ms: ms(pc_start.elapsed()),
@@ -517,25 +521,41 @@ impl Starter {
         }
     }
 
-    pub(super) async fn end_step(&self, user: &str, run: &dyn Run, what: &str) {
+    pub(super) async fn end_step(&self, user: &str, run: &Arc<dyn Run>, what: &str) {
         if self.net.is_none() {
             return;
         }
         self.revoke(user);
-        match tokio::time::timeout(Duration::from_secs(10), run.kill_leftovers()).await {
-            Ok(Ok(Some(n))) if n > 0 => self.em.log(
-                LogLevel::Info,
-                &format!("sandbox: killed {n} processes left behind by {what}"),
-            ),
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => self.em.log(
-                LogLevel::Warn,
-                &format!("sandbox: cannot kill the processes left behind by {what}: {e}"),
-            ),
-            Err(_) => self.em.log(
-                LogLevel::Warn,
-                &format!("sandbox: killing the processes left behind by {what} did not finish within 10s"),
-            ),
+        let mut pending = self.leftovers.lock().await;
+        match pending.iter_mut().find(|(r, _)| Arc::ptr_eq(r, run)) {
+            Some(entry) => entry.1 = what.to_owned(),
+            None => pending.push((run.clone(), what.to_owned())),
+        }
+    }
+
+    /// Kills what ended steps left running in their sandboxes (steps never overlap there, so nothing else
+    /// of the run is running), before the next step starts. Concurrent callers (fan-out branches) wait for
+    /// the one kill in progress.
+    pub(super) async fn kill_leftovers(&self) {
+        let mut pending = self.leftovers.lock().await;
+        for (run, what) in pending.drain(..) {
+            match tokio::time::timeout(Duration::from_secs(10), run.kill_leftovers()).await {
+                Ok(Ok(Some(n))) if n > 0 => self.em.log(
+                    LogLevel::Info,
+                    &format!("sandbox: killed {n} processes left behind by {what}"),
+                ),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => self.em.log(
+                    LogLevel::Warn,
+                    &format!("sandbox: cannot kill the processes left behind by {what}: {e}"),
+                ),
+                Err(_) => self.em.log(
+                    LogLevel::Warn,
+                    &format!(
+                        "sandbox: killing the processes left behind by {what} did not finish within 10s"
+                    ),
+                ),
+            }
         }
     }
 
