@@ -934,22 +934,15 @@ fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, 
         watch_signals(cancel.clone());
         let forced = args.sandbox.sandbox_driver.clone();
         let runtime = runtime(&p, forced, printer.clone(), cancel.clone(), &store_dir).await?;
-        let reaped = runtime.reap_orphans().await;
-        for r in reaped.iter().filter(|r| r.kept.is_none()) {
-            eprintln!(
-                "{}",
-                format_log(
-                    "INFO ",
-                    &format!("sandbox: reaped leftover {} {}", r.resource.name, r.resource.id)
-                )
-            );
-        }
         let launch = runtime.prepare(compiled, opts).map_err(runtime_early)?;
         {
             let mut v = printer.view.lock().unwrap_or_else(|e| e.into_inner());
             v.store = store_dir.to_string_lossy().into_owned();
         }
-        let outcome = runtime.launch(launch).await.map_err(runtime_early)?;
+        // The reaper pass runs alongside the launch instead of before it: it only removes resources whose
+        // owner is gone, never this run's, and its engine calls no longer delay the first event.
+        let (outcome, ()) = tokio::join!(runtime.launch(launch), reap_and_say(&runtime));
+        let outcome = outcome.map_err(runtime_early)?;
         crate::human::answer_on_terminal(&runtime, outcome, &store_dir, interactive)
             .await
             .map(Ok)
@@ -961,6 +954,19 @@ fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, 
     };
     print_outcome(&printer, &outcome);
     Ok(exit_of(&outcome))
+}
+
+/// One reaper pass; each removed leftover is said on stderr.
+async fn reap_and_say(runtime: &Runtime) {
+    for r in runtime.reap_orphans().await.iter().filter(|r| r.kept.is_none()) {
+        eprintln!(
+            "{}",
+            format_log(
+                "INFO ",
+                &format!("sandbox: reaped leftover {} {}", r.resource.name, r.resource.id)
+            )
+        );
+    }
 }
 
 /// `iterion resume`.
@@ -1023,7 +1029,9 @@ fn resume_inner(args: ResumeArgs, env: &BTreeMap<String, String>) -> Result<Exit
         }
         watch_signals(cancel.clone());
         let runtime = runtime(&p, forced, printer.clone(), cancel.clone(), &store_dir).await?;
-        let _ = runtime.reap_orphans().await;
+        // Before the resume, not alongside it: the reaper's crash recovery may write the very record the
+        // resume reads.
+        reap_and_say(&runtime).await;
         let mut r = Resume::new(&run_id, &store_dir);
         r.file = args.file.as_ref().map(|f| store::absolutize(f, &p.cwd));
         r.force = args.force;
