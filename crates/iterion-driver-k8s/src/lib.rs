@@ -7,8 +7,15 @@
 //! injected environment (07 §2), the reachability and version check behind the doctor's `k8s_context`
 //! (06 §4.11) and the `SelfSubjectAccessReview` permission check behind `k8s_rbac` (06 §4.12, 07 §7.3).
 //!
-//! **Not built:** the sibling-pod driver itself ([`NOT_BUILT`]): the composition root reports the kubernetes
-//! driver as unavailable with that reason.
+//! **Built, not yet driven:** the pure core of the sibling-pod driver — names, labels and annotations
+//! ([`names`], 07 §4), the refusals and the parsing of the user, the kubernetes mount forms and the pod
+//! overrides ([`spec_check`], §3, §5.2, §5.4), the pod and NetworkPolicy manifests ([`manifest`], §5, §7.1;
+//! snapshot-tested) and the exec script that keeps argv and environment values out of request URLs
+//! ([`script`], §9).
+//!
+//! **Not built:** the driver that creates those objects, waits for the pod, copies the workspace and execs
+//! over the WebSocket protocol ([`NOT_BUILT`]): the composition root reports the kubernetes driver as
+//! unavailable with that reason.
 //!
 //! ```no_run
 //! use std::collections::BTreeMap;
@@ -28,6 +35,10 @@
 #![deny(missing_docs)]
 
 pub mod cluster;
+pub mod manifest;
+pub mod names;
+pub mod script;
+pub mod spec_check;
 
 /// Why the kubernetes driver cannot be selected in this build.
 pub const NOT_BUILT: &str = "the kubernetes driver is not built in this version of iterion";
