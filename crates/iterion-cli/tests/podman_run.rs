@@ -265,6 +265,26 @@ fn wait_for_node(ws: &Ws, node: &str) -> String {
     }
 }
 
+/// The repository's demo, run as is on Podman: its `where` node must say the node ran inside a container
+/// (Podman writes `/run/.containerenv`, not Docker's `/.dockerenv`), and its denied fetch is blocked.
+#[test]
+fn the_demo_knows_it_runs_inside_a_podman_container() {
+    let Some(socket) = podman_ready("the_demo_knows_it_runs_inside_a_podman_container") else {
+        return;
+    };
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/demo/demo.bot");
+    let ws = Ws::new(&socket, &std::fs::read_to_string(demo).unwrap());
+    let out = ws.run();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let id = ws.run_ids().pop().unwrap();
+    let ev = ws.events(&id);
+    assert_eq!(first(&ev, "sandbox_started")["data"]["driver"], json!("podman"));
+    assert_eq!(output_of(&ev, "where"), &json!({"inside": "container"}));
+    assert_eq!(output_of(&ev, "fetch"), &json!({"blocked": true}));
+    assert!(ws.path().join("demo-output.txt").is_file());
+    assert_eq!(ws.left_behind(&id), Vec::<String>::new());
+}
+
 #[test]
 fn the_reaper_removes_the_podman_sandbox_of_a_killed_run() {
     let Some(socket) = podman_ready("the_reaper_removes_the_podman_sandbox_of_a_killed_run") else {
