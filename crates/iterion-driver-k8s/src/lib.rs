@@ -11,7 +11,8 @@
 //! ([`names`], 07 §4), the refusals and the parsing of the user, the kubernetes mount forms and the pod
 //! overrides ([`spec_check`], §3, §5.2, §5.4), the pod and NetworkPolicy manifests ([`manifest`], §5, §7.1;
 //! snapshot-tested) and the exec script that keeps argv and environment values out of request URLs
-//! ([`script`], §9).
+//! ([`script`], §9), and the reading of the exec status channel and of a pod's readiness ([`status`], §9,
+//! §10).
 //!
 //! **Not built:** the driver that creates those objects, waits for the pod, copies the workspace and execs
 //! over the WebSocket protocol ([`NOT_BUILT`]): the composition root reports the kubernetes driver as
@@ -39,6 +40,7 @@ pub mod manifest;
 pub mod names;
 pub mod script;
 pub mod spec_check;
+pub mod status;
 
 /// Why the kubernetes driver cannot be selected in this build.
 pub const NOT_BUILT: &str = "the kubernetes driver is not built in this version of iterion";
