@@ -361,3 +361,14 @@ async fn a_context_overflow_is_retried_once_with_the_session_replayed_and_compac
             .any(|(_, m)| m.contains("retrying with its stored session replayed"))
     );
 }
+
+#[tokio::test]
+async fn compaction_settings_fall_back_to_the_workflow_per_field() {
+    let double = Double::new(&[json!({"type": "result", "data": {"output": {}}})], None, 0);
+    let mut h = harness(double.program());
+    let src = "agent a:\n  model: \"claude-x\"\n  compaction:\n    preserve_recent: 2\n\nworkflow w:\n  entry: a\n  compaction:\n    threshold: 0.5\n    preserve_recent: 9\n  a -> done\n";
+    assert_eq!(summary(&h.run(src).await), "finished");
+    let task = double.read("task");
+    assert_eq!(task["data"]["compact_threshold_ratio"], json!(0.5));
+    assert_eq!(task["data"]["compact_preserve_recent"], json!(2));
+}

@@ -132,7 +132,13 @@ pub(crate) fn build_task(
         .filter(|m| !m.is_empty())
         .or_else(|| shape.model.clone())
         .unwrap_or_default();
-    let compaction = node.compaction.clone().unwrap_or_default();
+    // the node's compaction settings, each falling back to the workflow's
+    let node_c = node.compaction.clone().unwrap_or_default();
+    let wf_c = workflow.compaction.clone().unwrap_or_default();
+    let compaction = iterion_spec::model::Compaction {
+        threshold: node_c.threshold.or(wf_c.threshold),
+        preserve_recent: node_c.preserve_recent.or(wf_c.preserve_recent),
+    };
     Task {
         node_id: env.node_id.to_string(),
         run_id: env.run_id.to_string(),
