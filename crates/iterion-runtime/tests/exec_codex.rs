@@ -97,7 +97,7 @@ async fn a_codex_node_runs_the_host_cli_with_the_prompt_on_stdin_and_answers_the
     // the schema file existed during the call and is gone after it
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&c.file("schema.0")).unwrap(),
-        json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})
+        json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": false})
     );
     assert!(!Path::new(&argv[schema_at]).exists());
     let stdin = c.file("stdin.0");

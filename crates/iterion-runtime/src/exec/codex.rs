@@ -266,6 +266,25 @@ pub(crate) fn classify(text: &str) -> FailureCode {
     }
 }
 
+/// The schema as codex's structured output accepts it: every object with `properties` closed
+/// (`additionalProperties: false`), as OpenAI's strict mode requires.
+pub(crate) fn strict_schema(mut v: Value) -> Value {
+    fn close(v: &mut Value) {
+        match v {
+            Value::Object(o) => {
+                if o.contains_key("properties") && !o.contains_key("additionalProperties") {
+                    o.insert("additionalProperties".into(), Value::Bool(false));
+                }
+                o.values_mut().for_each(close);
+            }
+            Value::Array(a) => a.iter_mut().for_each(close),
+            _ => {}
+        }
+    }
+    close(&mut v);
+    v
+}
+
 /// The output schema written for `--output-schema`, removed when dropped.
 struct SchemaFile(PathBuf);
 
@@ -285,7 +304,7 @@ impl SchemaFile {
             .create_new(true)
             .open(&path)
             .map_err(|e| format!("cannot write the output schema file {}: {e}", path.display()))?;
-        f.write_all(schema.to_string().as_bytes())
+        f.write_all(strict_schema(schema.clone()).to_string().as_bytes())
             .map_err(|e| format!("cannot write the output schema file {}: {e}", path.display()))?;
         Ok(SchemaFile(path))
     }
@@ -464,6 +483,15 @@ mod tests {
         );
         assert_eq!(classify("something broke"), FailureCode::ExecutionFailed);
         assert_eq!(classify("connection refused"), FailureCode::NetworkTransient);
+    }
+
+    #[test]
+    fn schemas_are_closed_for_strict_mode() {
+        let s = serde_json::json!({"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": "string"}}}, "c": {}}, "required": ["a", "c"]});
+        assert_eq!(
+            strict_schema(s),
+            serde_json::json!({"type": "object", "additionalProperties": false, "properties": {"a": {"type": "object", "additionalProperties": false, "properties": {"b": {"type": "string"}}}, "c": {}}, "required": ["a", "c"]})
+        );
     }
 
     #[test]
