@@ -287,9 +287,10 @@ async fn lc15_a_runner_that_cannot_start_in_the_container_fails_before_run_start
     iterion_test_support::docker_image::ensure_test_image().unwrap();
     let fake = FakeProvider::start(script(true)).await.unwrap();
     let ws = Ws::new(&flow("  sandbox: auto\n"));
-    // not an executable the container can start (the image has no bash at that interpreter path)
+    // an ELF program of the right architecture that the container cannot start: a dynamically linked host
+    // program (the image has no C library, so no program interpreter)
     let bogus = ws.dir.path().join("iterion-bogus");
-    std::fs::write(&bogus, "#!/no/such/interpreter\n").unwrap();
+    std::fs::copy("/bin/true", &bogus).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&bogus, std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut env = keys(&fake);
@@ -309,6 +310,12 @@ async fn lc15_a_runner_that_cannot_start_in_the_container_fails_before_run_start
         "{failed}"
     );
     assert!(failed["data"]["hint"].as_str().unwrap().contains("ITERION_BIN"));
+    // it passed the architecture check: the probe inside the container refused it
+    let error = failed["data"]["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("the claw runner cannot start in the container"),
+        "{error}"
+    );
     assert_eq!(fake.requests().len(), 0);
 }
 
