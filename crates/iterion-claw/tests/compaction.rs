@@ -77,6 +77,8 @@ async fn run(
     let env: BTreeMap<String, String> = [
         ("ANTHROPIC_API_KEY", "a".to_string()),
         ("ANTHROPIC_BASE_URL", fake.url()),
+        ("OPENAI_API_KEY", "o".to_string()),
+        ("OPENAI_BASE_URL", fake.openai_url()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -275,4 +277,38 @@ async fn a_short_replayed_session_reaches_the_provider_verbatim() {
     assert_eq!(msgs[2]["content"][0]["content"], json!("README.md"));
     assert_eq!(msgs[3]["content"][0]["text"], json!("Now the big one."));
     assert_eq!(msgs[4]["content"][0]["content"], json!(LOST_RESULT));
+}
+
+#[tokio::test]
+async fn chat_completions_overflows_are_compacted_the_same_way() {
+    let mut t = task(1);
+    t.model = "gpt-5".into();
+    let out = run(
+        &t,
+        vec![
+            print(3000),
+            print(3000),
+            Reply::text("SUMMARY-O"),
+            Reply::text("finished"),
+        ],
+        5000,
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(out.result.error, "", "{:?}", out.result);
+    assert_eq!(
+        out.sink.compactions()[0]["reason"],
+        json!("context_length_exceeded")
+    );
+    let reqs = &out.requests;
+    assert_eq!(reqs.len(), 5);
+    assert!(reqs[0].path.ends_with("/chat/completions"));
+    // Chat Completions carries the system prompt as the first message
+    let msgs = reqs[4].body["messages"].as_array().unwrap();
+    let user = msgs.iter().find(|m| m["role"] == "user").unwrap();
+    assert_eq!(
+        user["content"],
+        json!(format!("Do the task.\n\n{SUMMARY_HEADER}\nSUMMARY-O"))
+    );
 }
