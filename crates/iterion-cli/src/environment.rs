@@ -46,6 +46,16 @@ pub const READ: &[(&str, &str, &str)] = &[
         "the Claude Code CLI that claude_code nodes run",
     ),
     (
+        "ITERION_CODEX_BIN",
+        "codex",
+        "the codex CLI that codex nodes run (on the host only; a run that would sandbox a codex node is refused)",
+    ),
+    (
+        "ITERION_CLAW_CONTEXT_WINDOW",
+        "by model family",
+        "the context window (tokens) the claw runner compacts against (passed to the runner)",
+    ),
+    (
         "ITERION_BIN",
         "the embedded runner",
         "an iterion binary (statically linked) to bind into containers for claw nodes",

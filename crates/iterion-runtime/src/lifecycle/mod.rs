@@ -568,6 +568,7 @@ async fn drive(
         operator_env: input.operator_env.clone(),
         owner,
         claw_nodes: crate::exec::check::claw_nodes(&input.workflow, &cfg.env),
+        codex_nodes: crate::exec::codex::codex_nodes(&input.workflow, &cfg.env),
     };
     let cancel_token = cfg.cancel.token();
     let store_abort = em.store_abort();

@@ -343,7 +343,11 @@ impl Starter {
             },
         );
         let claw_here = self.claw_nodes_in(node_id);
-        let claw_runner = (!claw_here.is_empty()).then(|| self.bind_runner(&mut req, claw_here));
+        let claw_runner = if claw_here.is_empty() {
+            None
+        } else {
+            Some(self.bind_runner(&mut req, claw_here).await?)
+        };
         req.proxy = self.net.as_ref().map(|n| n.endpoint.clone());
         req.hardening = s.container.hardening;
         req.limits = s.container.limits.clone();
