@@ -201,6 +201,24 @@ fn decide(
             if !d.capabilities().host_binds && !out.attachments.is_empty() {
                 return Err(attachments_unsupported());
             }
+            // an explicit host_state auto on a driver without a host file system, as the run refuses it
+            let h = &cfg.host;
+            let facts = super::assembly::HostStateFacts {
+                data_dir: &h.data_dir,
+                home: h.home.as_deref(),
+                uid: h.uid,
+                gid: h.gid,
+                os: &h.os,
+            };
+            for (_, spec) in &scopes {
+                super::assembly::host_binds_dropped(
+                    spec,
+                    d.capabilities().host_binds,
+                    d.kind().as_str(),
+                    &facts,
+                )
+                .map_err(|m| Failure::new(FailureCode::SandboxSpecInvalid, m))?;
+            }
             d.capabilities().host_binds
         }
         choice => {
