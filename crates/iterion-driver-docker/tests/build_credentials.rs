@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// What the fake engine saw: each request line with its `X-Registry-Auth` header, and whether the image exists.
+/// What the fake engine saw: each request line with its `X-Registry-Auth` (or `X-Registry-Config`) header, and
+/// which images were pulled.
 #[derive(Default)]
 struct Seen {
     requests: Vec<(String, Option<String>)>,
@@ -42,10 +43,19 @@ async fn serve_one(mut s: tokio::net::UnixStream, seen: Arc<Mutex<Seen>>) {
         }
     }
     let head = String::from_utf8_lossy(&buf).into_owned();
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        // the build context: read it to its last chunk before answering
+        while !buf.ends_with(b"0\r\n\r\n") {
+            match s.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
     let line = head.lines().next().unwrap_or_default().to_owned();
     let auth = head.lines().find_map(|l| {
         let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case("x-registry-auth")
+        (k.eq_ignore_ascii_case("x-registry-auth") || k.eq_ignore_ascii_case("x-registry-config"))
             .then(|| v.trim().to_owned())
     });
     let path = line.split_whitespace().nth(1).unwrap_or_default().to_owned();
@@ -64,6 +74,8 @@ async fn serve_one(mut s: tokio::net::UnixStream, seen: Arc<Mutex<Seen>>) {
                 "200 OK",
                 r#"{"OSType":"linux","Architecture":"x86_64","SecurityOptions":[]}"#,
             )
+        } else if path.contains("/build?") {
+            answer("200 OK", "{\"stream\":\"Successfully built 0123\\n\"}\n")
         } else if path.contains("/images/create") {
             let from = path
                 .split(['?', '&'])
@@ -248,4 +260,84 @@ async fn a_pull_carries_the_credential_helpers_answer() {
     assert!(warnings.is_empty(), "{warnings:?}");
     let everything = format!("{warnings:?}{:?}", progress_lines.lock().unwrap());
     assert!(!everything.contains(&secret), "{everything}");
+}
+
+/// The helper of [`a_pull_carries_the_credential_helpers_answer`] for `registry.example:5000`, a `config.json`
+/// naming it, and the credentials reading them with the driver's `PATH`.
+fn helper_credentials(dir: &Path, secret: &str) -> Credentials {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let helper = bin.join("docker-credential-fake");
+    std::fs::write(
+        &helper,
+        format!(
+            "#!/bin/sh\nread server\n\
+             case \"$server\" in registry.example:5000) printf '{{\"Username\":\"jo\",\"Secret\":\"{secret}\"}}';; \
+             *) echo 'credentials not found'; exit 1;; esac\n"
+        ),
+    )
+    .expect("write");
+    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let config = dir.join("config.json");
+    std::fs::write(&config, r#"{"credsStore":"fake"}"#).expect("write");
+    Credentials::new(Some(config), Some(format!("{}:/usr/bin:/bin", bin.display())))
+}
+
+/// A classic build sends the credentials of the registries its `FROM` lines name in `X-Registry-Config`, only
+/// when it would pull (network open and a base image absent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_classic_build_that_pulls_carries_the_registry_config() {
+    use iterion_driver_docker::imagebuild::{self, BuildInput, BuildNetwork};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (sock, seen) = fake_engine(dir.path());
+    let secret = format!("pw-{:016x}", rand::random::<u64>());
+    let creds = helper_credentials(dir.path(), &secret);
+    let engine = Engine::connect(&sock, Family::Docker, Duration::from_secs(5))
+        .await
+        .expect("connect to the fake engine");
+    let ctx = dir.path().join("ctx");
+    std::fs::create_dir(&ctx).expect("mkdir");
+    let last_build_header = |seen: &Arc<Mutex<Seen>>| {
+        seen.lock()
+            .unwrap()
+            .requests
+            .iter()
+            .rev()
+            .find(|(l, _)| l.contains("/build?"))
+            .map(|(_, a)| a.clone())
+            .expect("a build request")
+    };
+    for (from, network, expect) in [
+        ("registry.example:5000/team/base:1", BuildNetwork::Open, true),
+        ("registry.example:5000/team/present:1", BuildNetwork::Open, false),
+        ("registry.example:5000/team/base:1", BuildNetwork::None, false),
+    ] {
+        std::fs::write(ctx.join("Dockerfile"), format!("FROM {from}\nRUN true\n")).expect("write");
+        let mut input = BuildInput::new(
+            ctx.join("Dockerfile"),
+            ctx.clone(),
+            ctx.clone(),
+            "t:1".into(),
+            "r".into(),
+        );
+        input.network = network;
+        input.credentials = creds.clone();
+        let r = imagebuild::build(&engine, &input, &|_: &str| {}).await;
+        if network == BuildNetwork::None {
+            // the offline check refuses an absent base image before any request
+            assert!(r.is_err());
+            continue;
+        }
+        r.expect("build");
+        let header = last_build_header(&seen);
+        match (expect, header) {
+            (true, Some(h)) => {
+                let v: serde_json::Value = serde_json::from_slice(&b64url_decode(&h)).expect("json");
+                assert_eq!(v["registry.example:5000"]["username"], "jo", "{v}");
+                assert_eq!(v["registry.example:5000"]["password"], secret.as_str(), "{v}");
+            }
+            (false, None) => {}
+            (want, got) => panic!("{from} {network:?}: header expected {want}, got {got:?}"),
+        }
+    }
 }

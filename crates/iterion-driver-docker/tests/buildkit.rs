@@ -291,3 +291,42 @@ async fn classic_is_chosen_without_buildkit_syntax_and_podman_says_why() {
     assert!(c.reason.unwrap_or_default().contains("podman"), "{:?}", b.events);
     b.prepared.expect("podman builds multi-stage with a target");
 }
+
+/// Under a filtering policy a build has no network; BuildKit would still fetch a `# syntax=` frontend image and a
+/// `RUN --mount=from=<image>` image itself, on the host's network. Both are refused before the engine is asked,
+/// naming the line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offline_buildkit_build_refuses_what_buildkit_would_fetch() {
+    if !iterion_test_support::engine_required("an_offline_buildkit_build_refuses_what_buildkit_would_fetch") {
+        return;
+    }
+    let img = iterion_test_support::docker_image::ensure_test_image().expect("test image");
+    let driver = docker_driver(BuilderSetting::BuildKit).await;
+    let absent = format!("iterion-test/absent-{:016x}:1", rand::random::<u64>());
+    for (dockerfile, line, what) in [
+        (
+            format!(
+                "# syntax=iterion-test/frontend-{:08x}:1\nFROM {img}\n",
+                rand::random::<u32>()
+            ),
+            1,
+            "syntax=",
+        ),
+        (
+            format!("FROM {img}\nRUN echo a\nRUN --mount=type=bind,from={absent},target=/x ls /x\n"),
+            3,
+            "from=iterion-test/absent",
+        ),
+    ] {
+        let w = ws(&dockerfile);
+        let b = build(&driver, &w, &img, None, |_| {}).await;
+        assert_eq!(b.builder().kind, BuilderKind::BuildKit);
+        match b.prepared {
+            Err(DError::BuildRefused { line: l, reason, .. }) => {
+                assert_eq!(l, line, "{reason}");
+                assert!(reason.contains(what) && reason.contains("no network"), "{reason}");
+            }
+            other => panic!("expected a refusal before the build, got {other:?}"),
+        }
+    }
+}
