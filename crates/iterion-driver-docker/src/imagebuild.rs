@@ -900,9 +900,14 @@ async fn build_buildkit(
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(16);
     let work = async {
         let mut tail = Tail::default();
+        // without network nothing is pulled: no registry credentials are served
+        let credentials = match input.network {
+            BuildNetwork::None => Credentials::none(),
+            BuildNetwork::Open => input.credentials.clone(),
+        };
         let served = buildkit::session::Served {
             secrets: input.secrets.clone(),
-            credentials: input.credentials.clone(),
+            credentials,
         };
         let session = buildkit::session::open(
             &facts.endpoint,
