@@ -481,6 +481,32 @@ mod tests {
             .collect()
     }
 
+    #[test]
+    fn docker_settings_read_config_path_and_builder() {
+        assert_eq!(
+            docker_config(&env(&[("DOCKER_CONFIG", "/c"), ("HOME", "/h")])),
+            Some(PathBuf::from("/c/config.json"))
+        );
+        assert_eq!(
+            docker_config(&env(&[("DOCKER_CONFIG", ""), ("HOME", "/h")])),
+            Some(PathBuf::from("/h/.docker/config.json"))
+        );
+        assert_eq!(docker_config(&env(&[])), None);
+        let opts = SelectOptions::new(None);
+        let s = docker_settings(
+            &env(&[
+                ("PATH", "/opt/bin:/usr/bin"),
+                ("ITERION_SANDBOX_BUILDER", "BuildKit"),
+            ]),
+            Family::Docker,
+            &opts,
+        );
+        assert_eq!(s.builder, BuilderSetting::BuildKit);
+        assert_eq!(s.helper_path.as_deref(), Some("/opt/bin:/usr/bin"));
+        let s = docker_settings(&env(&[("ITERION_SANDBOX_BUILDER", "v9")]), Family::Docker, &opts);
+        assert_eq!(s.builder, BuilderSetting::Auto);
+    }
+
     #[tokio::test]
     async fn a_dead_docker_host_is_not_silently_replaced_by_podman() {
         let dir = tempfile::tempdir().unwrap();
