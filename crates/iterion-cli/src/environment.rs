@@ -111,6 +111,11 @@ pub const READ: &[(&str, &str, &str)] = &[
         "missing (pull only an absent image), always, never",
     ),
     (
+        "ITERION_SANDBOX_BUILDER",
+        "auto",
+        "image builder: auto (BuildKit when Docker advertises it or the build needs it), buildkit, classic",
+    ),
+    (
         "ITERION_SANDBOX_REBUILD",
         "unset",
         "1: build `build:` images even when the build cache has them (run --rebuild)",

@@ -114,6 +114,7 @@ impl Starter {
                 target,
                 network,
                 cache,
+                builder,
             } => em.emit(crate::events::SandboxBuildStarted {
                 driver: driver.to_string(),
                 dockerfile,
@@ -121,6 +122,8 @@ impl Starter {
                 target: Some(target),
                 network: network.as_str().to_owned(),
                 cache: cache.as_str().to_owned(),
+                builder: builder.kind.as_str().to_owned(),
+                builder_reason: builder.reason,
                 node_id: node_id.clone(),
             }),
             DriverEvent::BuildFinished {
@@ -129,17 +132,24 @@ impl Starter {
                 duration_ms,
                 network,
                 cache,
+                builder,
             } => em.emit(crate::events::SandboxBuildFinished {
                 driver: driver.to_string(),
                 target,
                 duration_ms,
                 network: network.as_str().to_owned(),
                 cache: cache.as_str().to_owned(),
+                builder: builder.kind.as_str().to_owned(),
                 node_id: node_id.clone(),
             }),
-            DriverEvent::BuildFailed { driver, error } => em.emit(crate::events::SandboxBuildFailed {
+            DriverEvent::BuildFailed {
+                driver,
+                error,
+                builder,
+            } => em.emit(crate::events::SandboxBuildFailed {
                 driver: driver.to_string(),
                 error,
+                builder: builder.map(|b| b.kind.as_str().to_owned()),
                 node_id: node_id.clone(),
             }),
             DriverEvent::Log { level, message } => em.log(
@@ -286,6 +296,7 @@ impl Starter {
         };
         breq.owner = Some(self.owner.clone());
         breq.rebuild = s.rebuild;
+        breq.secrets = self.cfg.build_secrets.clone();
         breq.events = self.sink(node_id.map(str::to_owned));
         let built =
             match tokio::time::timeout(s.build_timeout.duration, self.driver.build(prepared, breq)).await {
