@@ -395,69 +395,7 @@ impl Starter {
         }
         self.emit_host_state(spec, &report, host_state_enabled);
         // 4.11 post-create
-        if !spec.post_create.is_empty() {
-            let pc_start = Instant::now();
-            self.em.emit(SandboxPostCreateStarted {
-                commands: spec.post_create.len() as u64,
-                node_id: node_id.map(str::to_owned),
-            });
-            let t = s.post_create_timeout.duration;
-            let log = self.sink(node_id.map(str::to_owned));
-            let policy = self.net.as_ref().map(|n| match node_id {
-                Some(id) => n
-                    .node_policies
-                    .get(id)
-                    .cloned()
-                    .unwrap_or_else(|| n.run_policy.clone()),
-                None => n.run_policy.clone(),
-            });
-            let env = match policy {
-                Some(p) => self.mint(SETUP_USER, node_id.map(str::to_owned), p),
-                None => Vec::new(),
-            };
-            let r = tokio::time::timeout(
-                t,
-                iterion_driver::run_post_create_with_env(run.as_ref(), &spec.post_create, &env, t, &log),
-            )
-            .await;
-            self.end_step(SETUP_USER, &run, "post_create").await;
-            let finished = |code: i64| SandboxPostCreateFinished {
-                exit_code: code,
-                duration_ms: ms(pc_start.elapsed()),
-                node_id: node_id.map(str::to_owned),
-            };
-            match r {
-                Err(_) | Ok(Err(DError::SetupTimeout { .. })) => {
-                    return Err(timeout_failure(
-                        &self.cfg,
-                        FailurePhase::PostCreate,
-                        "post_create",
-                    ));
-                }
-                Ok(Err(e @ DError::PostCreateFailed { .. })) => {
-                    let (index, code, tail) = match &e {
-                        DError::PostCreateFailed {
-                            index,
-                            code,
-                            stdout_tail,
-                            stderr_tail,
-                        } => (*index, *code, format!("{stdout_tail}{stderr_tail}")),
-                        _ => (0, 0, String::new()),
-                    };
-                    self.em.emit(finished(i64::from(code)));
-                    let mut msg = format!("post_create command {index} exited {code}");
-                    let tail = tail.trim();
-                    if !tail.is_empty() {
-                        msg.push_str(": ");
-                        msg.push_str(tail);
-                    }
-                    return Err(Failure::new(FailureCode::SandboxPostCreateFailed, msg)
-                        .phase(FailurePhase::PostCreate));
-                }
-                Ok(Err(e)) => return Err(driver_failure(&self.cfg, &e, FailurePhase::PostCreate)),
-                Ok(Ok(())) => self.em.emit(finished(0)),
-            }
-        }
+        self.post_create(spec, &run, node_id).await?;
         // 4.12 probes
         let shell = self.shell_of(spec, &report, run.as_ref()).await?;
         if let Some(program) = &claw_runner {
@@ -481,6 +419,82 @@ impl Starter {
             shell,
             duration: began.elapsed(),
         })
+    }
+
+    /// 4.11: the spec's post-create commands, one step of their own (own credential, leftovers killed before
+    /// the next step), bounded by `ITERION_SANDBOX_POST_CREATE_TIMEOUT`.
+    async fn post_create(
+        &self,
+        spec: &ResolvedSandbox,
+        run: &Arc<dyn Run>,
+        node_id: Option<&str>,
+    ) -> Result<(), Failure> {
+        if spec.post_create.is_empty() {
+            return Ok(());
+        }
+        let pc_start = Instant::now();
+        self.em.emit(SandboxPostCreateStarted {
+            commands: spec.post_create.len() as u64,
+            node_id: node_id.map(str::to_owned),
+        });
+        let t = self.cfg.settings.post_create_timeout.duration;
+        let log = self.sink(node_id.map(str::to_owned));
+        let policy = self.net.as_ref().map(|n| match node_id {
+            Some(id) => n
+                .node_policies
+                .get(id)
+                .cloned()
+                .unwrap_or_else(|| n.run_policy.clone()),
+            None => n.run_policy.clone(),
+        });
+        let env = match policy {
+            Some(p) => self.mint(SETUP_USER, node_id.map(str::to_owned), p),
+            None => Vec::new(),
+        };
+        let r = tokio::time::timeout(
+            t,
+            iterion_driver::run_post_create_with_env(run.as_ref(), &spec.post_create, &env, t, &log),
+        )
+        .await;
+        self.end_step(SETUP_USER, run, "post_create").await;
+        let finished = |code: i64| SandboxPostCreateFinished {
+            exit_code: code,
+            duration_ms: ms(pc_start.elapsed()),
+            node_id: node_id.map(str::to_owned),
+        };
+        match r {
+            Err(_) | Ok(Err(DError::SetupTimeout { .. })) => {
+                return Err(timeout_failure(
+                    &self.cfg,
+                    FailurePhase::PostCreate,
+                    "post_create",
+                ));
+            }
+            Ok(Err(e @ DError::PostCreateFailed { .. })) => {
+                let (index, code, tail) = match &e {
+                    DError::PostCreateFailed {
+                        index,
+                        code,
+                        stdout_tail,
+                        stderr_tail,
+                    } => (*index, *code, format!("{stdout_tail}{stderr_tail}")),
+                    _ => (0, 0, String::new()),
+                };
+                self.em.emit(finished(i64::from(code)));
+                let mut msg = format!("post_create command {index} exited {code}");
+                let tail = tail.trim();
+                if !tail.is_empty() {
+                    msg.push_str(": ");
+                    msg.push_str(tail);
+                }
+                return Err(
+                    Failure::new(FailureCode::SandboxPostCreateFailed, msg).phase(FailurePhase::PostCreate)
+                );
+            }
+            Ok(Err(e)) => return Err(driver_failure(&self.cfg, &e, FailurePhase::PostCreate)),
+            Ok(Ok(())) => self.em.emit(finished(0)),
+        }
+        Ok(())
     }
 
     /// 4.12 the shell probe: the driver's own probe already says whether bash is there, unless a post_create
