@@ -14,9 +14,16 @@
 //! ([`script`], §9), and the reading of the exec status channel and of a pod's readiness ([`status`], §9,
 //! §10).
 //!
-//! **Not built:** the driver that creates those objects, waits for the pod, copies the workspace and execs
-//! over the WebSocket protocol ([`NOT_BUILT`]): the composition root reports the kubernetes driver as
-//! unavailable with that reason.
+//! **Built, not yet selected:** the driver over those pieces ([`K8sDriver`], configured by [`K8sSettings`]):
+//! prepare (refusals, overrides, the reachability and permission checks once per driver), start (the
+//! NetworkPolicy before the pod, the pod, a watch until `Ready`, the shell probe), exec over the WebSocket
+//! `v5.channel.k8s.io` protocol through the two-step script, status, and cleanup (the pod, then its
+//! NetworkPolicy once the pod is gone).
+//!
+//! **Not built:** copying the workspace in and back ([`K8sRun`]'s `copy_in` / `copy_out` answer
+//! `Unsupported`), the owner-aware reaper (every owner is `Unknown`, nothing is removed), and the selection by
+//! the host: until the copy exists the composition root reports the kubernetes driver unavailable with
+//! [`NOT_BUILT`].
 //!
 //! ```no_run
 //! use std::collections::BTreeMap;
@@ -36,11 +43,18 @@
 #![deny(missing_docs)]
 
 pub mod cluster;
+mod driver;
+mod kapi;
 pub mod manifest;
 pub mod names;
+mod run;
 pub mod script;
 pub mod spec_check;
 pub mod status;
+mod wsexec;
+
+pub use driver::{K8sDriver, K8sSettings};
+pub use run::K8sRun;
 
 /// Why the kubernetes driver cannot be selected in this build.
 pub const NOT_BUILT: &str = "the kubernetes driver is not built in this version of iterion";
