@@ -399,6 +399,7 @@ impl iterion_driver::Driver for K8sDriver {
         c.post_create = true;
         c.numeric_user_only = true;
         c.egress = EgressSupport::Enforced;
+        c.copy = true;
         c.exec_kill = true;
         c.init = true;
         c.hardening = true;

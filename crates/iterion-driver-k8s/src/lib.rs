@@ -17,13 +17,13 @@
 //! **Built, not yet selected:** the driver over those pieces ([`K8sDriver`], configured by [`K8sSettings`]):
 //! prepare (refusals, overrides, the reachability and permission checks once per driver), start (the
 //! NetworkPolicy before the pod, the pod, a watch until `Ready`, the shell probe), exec over the WebSocket
-//! `v5.channel.k8s.io` protocol through the two-step script, status, and cleanup (the pod, then its
-//! NetworkPolicy once the pod is gone).
+//! `v5.channel.k8s.io` protocol through the two-step script, `copy_in` / `copy_out` as `tar` over exec, status,
+//! cleanup (the pod, then its NetworkPolicy once the pod is gone), and name conflicts resolved by the owner's
+//! liveness (the owner pod looked up by name and UID, or this host's process table).
 //!
-//! **Not built:** copying the workspace in and back ([`K8sRun`]'s `copy_in` / `copy_out` answer
-//! `Unsupported`), the owner-aware reaper (every owner is `Unknown`, nothing is removed), and the selection by
-//! the host: until the copy exists the composition root reports the kubernetes driver unavailable with
-//! [`NOT_BUILT`].
+//! **Not built:** the workspace copy of a start and the copy back with mirrored deletions and the git fixup,
+//! the last log lines of a container that exited at start, and the selection by the host: until the workspace
+//! copy exists the composition root reports the kubernetes driver unavailable with [`NOT_BUILT`].
 //!
 //! ```no_run
 //! use std::collections::BTreeMap;

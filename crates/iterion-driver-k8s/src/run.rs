@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::FutureExt;
-use iterion_driver::{CleanupReport, DriverKind, Error, Result, Run, SandboxStatus, TarSource, TarStream};
+use iterion_driver::{
+    CleanupReport, CopyDirection, DriverKind, Error, Result, Run, SandboxStatus, TarSource, TarStream,
+};
 use iterion_driver::{Exec, ExecId, ExecParts, ExecRequest, ExitStatus, KillExec, Output, Stdin};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::cluster::ClusterAccess;
 use crate::kapi::Kapi;
@@ -282,12 +284,96 @@ impl Run for K8sRun {
         }))
     }
 
-    async fn copy_in(&self, _dest_dir: &str, _tar: TarSource) -> Result<()> {
-        Err(not_built_copy())
+    async fn copy_in(&self, dest_dir: &str, mut tar: TarSource) -> Result<()> {
+        if self.shared.gone.load(Ordering::SeqCst) {
+            return Err(Error::gone());
+        }
+        let argv: Vec<String> = ["tar", "-x", "-f", "-", "-C", dest_dir]
+            .map(String::from)
+            .to_vec();
+        let attach = Attach {
+            stdin: true,
+            stdout: false,
+            stderr: true,
+        };
+        let s = &self.shared;
+        let mut session = match wsexec::open(&s.api.client, &s.api.namespace, &s.name, &argv, attach).await {
+            Ok(x) => x,
+            Err(e) => return Err(s.session_error(e).await),
+        };
+        let mut stdin = session.stdin.take();
+        let mut stderr = session.stderr.take();
+        let feed = async {
+            let Some(w) = stdin.as_mut() else {
+                return Ok(0);
+            };
+            let n = tokio::io::copy(&mut tar, w).await?;
+            w.shutdown().await?;
+            Ok::<u64, std::io::Error>(n)
+        };
+        let drain = async {
+            let mut v = Vec::new();
+            if let Some(r) = stderr.as_mut() {
+                let _ = r.read_to_end(&mut v).await;
+            }
+            v
+        };
+        let (fed, err) = tokio::join!(feed, drain);
+        drop(stdin);
+        let status = session
+            .status
+            .await
+            .unwrap_or_else(|_| Err(SessionError::Transport("the exec session was dropped".into())));
+        let code = s.verdict(status).await?;
+        let copy = |reason: String| Error::Copy {
+            direction: CopyDirection::In,
+            reason,
+        };
+        if code != 0 {
+            return Err(copy(format!("tar exited {code}: {}", tail(&err))));
+        }
+        if let Err(e) = fed {
+            return Err(copy(format!("reading the archive: {e}")));
+        }
+        Ok(())
     }
 
-    async fn copy_out(&self, _src: &str) -> Result<TarStream> {
-        Err(not_built_copy())
+    async fn copy_out(&self, src: &str) -> Result<TarStream> {
+        if self.shared.gone.load(Ordering::SeqCst) {
+            return Err(Error::gone());
+        }
+        let argv: Vec<String> = ["tar", "-c", "-f", "-", "-C", src, "."]
+            .map(String::from)
+            .to_vec();
+        let attach = Attach {
+            stdin: false,
+            stdout: true,
+            stderr: true,
+        };
+        let s = &self.shared;
+        let mut session = match wsexec::open(&s.api.client, &s.api.namespace, &s.name, &argv, attach).await {
+            Ok(x) => x,
+            Err(e) => return Err(s.session_error(e).await),
+        };
+        let stderr = Arc::new(std::sync::Mutex::new(Vec::new()));
+        if let Some(mut r) = session.stderr.take() {
+            let sink = stderr.clone();
+            tokio::spawn(async move {
+                let mut v = Vec::new();
+                let _ = r.read_to_end(&mut v).await;
+                *sink.lock().unwrap_or_else(|e| e.into_inner()) = v;
+            });
+        }
+        let Some(out) = session.stdout.take() else {
+            return Err(Error::ExecStart {
+                reason: "no stdout for the copy".into(),
+            });
+        };
+        Ok(Box::pin(CopyOut {
+            out,
+            status: Some(session.status),
+            stderr,
+        }))
     }
 
     async fn status(&self) -> Result<SandboxStatus> {
@@ -377,10 +463,49 @@ async fn pid_file_exists(shared: &Shared, id: &str) -> bool {
     !matches!(shared.small(&argv, None, SMALL_EXEC_BOUND).await, Ok((1, _)))
 }
 
-fn not_built_copy() -> Error {
-    Error::Unsupported {
-        driver: DriverKind::Kubernetes,
-        feature: "copying files in and out of a pod (not built in this version)".into(),
+/// The archive of `copy_out`: the tar's stdout, ending with an error when tar did not exit 0.
+struct CopyOut {
+    out: tokio::io::DuplexStream,
+    status: Option<tokio::sync::oneshot::Receiver<std::result::Result<ExecStatus, SessionError>>>,
+    stderr: Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl AsyncRead for CopyOut {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::task::Poll;
+        let before = buf.filled().len();
+        match Pin::new(&mut self.out).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) if buf.filled().len() == before && buf.remaining() > 0 => {}
+            other => return other,
+        }
+        let Some(rx) = self.status.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        let status = match Pin::new(rx).poll(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(s) => s,
+        };
+        self.status = None;
+        let failed = |why: String| {
+            Poll::Ready(Err(std::io::Error::other(Error::Copy {
+                direction: CopyDirection::Out,
+                reason: why,
+            })))
+        };
+        match status {
+            Ok(Ok(ExecStatus::Exited(0))) => Poll::Ready(Ok(())),
+            Ok(Ok(ExecStatus::Exited(code))) => {
+                let err = self.stderr.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                failed(format!("tar exited {code}: {}", tail(&err)))
+            }
+            Ok(Ok(ExecStatus::Failure { reason, message })) => failed(format!("{reason}: {message}")),
+            Ok(Err(e)) => failed(e.to_string()),
+            Err(_) => failed("the exec session was dropped".into()),
+        }
     }
 }
 

@@ -647,3 +647,63 @@ async fn stdin_reaches_the_command_and_is_closed() {
     run.cleanup().await;
     fx.fake.finish().expect("fake");
 }
+
+#[tokio::test]
+async fn copy_in_and_out_are_tar_over_exec() {
+    use tokio::io::AsyncReadExt;
+    let fx = Fx::new(&[]).await;
+    let driver = fx.driver(|s| s.pod_ip = None);
+    let run = started_open(&fx, &driver).await.run;
+    let untar = || Expect::new("GET", &exec_path()).command(&["tar", "-x", "-f", "-", "-C", "/workspace"]);
+    fx.fake
+        .expect(
+            untar()
+                .query("stdin", "true")
+                .exec(ExecBackend::exit(0).stdin_contains("archive bytes")),
+        )
+        .expect(untar().exec(ExecBackend::exit(2).stderr("tar: invalid tar magic")));
+    run.copy_in("/workspace", Box::pin(&b"archive bytes"[..]))
+        .await
+        .expect("copy in");
+    let err = run
+        .copy_in("/workspace", Box::pin(&b"not a tar"[..]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Copy { reason, .. } if reason.contains("tar exited 2: tar: invalid tar magic")),
+        "{err:?}"
+    );
+
+    let tar = || Expect::new("GET", &exec_path()).command(&["tar", "-c", "-f", "-", "-C", "/workspace", "."]);
+    fx.fake
+        .expect(tar().exec(ExecBackend::exit(0).stdout("TARDATA")))
+        .expect(
+            tar().exec(
+                ExecBackend::exit(1)
+                    .stdout("TAR")
+                    .stderr("tar: ./x: Permission denied"),
+            ),
+        );
+    let mut got = Vec::new();
+    run.copy_out("/workspace")
+        .await
+        .expect("copy out")
+        .read_to_end(&mut got)
+        .await
+        .expect("archive");
+    assert_eq!(got, b"TARDATA");
+    let mut partial = Vec::new();
+    let err = run
+        .copy_out("/workspace")
+        .await
+        .expect("copy out")
+        .read_to_end(&mut partial)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("Permission denied"), "{err}");
+
+    fx.fake.expect(delete_pod()).expect(pod_gone());
+    run.cleanup().await;
+    assert!(matches!(run.copy_out("/workspace").await, Err(e) if e.is_sandbox_gone()));
+    fx.fake.finish().expect("fake");
+}
