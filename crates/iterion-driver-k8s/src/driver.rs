@@ -8,9 +8,10 @@ use async_trait::async_trait;
 use iterion_driver::labels::Component as DriverComponent;
 use iterion_driver::owner::{HostProcesses, current_owner, owner_liveness};
 use iterion_driver::{
-    AuxMountKind, BuildRequest, Capabilities, DriverKind, EgressPlacement, EgressSupport, EngineInfo, Error,
-    ImageRef, ImageReport, Liveness, ManagedResource, NetworkLease, NetworkRequest, PrepareRequest, Prepared,
-    ProxyListen, RemoveOutcome, ResourceKind, Result, StartReport, StartRequest, Started,
+    AuxMountKind, BuildRequest, Capabilities, CopyDirection, DriverKind, EgressPlacement, EgressSupport,
+    EngineInfo, Error, ImageRef, ImageReport, Liveness, ManagedResource, NetworkLease, NetworkRequest,
+    PrepareRequest, Prepared, ProxyListen, RemoveOutcome, ResourceKind, Result, SetupPhase, StartReport,
+    StartRequest, Started,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -24,7 +25,9 @@ use crate::names::{Component, Owner, identity};
 use crate::run::K8sRun;
 use crate::spec_check::{PodMount, PodUser, Refusal, check};
 use crate::status::ExecStatus;
+use crate::workspace;
 use crate::wsexec::{self, SessionError, TOO_OLD};
+use iterion_driver::Run as _;
 
 const KIND: DriverKind = DriverKind::Kubernetes;
 
@@ -336,6 +339,40 @@ impl K8sDriver {
         }
     }
 
+    /// Copies the runner's work dir into the pod's workspace (07 §8.1), streamed: the archive is written by a
+    /// blocking task into a pipe that `tar -x` reads over exec stdin. Bounded by the workspace copy timeout.
+    async fn copy_workspace(&self, run: &K8sRun, req: &StartRequest, dest: &str) -> Result<workspace::Stats> {
+        let bound = self.inner.settings.workspace_copy_timeout;
+        let src = req.workspace_host_path.clone();
+        let store = req.owner.store_dir.clone();
+        let work = async move {
+            let (reader, writer) = tokio::io::duplex(256 * 1024);
+            let rt = tokio::runtime::Handle::current();
+            let producer = tokio::task::spawn_blocking(move || {
+                let mut w = workspace::SyncWriter::new(writer, rt);
+                workspace::archive(&src, Some(&store), &mut w)
+            });
+            let copied = run.copy_in(dest, Box::pin(reader)).await;
+            let produced = producer.await.map_err(|e| Error::Copy {
+                direction: CopyDirection::In,
+                reason: format!("the archive task failed: {e}"),
+            })?;
+            copied?;
+            produced.map_err(|e| Error::Copy {
+                direction: CopyDirection::In,
+                reason: format!("reading the work dir: {e}"),
+            })
+        };
+        match tokio::time::timeout(bound, work).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::SetupTimeout {
+                phase: SetupPhase::WorkspaceCopy,
+                after: bound,
+                subject: None,
+            }),
+        }
+    }
+
     /// Waits for the pod, then runs the shell probe (one exec of `/bin/sh -c true`).
     async fn bring_up(&self, api: &Kapi, name: &str, image: &str) -> Result<()> {
         api.wait_ready(name, image, self.inner.settings.pod_ready_timeout)
@@ -552,8 +589,21 @@ impl iterion_driver::Driver for K8sDriver {
             return Err(e);
         }
 
+        let run = K8sRun::new(
+            api.clone(),
+            self.inner.access.clone(),
+            name.clone(),
+            policy.is_some(),
+            sb.workspace_folder.clone(),
+            sb.user.clone(),
+        );
+        if let Err(e) = self.copy_workspace(&run, &req, &sb.workspace_folder).await {
+            let _ = api.teardown(&name, policy.is_some()).await;
+            return Err(e);
+        }
+
         let mut report = StartReport::new(name.clone(), sb.workspace_folder.clone());
-        report.name = name.clone();
+        report.name = name;
         report.image = ImageReport {
             reference: image,
             digest: None,
@@ -572,14 +622,6 @@ impl iterion_driver::Driver for K8sDriver {
             .map(|m| m.target.clone())
             .collect();
         report.host_binds_dropped = req.aux_mounts.iter().map(|m| m.container_path.clone()).collect();
-        let run = K8sRun::new(
-            api,
-            self.inner.access.clone(),
-            name,
-            policy.is_some(),
-            sb.workspace_folder.clone(),
-            sb.user.clone(),
-        );
         Ok(Started {
             run: Box::new(run),
             report,

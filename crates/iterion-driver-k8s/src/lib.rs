@@ -21,9 +21,13 @@
 //! cleanup (the pod, then its NetworkPolicy once the pod is gone), and name conflicts resolved by the owner's
 //! liveness (the owner pod looked up by name and UID, or this host's process table).
 //!
-//! **Not built:** the workspace copy of a start and the copy back with mirrored deletions and the git fixup,
-//! the last log lines of a container that exited at start, and the selection by the host: until the workspace
-//! copy exists the composition root reports the kubernetes driver unavailable with [`NOT_BUILT`].
+//! A start also copies the runner's work dir into the pod (a streamed archive: sorted entries, links kept,
+//! the run store and a linked worktree's `.git` file left out), bounded by the workspace copy timeout.
+//!
+//! **Not built:** the git fixup of a linked worktree, the TLS trust files, the copy back with mirrored
+//! deletions (the runtime's side), the last log lines of a container that exited at start, and the selection
+//! by the host: until those exist the composition root reports the kubernetes driver unavailable with
+//! [`NOT_BUILT`].
 //!
 //! ```no_run
 //! use std::collections::BTreeMap;
@@ -51,6 +55,7 @@ mod run;
 pub mod script;
 pub mod spec_check;
 pub mod status;
+mod workspace;
 mod wsexec;
 
 pub use driver::{K8sDriver, K8sSettings};

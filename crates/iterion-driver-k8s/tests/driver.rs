@@ -64,10 +64,11 @@ impl Fx {
             o["status"] = json!({"allowed": !denied.contains(&key.as_str())});
             Reply::Json(201, o)
         }));
-        Fx {
-            fake,
-            dir: tempfile::tempdir().unwrap(),
-        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "work in progress").unwrap();
+        std::fs::create_dir(dir.path().join(".iterion")).unwrap();
+        std::fs::write(dir.path().join(".iterion/run.json"), "store-only").unwrap();
+        Fx { fake, dir }
     }
 
     fn access(&self) -> ClusterAccess {
@@ -99,7 +100,8 @@ impl Fx {
     }
 
     fn request(&self, proxy: bool) -> StartRequest {
-        let mut r = StartRequest::new(RUN, self.dir.path(), current_owner(self.dir.path()));
+        let store = self.dir.path().join(".iterion");
+        let mut r = StartRequest::new(RUN, self.dir.path(), current_owner(store));
         if proxy {
             r.proxy = Some(ProxyEndpoint {
                 host: "10.42.0.7".into(),
@@ -207,6 +209,14 @@ fn probe() -> Expect {
         .exec(ExecBackend::exit(0))
 }
 
+/// The workspace copy of a start: `tar -x` into the workspace, fed the work dir's archive over stdin.
+fn copy_ws(stdin_contains: &str) -> Expect {
+    Expect::new("GET", &exec_path())
+        .command(&["tar", "-x", "-f", "-", "-C", "/workspace"])
+        .query("stdin", "true")
+        .exec(ExecBackend::exit(0).stdin_contains(stdin_contains))
+}
+
 fn put(stdin_contains: &str) -> Expect {
     Expect::new("GET", &exec_path())
         .command_prefix(PUT)
@@ -265,7 +275,8 @@ async fn started_open(fx: &Fx, driver: &K8sDriver) -> Started {
     fx.fake
         .expect(create_pod())
         .expect(watch(vec![event("ADDED", ready_pod(), 0)]))
-        .expect(probe());
+        .expect(probe())
+        .expect(copy_ws("notes.txt"));
     prepare_and_start(fx, driver, false).await.expect("start")
 }
 
@@ -281,19 +292,17 @@ async fn k1_allowlist_happy_path() {
             event("MODIFIED", ready_pod(), 20),
         ]))
         .expect(probe())
+        .expect(copy_ws("work in progress"))
         .expect(put("exec env 'A=x y' 'echo' 'hi'"))
         .expect(run_script(ExecBackend::exit(0).stdout("hi\n")))
         .expect(delete_pod())
         .expect(pod_gone())
         .expect(delete_policy());
 
-    let t0 = Instant::now();
     let started = prepare_and_start(&fx, &driver, true).await.expect("start");
-    let ready = t0.elapsed();
     assert_eq!(started.report.name, POD);
     assert!(started.report.enforced_egress);
     let run = started.run;
-    let t1 = Instant::now();
     let c = exec_collect(
         run.as_ref(),
         ExecRequest::new(["echo", "hi"]).env("A", "x y"),
@@ -301,9 +310,7 @@ async fn k1_allowlist_happy_path() {
     )
     .await
     .expect("exec");
-    let first_exec = t1.elapsed();
     assert_eq!((c.status.code, c.stdout_text().as_str()), (0, "hi\n"));
-    eprintln!("through the fake: start to ready and probed {ready:?}, first exec {first_exec:?}");
 
     let report = run.cleanup().await;
     assert!(report.container_removed, "{report:?}");
@@ -399,7 +406,8 @@ async fn k5_a_pod_that_does_not_go_keeps_its_network_policy() {
         .expect(create_policy())
         .expect(create_pod())
         .expect(watch(vec![event("ADDED", ready_pod(), 0)]))
-        .expect(probe());
+        .expect(probe())
+        .expect(copy_ws("notes.txt"));
     let started = prepare_and_start(&fx, &driver, true).await.expect("start");
     fx.fake
         .expect(delete_pod())
@@ -488,6 +496,56 @@ async fn a_leftover_pod_of_a_live_runner_is_in_use() {
         matches!(&err, Error::SandboxInUse { owner_host, owner_pid: 7, .. } if owner_host == "runner-a"),
         "{err:?}"
     );
+    fx.fake.finish().expect("fake");
+}
+
+#[tokio::test]
+async fn k8_a_stalled_workspace_copy_times_out_and_removes_the_pod() {
+    let fx = Fx::new(&[]).await;
+    let driver = fx.driver(|s| s.workspace_copy_timeout = Duration::from_secs(1));
+    let mut stalled = ExecBackend::exit(0);
+    stalled.delay = Duration::from_secs(30);
+    fx.fake
+        .expect(create_policy())
+        .expect(create_pod())
+        .expect(watch(vec![event("ADDED", ready_pod(), 0)]))
+        .expect(probe())
+        .expect(
+            Expect::new("GET", &exec_path())
+                .command(&["tar", "-x", "-f", "-", "-C", "/workspace"])
+                .exec(stalled),
+        )
+        .expect(delete_pod())
+        .expect(pod_gone())
+        .expect(delete_policy());
+    let err = prepare_and_start(&fx, &driver, true).await.unwrap_err();
+    assert!(
+        matches!(err, Error::SetupTimeout { phase: SetupPhase::WorkspaceCopy, after, .. } if after == Duration::from_secs(1)),
+        "{err:?}"
+    );
+    fx.fake.finish().expect("fake");
+}
+
+#[tokio::test]
+async fn the_workspace_archive_leaves_the_run_store_out() {
+    let fx = Fx::new(&[]).await;
+    let driver = fx.driver(|s| s.pod_ip = None);
+    fx.fake
+        .expect(create_pod())
+        .expect(watch(vec![event("ADDED", ready_pod(), 0)]))
+        .expect(probe())
+        .expect(
+            Expect::new("GET", &exec_path())
+                .command(&["tar", "-x", "-f", "-", "-C", "/workspace"])
+                .exec(
+                    ExecBackend::exit(0)
+                        .stdin_contains("notes.txt")
+                        .stdin_lacks("store-only"),
+                ),
+        );
+    let started = prepare_and_start(&fx, &driver, false).await.expect("start");
+    fx.fake.expect(delete_pod()).expect(pod_gone());
+    started.run.cleanup().await;
     fx.fake.finish().expect("fake");
 }
 
@@ -705,5 +763,47 @@ async fn copy_in_and_out_are_tar_over_exec() {
     fx.fake.expect(delete_pod()).expect(pod_gone());
     run.cleanup().await;
     assert!(matches!(run.copy_out("/workspace").await, Err(e) if e.is_sandbox_gone()));
+    fx.fake.finish().expect("fake");
+}
+
+#[tokio::test]
+async fn cancelling_an_exec_signals_its_recorded_pid() {
+    let fx = Fx::new(&[]).await;
+    let driver = fx.driver(|s| s.pod_ip = None);
+    let run = started_open(&fx, &driver).await.run;
+    let mut slow = ExecBackend::exit(143);
+    slow.delay = Duration::from_millis(500);
+    fx.fake
+        .expect(put("exec env 'sleep' '60'"))
+        .expect(run_script(slow))
+        .expect(
+            Expect::new("GET", &exec_path())
+                .command_prefix(&["/bin/sh", "-c"])
+                .check(|r| {
+                    let c = r.q("command");
+                    let ok = c.len() == 6
+                        && c[3] == "iterion-kill"
+                        && c[4].starts_with("/run/iterion/exec/")
+                        && c[4].ends_with(".pid")
+                        && c[5] == "TERM";
+                    if ok {
+                        Ok(())
+                    } else {
+                        Err(format!("not a kill: {c:?}"))
+                    }
+                })
+                .exec(ExecBackend::exit(0)),
+        );
+    let req = ExecRequest::new(["sleep", "60"]);
+    let token = req.cancel.clone();
+    let exec = run.exec(req).await.expect("exec");
+    token.cancel();
+    let status = exec.wait().await.expect("wait");
+    assert_eq!(
+        (status.code, status.signal, status.cancelled),
+        (143, Some(15), true)
+    );
+    fx.fake.expect(delete_pod()).expect(pod_gone());
+    run.cleanup().await;
     fx.fake.finish().expect("fake");
 }

@@ -69,6 +69,8 @@ pub struct ExecBackend {
     pub protocol: &'static str,
     /// When set, stdin (read until the client closes it) must contain this text.
     pub stdin_contains: Option<String>,
+    /// When set, stdin must not contain this text.
+    pub stdin_lacks: Option<String>,
     /// Sent on channel 1.
     pub stdout: Vec<u8>,
     /// Sent on channel 2.
@@ -85,6 +87,7 @@ impl ExecBackend {
         ExecBackend {
             protocol: V5,
             stdin_contains: None,
+            stdin_lacks: None,
             stdout: Vec::new(),
             stderr: Vec::new(),
             status: Some(exit_status(code)),
@@ -95,6 +98,12 @@ impl ExecBackend {
     /// Requires stdin to contain `text`.
     pub fn stdin_contains(mut self, text: &str) -> ExecBackend {
         self.stdin_contains = Some(text.to_string());
+        self
+    }
+
+    /// Requires stdin not to contain `text`.
+    pub fn stdin_lacks(mut self, text: &str) -> ExecBackend {
+        self.stdin_lacks = Some(text.to_string());
         self
     }
 
@@ -461,6 +470,11 @@ async fn exec_session<S: AsyncRead + AsyncWrite + Unpin>(
         if !got.contains(want.as_str()) {
             return Err(format!("stdin {got:?} does not contain {want:?}"));
         }
+    }
+    if let Some(banned) = &b.stdin_lacks
+        && String::from_utf8_lossy(&input).contains(banned.as_str())
+    {
+        return Err(format!("stdin contains {banned:?}"));
     }
     tokio::time::sleep(b.delay).await;
     let send = |ch: u8, data: &[u8]| {
