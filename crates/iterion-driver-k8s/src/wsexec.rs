@@ -3,7 +3,7 @@
 //! 2 stderr, 3 status, 255 close). A server that cannot close stdin (`v4.channel.k8s.io`, clusters older than
 //! 1.30) is refused before anything runs.
 
-use futures::{SinkExt, StreamExt};
+use futures::{FutureExt, SinkExt, StreamExt};
 use kube::Client;
 use kube::api::AttachParams;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
@@ -144,20 +144,31 @@ where
     loop {
         tokio::select! {
             n = read_some(stdin.as_mut(), &mut buf[1..]), if stdin_open => {
-                match n {
-                    Ok(0) | Err(_) => {
-                        stdin_open = false;
-                        stdin = None;
-                        // v5: the close signal for channel 0 is end-of-file for the process.
-                        sink.send(Message::binary(vec![CLOSE, STDIN])).await
-                            .map_err(|e| SessionError::Transport(e.to_string()))?;
-                    }
-                    Ok(n) => {
-                        buf[0] = STDIN;
-                        sink.send(Message::binary(buf[..=n].to_vec())).await
-                            .map_err(|e| SessionError::Transport(e.to_string()))?;
+                // Whatever stdin already holds (the end included) goes out in one write: separate small
+                // writes would wait on the server's delayed acknowledgement.
+                let mut n = n;
+                loop {
+                    match n {
+                        Ok(0) | Err(_) => {
+                            stdin_open = false;
+                            stdin = None;
+                            // v5: the close signal for channel 0 is end-of-file for the process.
+                            sink.feed(Message::binary(vec![CLOSE, STDIN])).await
+                                .map_err(|e| SessionError::Transport(e.to_string()))?;
+                            break;
+                        }
+                        Ok(k) => {
+                            buf[0] = STDIN;
+                            sink.feed(Message::binary(buf[..=k].to_vec())).await
+                                .map_err(|e| SessionError::Transport(e.to_string()))?;
+                            match stdin.as_mut().and_then(|r| r.read(&mut buf[1..]).now_or_never()) {
+                                Some(next) => n = next,
+                                None => break,
+                            }
+                        }
                     }
                 }
+                sink.flush().await.map_err(|e| SessionError::Transport(e.to_string()))?;
             }
             msg = stream.next() => {
                 let Some(msg) = msg else { break };

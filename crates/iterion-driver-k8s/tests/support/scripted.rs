@@ -335,6 +335,8 @@ impl FakeApi {
         let st = state.clone();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
+                // Small answers go out at once (no Nagle delay waiting for the client's delayed ACK).
+                let _ = stream.set_nodelay(true);
                 let st = st.clone();
                 tokio::spawn(async move { serve(stream, st).await });
             }
@@ -540,8 +542,7 @@ async fn write_json<S: AsyncWrite + AsyncRead + Unpin>(
         body.len()
     );
     let out = stream.get_mut();
-    out.write_all(head.as_bytes()).await?;
-    out.write_all(body.as_bytes()).await?;
+    out.write_all(format!("{head}{body}").as_bytes()).await?;
     out.flush().await
 }
 
