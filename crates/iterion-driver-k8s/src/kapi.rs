@@ -9,7 +9,7 @@ use iterion_driver::{Error, SetupPhase};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Client;
-use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy, WatchEvent, WatchParams};
+use kube::api::{Api, DeleteParams, LogParams, PostParams, PropagationPolicy, WatchEvent, WatchParams};
 
 use crate::status::{Readiness, readiness};
 
@@ -226,6 +226,23 @@ impl Kapi {
         (true, errors)
     }
 
+    /// `container exited immediately with code <n>: <last 20 log lines>; …` — the log lines of the container
+    /// inserted into the verdict when the API server gives them (07 §10).
+    async fn with_log_tail(&self, name: &str, verdict: &str) -> String {
+        let lp = LogParams {
+            container: Some(crate::names::CONTAINER_NAME.to_string()),
+            tail_lines: Some(20),
+            ..LogParams::default()
+        };
+        let logs = self.bounded("get pod log", self.pods().logs(name, &lp)).await;
+        match (logs, verdict.split_once(';')) {
+            (Ok(text), Some((head, rest))) if !text.trim().is_empty() => {
+                format!("{head}: {};{rest}", text.trim_end())
+            }
+            _ => verdict.to_string(),
+        }
+    }
+
     /// Waits until the pod is `Ready`, bounded by `bound` (07 §10), with a watch on its name that is
     /// re-established when it ends.
     pub async fn wait_ready(&self, name: &str, image: &str, bound: Duration) -> Result<(), Error> {
@@ -284,6 +301,12 @@ impl Kapi {
                         }
                         *last = m;
                     }
+                    Readiness::StartFailed(m) if m.starts_with(EXITED) => {
+                        return Err(Error::StartFailed {
+                            reason: self.with_log_tail(name, &m).await,
+                            hint: None,
+                        });
+                    }
                     other => return Err(verdict_error(other, image)),
                 }
             }
@@ -291,6 +314,9 @@ impl Kapi {
         }
     }
 }
+
+/// How the readiness verdict of a container that ended at start begins.
+const EXITED: &str = "container exited immediately with code ";
 
 /// The driver error of a final readiness verdict.
 fn verdict_error(r: Readiness, image: &str) -> Error {

@@ -399,6 +399,38 @@ async fn k4_a_missing_image_is_image_unavailable_and_cleaned_up() {
 }
 
 #[tokio::test]
+async fn a_container_that_exits_at_start_reports_its_last_log_lines() {
+    let fx = Fx::new(&[]).await;
+    let driver = fx.driver(|s| s.pod_ip = None);
+    let exited = pod_obj(
+        "Running",
+        json!([]),
+        json!([{"name": "workload", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"terminated": {"exitCode": 127}}}]),
+    );
+    fx.fake
+        .expect(create_pod())
+        .expect(watch(vec![event("MODIFIED", exited, 0)]))
+        .expect(
+            Expect::new("GET", &format!("{}/log", pod_path()))
+                .query("container", "workload")
+                .query("tailLines", "20")
+                .reply_with(|_| Reply::Text(200, "sh: sleep: not found\n".into())),
+        )
+        .expect(delete_pod())
+        .expect(pod_gone());
+    let err = prepare_and_start(&fx, &driver, false).await.unwrap_err();
+    let Error::StartFailed { reason, .. } = &err else {
+        panic!("expected StartFailed, got {err:?}");
+    };
+    assert_eq!(
+        reason,
+        "container exited immediately with code 127: sh: sleep: not found; the image must provide sleep and /bin/sh"
+    );
+    fx.fake.finish().expect("fake");
+}
+
+#[tokio::test]
 async fn k5_a_pod_that_does_not_go_keeps_its_network_policy() {
     let fx = Fx::new(&[]).await;
     let driver = fx.driver(|s| s.delete_wait = Duration::from_millis(500));

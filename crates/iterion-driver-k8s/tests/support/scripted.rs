@@ -136,6 +136,8 @@ pub fn exit_status(code: i32) -> Value {
 pub enum Reply {
     /// A status and a JSON body.
     Json(u16, Value),
+    /// A status and a plain-text body (pod logs).
+    Text(u16, String),
     /// A watch stream: events after their delays, then either the end of the stream or (`hold`) silence
     /// until the client goes away.
     Watch {
@@ -414,6 +416,16 @@ async fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
         match reply {
             Reply::Json(code, body) => {
                 if write_json(&mut stream, code, &body).await.is_err() {
+                    return;
+                }
+            }
+            Reply::Text(code, text) => {
+                let head = format!(
+                    "HTTP/1.1 {code} {}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{text}",
+                    reason(code),
+                    text.len()
+                );
+                if stream.get_mut().write_all(head.as_bytes()).await.is_err() {
                     return;
                 }
             }
