@@ -25,8 +25,8 @@
 //! the run store and a linked worktree's `.git` file left out), bounded by the workspace copy timeout.
 //!
 //! **Not built:** the git fixup of a linked worktree, the TLS trust files, the copy back with mirrored
-//! deletions (the runtime's side), and the selection by the host: until those exist the composition root reports the kubernetes driver unavailable with
-//! [`NOT_BUILT`].
+//! deletions (the runtime's side), and the selection by the host: until those exist the composition root
+//! reports the kubernetes driver unavailable with [`NOT_BUILT`].
 //!
 //! ```no_run
 //! use std::collections::BTreeMap;
