@@ -839,3 +839,30 @@ async fn cancelling_an_exec_signals_its_recorded_pid() {
     run.cleanup().await;
     fx.fake.finish().expect("fake");
 }
+
+#[tokio::test]
+async fn large_streams_cross_in_both_directions() {
+    let fx = Fx::new(&[]).await;
+    let driver = fx.driver(|s| s.pod_ip = None);
+    let run = started_open(&fx, &driver).await.run;
+    let big_in: String = (0..40_000).map(|i| format!("{i:07}\n")).collect();
+    let big_out = "o".repeat(3 * 1024 * 1024 + 7);
+    let untar = Expect::new("GET", &exec_path()).command(&["tar", "-x", "-f", "-", "-C", "/workspace"]);
+    fx.fake
+        .expect(untar.exec(ExecBackend::exit(0).stdin_contains(&big_in)))
+        .expect(put("exec env 'yes'"))
+        .expect(run_script(ExecBackend::exit(0).stdout(&big_out)));
+    run.copy_in(
+        "/workspace",
+        Box::pin(std::io::Cursor::new(big_in.clone().into_bytes())),
+    )
+    .await
+    .expect("copy in");
+    let c = exec_collect(run.as_ref(), ExecRequest::new(["yes"]), OutputLimits::default())
+        .await
+        .expect("exec");
+    assert_eq!(c.stdout.len(), big_out.len());
+    fx.fake.expect(delete_pod()).expect(pod_gone());
+    run.cleanup().await;
+    fx.fake.finish().expect("fake");
+}
