@@ -133,7 +133,10 @@ const CONFINED: &[(&str, &[&str])] = &[
     ("k8s-openapi", &["iterion-driver-k8s"]),
     ("tokio-tungstenite", &["iterion-driver-k8s"]),
     ("anyhow", &["iterion-cli", "xtask", "iterion-test-support"]),
-    ("hyper", &["iterion-netproxy"]),
+    // iterion-driver-docker: the streamed BuildKit build request, over the hyper bollard is built on
+    ("hyper", &["iterion-netproxy", "iterion-driver-docker"]),
+    // the BuildKit session's HTTP/2 server
+    ("h2", &["iterion-driver-docker"]),
     ("tokio-rustls", &["iterion-netproxy"]),
     ("rcgen", &["iterion-netproxy"]),
     ("clap", &["iterion-cli", "iterion-netproxy"]),

@@ -1,6 +1,7 @@
 //! The model loop of one task: conversation, tool execution (concurrent when several calls are requested),
 //! `tool_max_steps`, structured output with one reformat pass, events and session captures.
 
+use crate::compact;
 use crate::error::Error;
 use crate::output::{conforms, parse_object};
 use crate::provider::{
@@ -42,7 +43,11 @@ pub struct Agent<'a> {
     sink: &'a dyn Sink,
     delegate: Option<&'a dyn ToolDelegate>,
     stream: bool,
+    context_window: u64,
 }
+
+/// Compactions allowed for one model call that overflows the context.
+pub const MAX_OVERFLOW_COMPACTIONS: u32 = 2;
 
 impl std::fmt::Debug for Agent<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -75,7 +80,14 @@ impl<'a> Agent<'a> {
             sink,
             delegate: None,
             stream: false,
+            context_window: compact::context_window(&provider.model, &Default::default()),
         }
+    }
+
+    /// The model's context window in tokens (default: by model family, see [`compact::context_window`]).
+    pub fn with_context_window(mut self, tokens: u64) -> Self {
+        self.context_window = tokens;
+        self
     }
 
     /// Routes non-builtin tools of the task's `tool_defs` to `delegate`.
@@ -117,14 +129,30 @@ impl<'a> Agent<'a> {
 
     /// Runs `task` to its result; failures are carried in `error` / `error_code`.
     pub async fn run(&self, task: &Task) -> TaskResult {
+        self.run_from(task, None).await
+    }
+
+    /// Runs `task` continuing `replay` (a conversation decoded from a replayed session snapshot) when given:
+    /// the replay is closed (a trailing tool call gets a "result lost" answer) and compacted before the first
+    /// model call, since a replay follows a context overflow.
+    pub async fn run_from(&self, task: &Task, replay: Option<Vec<Message>>) -> TaskResult {
         let started = Instant::now();
         let mut state = State {
             messages: vec![Message::User(task.user_prompt.clone())],
             tokens: 0,
             step: 0,
         };
-        let mut result = match self.converse(task, &mut state).await {
-            Ok(text) => self.finish(task, &mut state, text).await,
+        let mut outcome = Ok(());
+        if let Some(mut messages) = replay {
+            compact::close_replayed(&mut messages);
+            state.messages = messages;
+            outcome = self.compact(task, &mut state, "session_replay").await.map(|_| ());
+        }
+        let mut result = match outcome {
+            Ok(()) => match self.converse(task, &mut state).await {
+                Ok(text) => self.finish(task, &mut state, text).await,
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         }
         .unwrap_or_else(|e| TaskResult {
@@ -148,7 +176,10 @@ impl<'a> Agent<'a> {
         };
         let mut text = String::new();
         while state.step < max_steps {
-            let turn = self.call(task, state, &tools).await?;
+            if self.over_threshold(task, state, &tools) {
+                self.compact(task, state, "threshold").await?;
+            }
+            let turn = self.call_fitting(task, state, &tools).await?;
             text = turn.text.clone();
             if turn.tool_calls.is_empty() {
                 break;
@@ -158,6 +189,91 @@ impl<'a> Agent<'a> {
             state.messages.push(Message::ToolResults(results));
         }
         Ok(text)
+    }
+
+    /// Whether the conversation's estimate passes `compact_threshold_ratio` of the context window.
+    fn over_threshold(&self, task: &Task, state: &State, tools: &[ToolSpec]) -> bool {
+        let ratio = if task.compact_threshold_ratio > 0.0 && task.compact_threshold_ratio <= 1.0 {
+            task.compact_threshold_ratio
+        } else {
+            compact::DEFAULT_THRESHOLD_RATIO
+        };
+        let estimate = compact::estimate_tokens(&task.system_prompt, &state.messages, tools);
+        estimate as f64 > ratio * self.context_window as f64
+    }
+
+    /// [`Agent::call`], compacting the conversation and calling again when the provider reports a context
+    /// overflow (at most [`MAX_OVERFLOW_COMPACTIONS`] times); the overflow stands when nothing can be compacted.
+    async fn call_fitting(&self, task: &Task, state: &mut State, tools: &[ToolSpec]) -> Result<Turn, Error> {
+        let mut compactions = 0;
+        loop {
+            match self.call(task, state, tools).await {
+                Err(e @ Error::ContextLengthExceeded { .. }) if compactions < MAX_OVERFLOW_COMPACTIONS => {
+                    // the refused call does not count as a step
+                    state.step -= 1;
+                    compactions += 1;
+                    if !self.compact(task, state, "context_length_exceeded").await? {
+                        return Err(e);
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Compacts the conversation (see [`compact`]): the older messages become a summary written by the model,
+    /// or lose their tool outputs when the summary call overflows too. Emits `llm_compacted`; `false` when there
+    /// was nothing to compact.
+    async fn compact(&self, task: &Task, state: &mut State, reason: &str) -> Result<bool, Error> {
+        let preserve = usize::try_from(task.compact_preserve_recent)
+            .ok()
+            .filter(|n| *n > 0)
+            .unwrap_or(compact::DEFAULT_PRESERVE_RECENT);
+        let Some(b) = compact::boundary(&state.messages, preserve) else {
+            return Ok(false);
+        };
+        let req = Request {
+            system: compact::SUMMARY_SYSTEM.into(),
+            messages: vec![Message::User(compact::transcript(&state.messages[1..b]))],
+            tools: Vec::new(),
+            max_tokens: task.max_tokens,
+            stream: self.stream,
+            reasoning_effort: String::new(),
+        };
+        let sink = self.sink;
+        let step = state.step;
+        let mut on_retry = |r: &Retry| {
+            let delay_ms = u64::try_from(r.delay.as_millis()).unwrap_or(u64::MAX);
+            sink.event(
+                "llm_retry",
+                obj(json!({"step": step, "attempt": r.attempt, "delay_ms": delay_ms, "error": r.error, "error_code": r.code, "compaction": true})),
+            );
+        };
+        let (messages, method) = match self.client.send(self.provider, &req, &mut on_retry).await {
+            Ok(turn) => {
+                state.tokens += turn.usage.input_tokens + turn.usage.output_tokens;
+                (compact::with_summary(&state.messages, b, &turn.text), "summary")
+            }
+            Err(Error::ContextLengthExceeded { .. }) => {
+                match compact::drop_tool_outputs(&state.messages, b) {
+                    Some(m) => (m, "dropped_tool_outputs"),
+                    None => return Ok(false),
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        let before = state.messages.len();
+        state.messages = messages;
+        self.sink.event(
+            "llm_compacted",
+            obj(json!({
+                "before_messages": before,
+                "after_messages": state.messages.len(),
+                "reason": reason,
+                "method": method,
+            })),
+        );
+        Ok(true)
     }
 
     /// One model call: `llm_request`, the call (with `llm_retry`s), `llm_step_finished`, the session capture.
@@ -273,7 +389,7 @@ impl<'a> Agent<'a> {
         state
             .messages
             .push(Message::User(format!("{REFORMAT_PROMPT}\n{schema}")));
-        let turn = self.call(task, state, &[]).await?;
+        let turn = self.call_fitting(task, state, &[]).await?;
         let again = parse_object(&turn.text);
         if usable(&again, schema) {
             r.output = again;

@@ -12,7 +12,10 @@
 //! - [`output`]: the output parsing rule of the final text and the check against the output schema.
 //! - [`agent`]: the loop: conversation, tool calls (concurrent when several), `tool_max_steps`, one reformat
 //!   pass for a schema (`formatting_pass_used`, `parse_fallback`), events and session captures through a
-//!   [`Sink`], non-builtin tools through a [`ToolDelegate`].
+//!   [`Sink`], non-builtin tools through a [`ToolDelegate`], compaction (`llm_compacted`) on a context
+//!   overflow, past the threshold and on a replayed session.
+//! - [`compact`]: the compaction rules, the context windows by model family and the decoding of a replayed
+//!   session snapshot.
 //! - [`runner::serve`]: the runner side of one node over the envelope channel (bootstrap, loop, `result`);
 //!   [`runner::run_stdio`]: the runner process itself over stdin/stdout, what `iterion __claw-runner` and the
 //!   static `iterion-claw-runner` program run.
@@ -21,11 +24,10 @@
 //! takes credentials from the proxy URL, confined to this crate and absent from its public signatures. The
 //! caller gives the proxy URL (the run's egress proxy) and an env map for keys and base URLs; the crate never
 //! reads the process environment.
-//!
-//! Not built yet: compaction and session replay (`llm_compacted`), and the `codex` backend.
 #![deny(missing_docs)]
 
 pub mod agent;
+pub mod compact;
 mod error;
 pub mod output;
 pub mod provider;

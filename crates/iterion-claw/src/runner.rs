@@ -120,8 +120,9 @@ where
             }
         })
     };
+    let replay = boot.replay.as_deref().and_then(decode_replay);
     let result = tokio::select! {
-        r = execute(&boot.task, &options, ChannelSink(tx), ChannelTools(Arc::clone(&channel))) => r,
+        r = execute(&boot.task, replay, &options, ChannelSink(tx), ChannelTools(Arc::clone(&channel))) => r,
         () = channel.cancelled() => {
             let reason = channel.cancel_reason().unwrap_or_default();
             TaskResult::failure(format!("cancelled: {reason}"), error_code::CANCELLED)
@@ -170,9 +171,27 @@ pub async fn run_stdio(env: BTreeMap<String, String>, software: impl Into<String
     serve(tokio::io::stdin(), tokio::io::stdout(), options).await
 }
 
+/// The conversation of a replayed session snapshot; one that cannot be decoded is a warning on stderr and a
+/// fresh start.
+fn decode_replay(raw: &serde_json::value::RawValue) -> Option<Vec<crate::provider::Message>> {
+    let decoded = serde_json::from_str::<Value>(raw.get())
+        .map_err(|e| e.to_string())
+        .and_then(|v| crate::compact::decode_snapshot(&v));
+    match decoded {
+        Ok(m) => Some(m),
+        Err(e) => {
+            eprintln!(
+                "iterion-claw-runner: warning: the replayed session cannot be decoded ({e}); starting fresh"
+            );
+            None
+        }
+    }
+}
+
 /// The task's loop with the sink and delegate; setup failures become failed results.
 async fn execute<D: ToolDelegate>(
     task: &Task,
+    replay: Option<Vec<crate::provider::Message>>,
     options: &ServeOptions,
     sink: ChannelSink,
     tools: D,
@@ -191,10 +210,12 @@ async fn execute<D: ToolDelegate>(
     };
     match setup() {
         Ok((p, client, builtins)) => {
+            let window = crate::compact::context_window(&p.model, &options.env);
             Agent::new(&client, &p, &builtins, &sink)
                 .with_delegate(&tools)
                 .streaming(options.stream)
-                .run(task)
+                .with_context_window(window)
+                .run_from(task, replay)
                 .await
         }
         Err(e) => TaskResult::failure(e.to_string(), e.code()),

@@ -134,3 +134,58 @@ async fn cancel_ends_the_loop_with_a_cancelled_result() {
     assert_eq!(result["error_code"], json!("CANCELLED"), "{result}");
     assert_eq!(runner.await.unwrap(), 1);
 }
+
+/// One task preceded by a `session_replay` of `snapshot`; returns the provider's first request body.
+async fn replayed(snapshot: Value) -> Value {
+    let fake = FakeProvider::start(vec![Reply::text("{\"done\": true}")])
+        .await
+        .unwrap();
+    let env = BTreeMap::from([
+        ("ANTHROPIC_API_KEY".to_string(), "k".to_string()),
+        ("ANTHROPIC_BASE_URL".to_string(), fake.url()),
+    ]);
+    let (launcher_out, runner_in) = tokio::io::duplex(1 << 20);
+    let (runner_out, launcher_in) = tokio::io::duplex(1 << 20);
+    let runner = tokio::spawn(serve(
+        runner_in,
+        runner_out,
+        ServeOptions::new(env, "iterion test"),
+    ));
+    let mut w = launcher_out;
+    let mut lines = BufReader::new(launcher_in).lines();
+    w.write_all(format!("{HELLO}\n").as_bytes()).await.unwrap();
+    lines.next_line().await.unwrap().unwrap();
+    let replay = json!({"type": "session_replay", "data": snapshot});
+    w.write_all(format!("{replay}\n").as_bytes()).await.unwrap();
+    let task = json!({"type": "task", "data": {"node_id": "n", "user_prompt": "go on", "model": "claude-x", "compact_preserve_recent": 10}});
+    w.write_all(format!("{task}\n").as_bytes()).await.unwrap();
+    let result = loop {
+        let line = lines.next_line().await.unwrap().expect("a result before the end");
+        let env: Value = serde_json::from_str(&line).unwrap();
+        if env["type"] == "result" {
+            break env["data"].clone();
+        }
+    };
+    assert_eq!(result["output"], json!({"done": true}), "{result}");
+    assert_eq!(runner.await.unwrap(), 0);
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 1);
+    reqs[0].body.clone()
+}
+
+#[tokio::test]
+async fn a_replayed_session_seeds_the_conversation_and_an_undecodable_one_starts_fresh() {
+    let snapshot = json!({"system": "s", "messages": [
+        {"role": "user", "content": "first prompt"},
+        {"role": "assistant", "content": [{"type": "text", "text": "earlier answer"}]}
+    ]});
+    let body = replayed(snapshot).await;
+    let msgs = body["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 3, "{body}");
+    assert_eq!(msgs[0]["content"], json!("first prompt"));
+    assert_eq!(msgs[1]["content"][0]["text"], json!("earlier answer"));
+    assert_eq!(msgs[2]["content"], json!(iterion_claw::compact::CONTINUE_PROMPT));
+    // not a conversation: the task starts fresh
+    let body = replayed(json!({"messages": [{"role": "tool", "content": "?"}]})).await;
+    assert_eq!(body["messages"], json!([{"role": "user", "content": "go on"}]));
+}

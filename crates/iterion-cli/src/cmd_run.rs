@@ -60,6 +60,10 @@ pub struct SandboxArgs {
     /// Operator environment entry for the containers: `NAME` (copied) or `NAME=VALUE` (pass-class names only).
     #[arg(long, value_name = "NAME[=VALUE]")]
     pub sandbox_env: Vec<String>,
+    /// A secret for image builds (`RUN --mount=type=secret,id=NAME`): `id=NAME,env=VAR` or `id=NAME,src=PATH`;
+    /// repeatable. The value never appears in events, logs or arguments.
+    #[arg(long, value_name = "id=NAME,env=VAR|src=PATH")]
+    pub sandbox_build_secret: Vec<String>,
 }
 
 /// Arguments of `iterion run`.
@@ -683,6 +687,7 @@ struct Prepared {
     level: u8,
     level_name: String,
     bounds: ExecBounds,
+    build_secrets: Vec<iterion_driver::BuildSecret>,
 }
 
 fn prepare_common(
@@ -715,6 +720,7 @@ fn prepare_common(
         level,
         level_name,
         bounds,
+        build_secrets: Vec::new(),
     })
 }
 
@@ -759,6 +765,7 @@ async fn runtime(
         .observer(printer)
         .cancel(cancel)
         .exec_bounds(p.bounds)
+        .build_secrets(p.build_secrets.clone())
         .build()
         .map_err(|e| fail1(e.to_string()))
 }
@@ -882,6 +889,8 @@ fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, 
         RunId::parse(id).map_err(|e| usage(e.to_string()))?;
     }
     let flags = flags_of(&args.sandbox, &p.env)?;
+    p.build_secrets =
+        crate::build_secret::parse_all(&args.sandbox.sandbox_build_secret, &p.env, &p.cwd).map_err(usage)?;
     let host = HostFacts::of_process(&p.env, &p.cwd);
     let store_dir = store::store_dir(StoreDirRequest {
         store_dir: args.store_dir.as_deref(),
@@ -979,7 +988,7 @@ pub fn resume(args: ResumeArgs, env: &BTreeMap<String, String>) -> ExitCode {
 }
 
 fn resume_inner(args: ResumeArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, Early> {
-    let p = prepare_common(env, args.log_level.as_deref(), args.timeout.as_deref())?;
+    let mut p = prepare_common(env, args.log_level.as_deref(), args.timeout.as_deref())?;
     let host = HostFacts::of_process(&p.env, &p.cwd);
     // The store of the current project, as `iterion run` and `iterion runs` find it.
     let store_dir = crate::cmd_runs::resolve_store(args.store_dir.as_deref(), &p.env, &p.cwd);
@@ -992,6 +1001,8 @@ fn resume_inner(args: ResumeArgs, env: &BTreeMap<String, String>) -> Result<Exit
         },
     )?;
     let flags = flags_of(&args.sandbox, &p.env)?;
+    p.build_secrets =
+        crate::build_secret::parse_all(&args.sandbox.sandbox_build_secret, &p.env, &p.cwd).map_err(usage)?;
     let answers = crate::human::answers_of(args.answers_file.as_deref(), &args.answers, &p.cwd)?;
     let interactive = crate::human::interactive(args.json, args.no_interactive);
     // The record decides the workflow file, the work dir and the sandbox inputs: check its integrity tag

@@ -46,6 +46,16 @@ pub const READ: &[(&str, &str, &str)] = &[
         "the Claude Code CLI that claude_code nodes run",
     ),
     (
+        "ITERION_CODEX_BIN",
+        "codex",
+        "the codex CLI that codex nodes run (on the host only; a run that would sandbox a codex node is refused)",
+    ),
+    (
+        "ITERION_CLAW_CONTEXT_WINDOW",
+        "by model family",
+        "the context window (tokens) the claw runner compacts against (passed to the runner)",
+    ),
+    (
         "ITERION_BIN",
         "the embedded runner",
         "an iterion binary (statically linked) to bind into containers for claw nodes",
@@ -99,6 +109,11 @@ pub const READ: &[(&str, &str, &str)] = &[
         "ITERION_SANDBOX_PULL_POLICY",
         "missing",
         "missing (pull only an absent image), always, never",
+    ),
+    (
+        "ITERION_SANDBOX_BUILDER",
+        "auto",
+        "image builder: auto (BuildKit when Docker advertises it or the build needs it), buildkit, classic",
     ),
     (
         "ITERION_SANDBOX_REBUILD",

@@ -2,6 +2,7 @@
 use clap::Parser;
 use std::collections::BTreeMap;
 
+mod build_secret;
 mod claw_runner;
 mod cli;
 mod cmd_completions;

@@ -287,9 +287,10 @@ async fn lc15_a_runner_that_cannot_start_in_the_container_fails_before_run_start
     iterion_test_support::docker_image::ensure_test_image().unwrap();
     let fake = FakeProvider::start(script(true)).await.unwrap();
     let ws = Ws::new(&flow("  sandbox: auto\n"));
-    // not an executable the container can start (the image has no bash at that interpreter path)
+    // an ELF program of the right architecture that the container cannot start: a dynamically linked host
+    // program (the image has no C library, so no program interpreter)
     let bogus = ws.dir.path().join("iterion-bogus");
-    std::fs::write(&bogus, "#!/no/such/interpreter\n").unwrap();
+    std::fs::copy("/bin/true", &bogus).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&bogus, std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut env = keys(&fake);
@@ -309,6 +310,12 @@ async fn lc15_a_runner_that_cannot_start_in_the_container_fails_before_run_start
         "{failed}"
     );
     assert!(failed["data"]["hint"].as_str().unwrap().contains("ITERION_BIN"));
+    // it passed the architecture check: the probe inside the container refused it
+    let error = failed["data"]["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("the claw runner cannot start in the container"),
+        "{error}"
+    );
     assert_eq!(fake.requests().len(), 0);
 }
 
@@ -343,4 +350,150 @@ async fn a_claw_node_in_its_own_container_gets_the_runner_too() {
         std::fs::read_to_string(ws.path().join("claw.txt")).unwrap(),
         "written by claw"
     );
+}
+
+/// A 64-bit little-endian ELF header for `machine` (the rest of a program is not needed: the file is refused
+/// from its header before anything runs it).
+fn elf_header(machine: u16) -> Vec<u8> {
+    let mut b = vec![0u8; 64];
+    b[..4].copy_from_slice(b"\x7fELF");
+    b[4] = 2;
+    b[5] = 1;
+    b[6] = 1;
+    b[16] = 2;
+    b[18..20].copy_from_slice(&machine.to_le_bytes());
+    b
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runner_built_for_another_architecture_is_refused_before_run_started() {
+    if !engine_required("a_runner_built_for_another_architecture_is_refused") {
+        return;
+    }
+    iterion_test_support::docker_image::ensure_test_image().unwrap();
+    let fake = FakeProvider::start(script(true)).await.unwrap();
+    let ws = Ws::new(&flow("  sandbox: auto\n"));
+    // an aarch64 program on an x86_64 engine, an x86_64 one elsewhere
+    let (machine, name) = if std::env::consts::ARCH == "aarch64" {
+        (62, "x86_64")
+    } else {
+        (183, "aarch64")
+    };
+    let foreign = ws.dir.path().join("iterion-foreign");
+    std::fs::write(&foreign, elf_header(machine)).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&foreign, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut env = keys(&fake);
+    env.push(("ITERION_BIN", foreign.to_string_lossy().into_owned()));
+    let out = ws.run(&["--sandbox-driver", "docker"], &env).await;
+    assert!(!out.status.success(), "{}", show(&out));
+    let ev = ws.events();
+    let t = types(&ev);
+    assert!(!t.contains(&"run_started".to_string()), "{t:?}");
+    assert!(
+        !t.contains(&"sandbox_started".to_string()),
+        "refused before the container starts: {t:?}"
+    );
+    let failed = first(&ev, "run_failed");
+    assert_eq!(
+        failed["data"]["code"],
+        json!("SANDBOX_RUNNER_UNAVAILABLE"),
+        "{failed}"
+    );
+    let error = failed["data"]["error"].as_str().unwrap();
+    assert!(error.contains(&*foreign.to_string_lossy()), "{error}");
+    assert!(
+        error.contains(&format!("is built for {name}, the engine runs ")),
+        "{error}"
+    );
+    assert!(failed["data"]["hint"].as_str().unwrap().contains("ITERION_BIN"));
+    assert_eq!(fake.requests().len(), 0);
+}
+
+/// A fake codex CLI that leaves `called` in `dir` and answers one successful turn.
+fn fake_codex(dir: &Path) -> PathBuf {
+    let p = dir.join("codex");
+    let called = dir.join("called");
+    std::fs::write(
+        &p,
+        format!(
+            "#!/bin/sh\necho \"$@\" > '{}'\ncat > /dev/null\necho '{{\"type\":\"thread.started\",\"thread_id\":\"th-cli\"}}'\necho '{{\"type\":\"item.completed\",\"item\":{{\"id\":\"i\",\"type\":\"agent_message\",\"text\":\"{{\\\"ok\\\": true}}\"}}}}'\necho '{{\"type\":\"turn.completed\",\"usage\":{{\"input_tokens\":3,\"output_tokens\":2}}}}'\n",
+            called.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+const CODEX_FLOW: &str = "schema result:\n  ok: bool\n\nagent a:\n  backend: \"codex\"\n  output: result\n\nworkflow flow:\n  entry: a\n  sandbox: auto\n  a -> done when ok\n  a -> fail\n";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_codex_node_runs_on_the_host_with_a_warning_when_the_run_is_not_sandboxed() {
+    let ws = Ws::new(CODEX_FLOW);
+    let codex = fake_codex(ws.dir.path());
+    let out = ws
+        .run(
+            &["--sandbox", "none"],
+            &[("ITERION_CODEX_BIN", codex.to_string_lossy().into_owned())],
+        )
+        .await;
+    assert!(out.status.success(), "{}", show(&out));
+    let called = std::fs::read_to_string(ws.dir.path().join("called")).unwrap();
+    assert!(
+        called.starts_with("exec --json --skip-git-repo-check"),
+        "{called}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("partially sandboxed by codex itself"),
+        "{}",
+        show(&out)
+    );
+    let ev = ws.events();
+    assert_eq!(first(&ev, "delegate_started")["data"]["backend"], json!("codex"));
+    let finished: Vec<&Value> = ev
+        .iter()
+        .filter(|e| e["type"] == "node_finished" && e["node_id"] == "a")
+        .collect();
+    assert_eq!(finished[0]["data"]["output"]["ok"], json!(true));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_codex_node_in_a_sandboxed_run_is_refused_before_run_started() {
+    if !engine_required("a_codex_node_in_a_sandboxed_run_is_refused") {
+        return;
+    }
+    iterion_test_support::docker_image::ensure_test_image().unwrap();
+    let ws = Ws::new(CODEX_FLOW);
+    let codex = fake_codex(ws.dir.path());
+    let env = [("ITERION_CODEX_BIN", codex.to_string_lossy().into_owned())];
+    // the dry run says so, and agrees with the run
+    let dry = ws
+        .run(&["--sandbox-driver", "docker", "--dry-run", "--json"], &env)
+        .await;
+    let doc: Value = serde_json::from_slice(&dry.stdout).unwrap_or_else(|e| panic!("{e}: {}", show(&dry)));
+    assert_eq!(doc["refused"]["code"], json!("SANDBOX_SPEC_INVALID"), "{doc:#}");
+    let out = ws.run(&["--sandbox-driver", "docker"], &env).await;
+    assert!(!out.status.success(), "{}", show(&out));
+    let ev = ws.events();
+    let t = types(&ev);
+    assert!(!t.contains(&"run_started".to_string()), "{t:?}");
+    assert!(!t.contains(&"sandbox_started".to_string()), "{t:?}");
+    let failed = first(&ev, "run_failed");
+    assert_eq!(failed["data"]["code"], json!("SANDBOX_SPEC_INVALID"), "{failed}");
+    assert_eq!(
+        failed["data"]["error"],
+        json!(
+            "backend codex cannot run inside the iterion sandbox (it runs the host codex CLI with its own sandbox), and node 'a' would run in a container"
+        )
+    );
+    assert!(
+        failed["data"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("--sandbox none")
+    );
+    assert_eq!(doc["refused"]["error"], failed["data"]["error"]);
+    assert!(!ws.dir.path().join("called").exists(), "codex never ran");
 }

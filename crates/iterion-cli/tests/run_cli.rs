@@ -306,6 +306,90 @@ fn a_build_is_reused_by_the_next_run_and_rebuilt_when_its_context_changes() {
     assert_eq!(tag4, tag3);
 }
 
+/// `--sandbox-build-secret id=tok,env=TOK`: the secret reaches a `RUN --mount=type=secret` step (the node reads
+/// its length from the image), the build uses BuildKit and says why, and the value is in no event, record, or
+/// line the command printed; an unset variable is a usage error before any run starts.
+#[test]
+fn a_build_secret_reaches_the_build_and_nothing_else() {
+    if !engine_required("build_secret_end_to_end") || !image_ready() {
+        return;
+    }
+    let ws = Ws::with_workflow(
+        "tool look:\n  command: `cat /tok.len`\n\nworkflow demo:\n  entry: look\n  sandbox:\n    build:\n      dockerfile: \"Dockerfile\"\n      context: \".\"\n  look -> done\n",
+    );
+    let value = format!("v{}", iterion_test_support::conformance::unique_name());
+    std::fs::write(
+        ws.path().join("Dockerfile"),
+        "FROM iterion-test/busybox:latest\nRUN --mount=type=secret,id=tok,required=true \
+         n=$(wc -c < /run/secrets/tok) && echo \"{\\\"n\\\": $n}\" > /tok.len\n",
+    )
+    .unwrap();
+    let out = ws.run(
+        &[
+            "run",
+            "demo.bot",
+            "--json",
+            "--sandbox-build-secret",
+            "id=tok,env=TOK",
+        ],
+        &[("TOK", value.as_str())],
+    );
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{printed}");
+    let id = ws.run_ids().pop().unwrap();
+    let ev = ws.events(&id);
+    let started = &first(&ev, "sandbox_build_started")["data"];
+    assert_eq!(started["builder"], "buildkit", "{started}");
+    let output = ev
+        .iter()
+        .find(|e| e["type"] == "node_finished" && e["node_id"] == "look")
+        .map(|e| e["data"]["output"]["n"].clone())
+        .unwrap();
+    assert_eq!(output, json!(value.len()));
+    let mut stored = String::new();
+    for f in walk(&ws.store()) {
+        stored.push_str(&String::from_utf8_lossy(&std::fs::read(f).unwrap_or_default()));
+    }
+    assert!(!stored.contains(&value), "the secret value is in the store");
+    assert!(!printed.contains(&value), "the secret value was printed");
+
+    let before = ws.run_ids().len();
+    let out = ws.run(
+        &[
+            "run",
+            "demo.bot",
+            "--sandbox-build-secret",
+            "id=tok,env=ITERION_TEST_UNSET_VAR",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ITERION_TEST_UNSET_VAR is not set"), "{err}");
+    assert_eq!(ws.run_ids().len(), before, "no run directory");
+}
+
+/// Every regular file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(p),
+                Ok(t) if t.is_file() => out.push(p),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
 #[test]
 fn a_failing_node_fails_the_run_with_its_code() {
     if !engine_required("a_failing_node_fails_the_run") || !image_ready() {

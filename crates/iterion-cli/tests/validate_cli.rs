@@ -103,18 +103,21 @@ fn validate_reports_what_run_refuses_at_its_position() {
     assert_eq!(doc["diagnostics"][0]["code"], "X004");
     assert_eq!(doc["diagnostics"][0]["line"], 6);
 
-    // an agent on a backend this version does not build (codex): refused by run, so by validate
+    // an agent on a backend this version does not have: refused by run, so by validate
     let agent = dir.path().join("agent.bot");
-    std::fs::write(
-        &agent,
-        "agent a:\n  backend: \"codex\"\n  model: \"m\"\n  system: p\n\nprompt p:\n  hi\n\nworkflow w:\n  entry: a\n  a -> done\n",
-    )
-    .expect("write");
+    let src = "agent a:\n  backend: \"BACKEND\"\n  model: \"m\"\n  system: p\n\nprompt p:\n  hi\n\nworkflow w:\n  entry: a\n  a -> done\n";
+    std::fs::write(&agent, src.replace("BACKEND", "gemini_cli")).expect("write");
     let agent = agent.to_str().expect("utf-8");
     let o = iterion(&["validate", agent], &[]);
     assert_eq!(code(&o), 1, "{}", stdout(&o));
     assert!(stdout(&o).contains("error[X002]"), "{}", stdout(&o));
     assert_eq!(code(&iterion(&["validate", "--syntax-only", agent], &[])), 0);
+    // codex runs (on the host only): the compiler's discouragement is a warning
+    std::fs::write(agent, src.replace("BACKEND", "codex")).expect("write");
+    let o = iterion(&["validate", agent], &[]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    assert!(stdout(&o).contains("warning[C030]"), "{}", stdout(&o));
+    assert!(!stdout(&o).contains("X002"), "{}", stdout(&o));
 }
 
 #[test]

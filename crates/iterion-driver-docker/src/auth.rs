@@ -1,7 +1,9 @@
-//! Registry credentials from a Docker `config.json` (03 §5.3): `auths.<registry>.auth` (base64
-//! `user:password`) and `identitytoken`. Credentials stay in memory, are redacted in `Debug`, and are sent only
-//! in `X-Registry-Auth`. Credential helpers (`credHelpers`, `credsStore`) are not run by this crate: a registry
-//! served by a helper is pulled anonymously with a warning naming the helper.
+//! Registry credentials from a Docker `config.json`: `auths.<registry>.auth` (base64 `user:password`),
+//! `identitytoken`, and the credential helpers of `credHelpers` / `credsStore`, run with the helper protocol
+//! ([`run_helper`]: `docker-credential-<name> get`, the server on stdin, `{ServerURL, Username, Secret}` on
+//! stdout, bounded by [`HELPER_TIMEOUT`], found on the `PATH` the caller gives). Credentials stay in memory,
+//! are redacted in `Debug`, are never logged, and are sent only to the engine: in `X-Registry-Auth` for a pull,
+//! in `X-Registry-Config` for a classic build that pulls, through the build session for BuildKit.
 
 /// Credentials of one registry.
 #[derive(Clone, PartialEq, Eq)]
@@ -51,7 +53,8 @@ pub fn normalize_registry(key: &str) -> String {
     }
 }
 
-fn b64_decode(s: &str) -> Option<Vec<u8>> {
+/// Decodes standard or URL-safe base64, padding optional; `None` on a character outside both alphabets.
+pub(crate) fn b64_decode(s: &str) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     let mut buf = 0u32;
     let mut bits = 0;
@@ -124,6 +127,219 @@ pub fn lookup(config_json: &str, registry: &str) -> Lookup {
     }
 }
 
+/// Bound of one credential helper run.
+pub const HELPER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What a credential helper answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HelperOutcome {
+    /// Its credentials.
+    Found(RegistryAuth),
+    /// It has none for this server (`credentials not found`): anonymous, without a warning.
+    NotFound,
+    /// It could not be run or failed: anonymous, with this warning (never the helper's output).
+    Failed(String),
+}
+
+/// The server a helper is asked about: Docker Hub's historical URL, else the registry host.
+pub fn helper_server(registry: &str) -> String {
+    let r = normalize_registry(registry);
+    if r == "docker.io" {
+        "https://index.docker.io/v1/".to_owned()
+    } else {
+        r
+    }
+}
+
+/// Finds `docker-credential-<name>` in the directories of `path` (a `PATH` value).
+pub fn find_helper(name: &str, path: Option<&str>) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    if name.is_empty() || name.contains('/') {
+        return None;
+    }
+    let file = format!("docker-credential-{name}");
+    path?
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| std::path::Path::new(d).join(&file))
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}
+
+/// Parses a helper's answer.
+pub fn parse_helper_answer(stdout: &[u8]) -> Option<RegistryAuth> {
+    let v: serde_json::Value = serde_json::from_slice(stdout).ok()?;
+    let user = v.get("Username").and_then(|u| u.as_str()).unwrap_or_default();
+    let secret = v.get("Secret").and_then(|u| u.as_str()).unwrap_or_default();
+    if secret.is_empty() {
+        return None;
+    }
+    Some(if user == "<token>" {
+        RegistryAuth {
+            username: None,
+            password: None,
+            identity_token: Some(secret.to_owned()),
+        }
+    } else {
+        RegistryAuth {
+            username: Some(user.to_owned()),
+            password: Some(secret.to_owned()),
+            identity_token: None,
+        }
+    })
+}
+
+/// Runs `docker-credential-<name> get` for `registry`, the helper looked up in `path`, bounded by `timeout`
+/// (killed past it). Blocking: call it off the async threads.
+pub fn run_helper(
+    name: &str,
+    registry: &str,
+    path: Option<&str>,
+    timeout: std::time::Duration,
+) -> HelperOutcome {
+    use std::io::{Read, Write};
+    use std::process::{Command, Stdio};
+    let helper = format!("docker-credential-{name}");
+    let Some(bin) = find_helper(name, path) else {
+        return HelperOutcome::Failed(format!("credential helper {helper} is not on the PATH"));
+    };
+    let child = Command::new(&bin)
+        .arg("get")
+        .env("PATH", path.unwrap_or_default())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return HelperOutcome::Failed(format!("credential helper {helper} could not be run: {e}")),
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        // a helper that exits without reading is judged by its exit status below
+        let _ = stdin.write_all(helper_server(registry).as_bytes());
+    }
+    let mut stdout = child.stdout.take();
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        if let Some(s) = stdout.as_mut() {
+            let _ = s.take(1024 * 1024).read_to_end(&mut out);
+        }
+        out
+    });
+    let deadline = std::time::Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let out = reader.join().unwrap_or_default();
+    match status {
+        None => HelperOutcome::Failed(format!(
+            "credential helper {helper} did not answer within {}s",
+            timeout.as_secs()
+        )),
+        Some(s) if s.success() => match parse_helper_answer(&out) {
+            Some(a) => HelperOutcome::Found(a),
+            None => HelperOutcome::Failed(format!("credential helper {helper} gave an unreadable answer")),
+        },
+        Some(_) if String::from_utf8_lossy(&out).contains("credentials not found") => HelperOutcome::NotFound,
+        Some(s) => HelperOutcome::Failed(format!("credential helper {helper} failed ({s})")),
+    }
+}
+
+/// Where the driver finds registry credentials: a `config.json` and the `PATH` its helpers are looked up in.
+/// Warnings (a failing helper) go to the sink given with [`Credentials::with_warnings`].
+#[derive(Clone)]
+pub struct Credentials {
+    config: Option<std::path::PathBuf>,
+    helper_path: Option<String>,
+    timeout: std::time::Duration,
+    warn: std::sync::Arc<dyn Fn(String) + Send + Sync>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Credentials {
+    fn default() -> Self {
+        Self::none()
+    }
+}
+
+impl Credentials {
+    /// No configuration: every registry is anonymous.
+    pub fn none() -> Self {
+        Self::new(None, None)
+    }
+
+    /// Credentials from `config` (a `config.json`), helpers looked up in `helper_path` (a `PATH` value).
+    pub fn new(config: Option<std::path::PathBuf>, helper_path: Option<String>) -> Self {
+        Self {
+            config,
+            helper_path,
+            timeout: HELPER_TIMEOUT,
+            warn: std::sync::Arc::new(|_| {}),
+        }
+    }
+
+    /// The same, sending warnings to `warn`.
+    pub fn with_warnings(mut self, warn: impl Fn(String) + Send + Sync + 'static) -> Self {
+        self.warn = std::sync::Arc::new(warn);
+        self
+    }
+
+    /// The same, with another helper bound.
+    pub fn with_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The credentials of `registry` (a host or reference domain); runs a helper when one is configured.
+    /// Blocking.
+    pub fn lookup_blocking(&self, registry: &str) -> Option<RegistryAuth> {
+        let path = self.config.as_ref()?;
+        let text = std::fs::read_to_string(path).ok()?;
+        match lookup(&text, registry) {
+            Lookup::Found(a) => Some(a),
+            Lookup::Anonymous => None,
+            Lookup::Helper(h) => match run_helper(&h, registry, self.helper_path.as_deref(), self.timeout) {
+                HelperOutcome::Found(a) => Some(a),
+                HelperOutcome::NotFound => None,
+                HelperOutcome::Failed(why) => {
+                    (self.warn)(format!(
+                        "{why}; pulling from {} anonymously",
+                        normalize_registry(registry)
+                    ));
+                    None
+                }
+            },
+        }
+    }
+
+    /// [`Credentials::lookup_blocking`] on a blocking thread.
+    pub async fn lookup(&self, registry: &str) -> Option<RegistryAuth> {
+        self.config.as_ref()?;
+        let me = self.clone();
+        let registry = registry.to_owned();
+        tokio::task::spawn_blocking(move || me.lookup_blocking(&registry))
+            .await
+            .ok()
+            .flatten()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,5 +388,116 @@ mod tests {
         };
         let d = format!("{a:?}");
         assert!(!d.contains("s3cr3t") && d.contains("<redacted, 6 bytes>"), "{d}");
+    }
+
+    fn helper_dir(script: &str) -> tempfile::TempDir {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().expect("tempdir");
+        let p = d.path().join("docker-credential-fake");
+        std::fs::write(&p, format!("#!/bin/sh\n{script}\n")).expect("write");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        d
+    }
+
+    fn run(script: &str, registry: &str) -> HelperOutcome {
+        let d = helper_dir(script);
+        let path = format!("/nonexistent:{}:/bin:/usr/bin", d.path().display());
+        run_helper("fake", registry, Some(&path), std::time::Duration::from_secs(2))
+    }
+
+    #[test]
+    fn helpers_answer_with_the_protocol() {
+        let ok = r#"read s; [ "$1" = get ] || exit 3; printf '{"ServerURL":"%s","Username":"jo","Secret":"pw-%s"}' "$s" "$s""#;
+        assert_eq!(
+            run(ok, "registry.example:5000"),
+            HelperOutcome::Found(RegistryAuth {
+                username: Some("jo".into()),
+                password: Some("pw-registry.example:5000".into()),
+                identity_token: None,
+            })
+        );
+        match run(ok, "docker.io") {
+            HelperOutcome::Found(a) => {
+                assert_eq!(a.password.as_deref(), Some("pw-https://index.docker.io/v1/"))
+            }
+            o => panic!("{o:?}"),
+        }
+        let token = r#"printf '{"Username":"<token>","Secret":"idt"}'"#;
+        match run(token, "ghcr.io") {
+            HelperOutcome::Found(a) => {
+                assert_eq!((a.username, a.identity_token.as_deref()), (None, Some("idt")));
+            }
+            o => panic!("{o:?}"),
+        }
+        assert_eq!(
+            run(
+                "echo 'credentials not found in native keychain'; exit 1",
+                "ghcr.io"
+            ),
+            HelperOutcome::NotFound
+        );
+        match run("echo 'secret-ish output' >&2; exit 2", "ghcr.io") {
+            HelperOutcome::Failed(w) => {
+                assert!(
+                    w.contains("docker-credential-fake failed") && !w.contains("secret-ish"),
+                    "{w}"
+                );
+            }
+            o => panic!("{o:?}"),
+        }
+        match run("echo not json", "ghcr.io") {
+            HelperOutcome::Failed(w) => assert!(w.contains("unreadable"), "{w}"),
+            o => panic!("{o:?}"),
+        }
+        match run_helper("absent", "ghcr.io", Some("/nonexistent"), HELPER_TIMEOUT) {
+            HelperOutcome::Failed(w) => {
+                assert!(w.contains("docker-credential-absent is not on the PATH"), "{w}")
+            }
+            o => panic!("{o:?}"),
+        }
+    }
+
+    #[test]
+    fn a_hanging_helper_is_killed_at_the_bound() {
+        let d = helper_dir("exec sleep 30");
+        let path = format!("{}:/bin:/usr/bin", d.path().display());
+        let t = std::time::Instant::now();
+        let r = run_helper(
+            "fake",
+            "ghcr.io",
+            Some(&path),
+            std::time::Duration::from_millis(300),
+        );
+        assert!(
+            matches!(&r, HelperOutcome::Failed(w) if w.contains("did not answer")),
+            "{r:?}"
+        );
+        assert!(t.elapsed() < std::time::Duration::from_secs(5));
+    }
+
+    #[test]
+    fn credentials_run_the_configured_helper_and_warn_on_failure() {
+        let d = helper_dir(
+            r#"read s; case "$s" in ghcr.io) printf '{"Username":"u","Secret":"p"}';; *) exit 7;; esac"#,
+        );
+        let cfg = d.path().join("config.json");
+        std::fs::write(&cfg, r#"{"credHelpers":{"ghcr.io":"fake","quay.io":"fake"}}"#).expect("write");
+        let warnings = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let w = warnings.clone();
+        let c = Credentials::new(Some(cfg), Some(format!("{}:/bin:/usr/bin", d.path().display())))
+            .with_warnings(move |m| w.lock().expect("lock").push(m));
+        assert_eq!(
+            c.lookup_blocking("ghcr.io").and_then(|a| a.password).as_deref(),
+            Some("p")
+        );
+        assert_eq!(c.lookup_blocking("quay.io"), None);
+        assert_eq!(c.lookup_blocking("docker.io"), None, "no helper, no auths");
+        let w = warnings.lock().expect("lock").clone();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("docker-credential-fake failed") && w[0].contains("quay.io"),
+            "{w:?}"
+        );
+        assert!(format!("{c:?}").starts_with("Credentials"));
     }
 }

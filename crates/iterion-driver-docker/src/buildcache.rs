@@ -1,7 +1,8 @@
 //! The build cache: an image built from a Dockerfile is tagged by a content hash of everything the build reads
 //! (`iterion-sandbox-build:cache-<32 hex>`) and reused by a later build with the same inputs.
 //!
-//! The key covers the network of the build (`none` or `open`), the target, the build arguments, the
+//! The key covers the builder (`buildkit` or `classic`), the ids of the build secrets (never their values), the
+//! network of the build (`none` or `open`), the target, the build arguments, the
 //! Dockerfile's name in the archive, what each image the Dockerfile names is on this host (its image id, or
 //! `absent`), and the context exactly as the engine receives it: every entry the archive holds after
 //! `.dockerignore` (its kind, name, permission bits, symlink target, and a regular file's bytes), plus the
@@ -27,7 +28,7 @@ use std::io::Read;
 pub const REPOSITORY: &str = "iterion-sandbox-build";
 
 /// Version of the key's layout: a change of what the key covers changes it.
-const KEY_VERSION: &[u8] = b"iterion-build-key-v1";
+const KEY_VERSION: &[u8] = b"iterion-build-key-v2";
 
 /// The tag of the image built from inputs with `key` (64 hex characters).
 pub fn tag_of(key: &str) -> String {
@@ -75,6 +76,11 @@ pub fn key(
 ) -> std::io::Result<String> {
     let mut h = Sha256::new();
     frame(&mut h, KEY_VERSION);
+    frame(&mut h, input.builder.as_str().as_bytes());
+    h.update((input.secrets.len() as u64).to_le_bytes());
+    for id in input.secrets.keys() {
+        frame(&mut h, id.as_bytes());
+    }
     frame(&mut h, input.network.as_str().as_bytes());
     frame(&mut h, input.target.as_deref().unwrap_or("").as_bytes());
     h.update((input.args.len() as u64).to_le_bytes());
@@ -230,6 +236,22 @@ mod tests {
             seen.push(k);
         };
         differs(key_of_tree(&p, |i| i.network = BuildNetwork::Open), "network");
+        differs(
+            key_of_tree(&p, |i| i.builder = iterion_driver::BuilderKind::BuildKit),
+            "the builder",
+        );
+        let with_secret = |value: &[u8]| {
+            key_of_tree(&p, |i| {
+                i.secrets
+                    .insert("tok".into(), iterion_driver::SecretBytes::new(value.to_vec()));
+            })
+        };
+        assert_eq!(
+            with_secret(b"one"),
+            with_secret(b"two"),
+            "a secret's value is not in the key"
+        );
+        differs(with_secret(b"one"), "a secret id");
         differs(key_of_tree(&p, |i| i.target = Some("t".into())), "target");
         differs(
             key_of_tree(&p, |i| {

@@ -183,15 +183,18 @@ fn engine_err(e: bollard::errors::Error) -> Error {
 }
 
 /// Pulls `reference`, bounded by `timeout` (on expiry the request is dropped, which cancels the engine's
-/// pull). `progress` receives the engine's status lines.
+/// pull), with the registry's credentials from `credentials` in `X-Registry-Auth`. `progress` receives the
+/// engine's status lines.
 pub async fn pull(
     engine: &Engine,
     reference: &str,
     timeout: Duration,
     progress: &(dyn Fn(&str) + Send + Sync),
-    auth: Option<&crate::auth::RegistryAuth>,
+    credentials: &crate::auth::Credentials,
 ) -> Result<()> {
     let r = ImageRef::parse(reference);
+    // looked up only now: a present image never runs a credential helper
+    let auth = credentials.lookup(&r.domain).await;
     let tag = r
         .digest
         .clone()
@@ -202,7 +205,7 @@ pub async fn pull(
         .tag(&tag)
         .build();
     let work = async {
-        let creds = auth.map(|a| bollard::auth::DockerCredentials {
+        let creds = auth.as_ref().map(|a| bollard::auth::DockerCredentials {
             username: a.username.clone(),
             password: a.password.clone(),
             identitytoken: a.identity_token.clone(),
@@ -249,7 +252,7 @@ pub async fn ensure_image(
     policy: PullPolicy,
     timeout: Duration,
     progress: &(dyn Fn(&str) + Send + Sync),
-    auth: Option<&crate::auth::RegistryAuth>,
+    credentials: &crate::auth::Credentials,
 ) -> Result<ImageReady> {
     let started = Instant::now();
     let r = ImageRef::parse(reference);
@@ -268,7 +271,7 @@ pub async fn ensure_image(
                 image: reference.to_string(),
             });
         }
-        (Some(img), _) => match pull(engine, reference, timeout, progress, auth).await {
+        (Some(img), _) => match pull(engine, reference, timeout, progress, credentials).await {
             Ok(()) => (inspect(engine, reference).await?.unwrap_or(img), true),
             Err(Error::ImagePull { reason, .. }) => {
                 warnings.push(format!(
@@ -279,7 +282,7 @@ pub async fn ensure_image(
             Err(e) => return Err(e),
         },
         (None, _) => {
-            pull(engine, reference, timeout, progress, auth).await?;
+            pull(engine, reference, timeout, progress, credentials).await?;
             let img = inspect(engine, reference)
                 .await?
                 .ok_or_else(|| Error::ImagePull {

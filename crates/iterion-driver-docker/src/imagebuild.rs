@@ -1,7 +1,9 @@
 //! Build from a Dockerfile through the engine API (03 §6): containment, a deterministic context archive
-//! streamed to the engine (`.dockerignore` honoured, symlinks never followed), the classic builder request,
-//! a 4 KiB output tail and a bound.
+//! streamed to the engine (`.dockerignore` honoured, symlinks never followed), the classic builder request or
+//! the BuildKit one (with its session, [`crate::buildkit`]), a 4 KiB output tail and a bound.
 
+use crate::auth::Credentials;
+use crate::buildkit;
 use crate::dockerfile::{self, BaseImage, Refusal};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -10,6 +12,7 @@ use bollard::query_parameters::{BuildImageOptionsBuilder, BuilderVersion};
 use bytes::Bytes;
 use futures::StreamExt;
 pub use iterion_driver::BuildNetwork;
+use iterion_driver::{BuilderKind, SecretBytes};
 use iterion_spec::source::{FileRead, MAX_FILE_BYTES, read_regular};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -473,6 +476,12 @@ pub struct BuildInput {
     pub network: BuildNetwork,
     /// Bound of the whole build.
     pub timeout: Duration,
+    /// The builder.
+    pub builder: BuilderKind,
+    /// Build secrets by id (BuildKit only; served through the build session).
+    pub secrets: BTreeMap<String, SecretBytes>,
+    /// Registry credentials of the base images the build pulls.
+    pub credentials: Credentials,
 }
 
 impl BuildInput {
@@ -491,6 +500,9 @@ impl BuildInput {
             pull: false,
             network: BuildNetwork::None,
             timeout: Duration::from_secs(30 * 60),
+            builder: BuilderKind::Classic,
+            secrets: BTreeMap::new(),
+            credentials: Credentials::none(),
         }
     }
 }
@@ -633,6 +645,18 @@ pub async fn plan(engine: &Engine, input: &BuildInput) -> Result<Planned> {
     };
     if input.network == BuildNetwork::None {
         check_offline(engine, &dockerfile, &display, &input.args).await?;
+        if input.builder == BuilderKind::BuildKit {
+            let text = read_regular(&dockerfile, MAX_FILE_BYTES)
+                .into_bytes()
+                .map_err(|e| io_err("read", &dockerfile)(std::io::Error::other(e)))?;
+            if let Some(r) = buildkit::offline_refusal(&String::from_utf8_lossy(&text)) {
+                return Err(Error::BuildRefused {
+                    dockerfile: display,
+                    line: r.line,
+                    reason: r.reason,
+                });
+            }
+        }
     }
     let excluded: Vec<String> = input
         .exclude
@@ -677,6 +701,16 @@ pub async fn build_planned(
     planned: Planned,
     progress: &(dyn Fn(&str) + Send + Sync),
 ) -> Result<String> {
+    if input.builder == BuilderKind::BuildKit {
+        return build_buildkit(engine, input, planned, progress).await;
+    }
+    if !input.secrets.is_empty() {
+        return Err(Error::Unsupported {
+            driver: engine.facts().driver_name(),
+            feature: "build secrets with the classic builder (they need BuildKit)".into(),
+        });
+    }
+    let registry_config = registry_config(engine, input, &planned).await?;
     let Planned {
         context,
         display: df_display,
@@ -697,13 +731,7 @@ pub async fn build_planned(
     });
     let body = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
 
-    let mut labels: HashMap<String, String> = input.labels.clone().into_iter().collect();
-    labels.insert("iterion.io/managed".into(), "true".into());
-    labels.insert("iterion.io/component".into(), "build".into());
-    labels.insert(
-        "iterion.io/run-id".into(),
-        crate::names::label_value(&input.run_id),
-    );
+    let labels = build_labels(input);
     let buildargs: HashMap<String, String> = input.args.clone().into_iter().collect();
     let mut opts = BuildImageOptionsBuilder::default()
         .t(&input.tag)
@@ -725,7 +753,7 @@ pub async fn build_planned(
         let mut tail = Tail::default();
         let mut stream = engine
             .docker
-            .build_image(opts, None, Some(bollard::body_stream(body)));
+            .build_image(opts, registry_config, Some(bollard::body_stream(body)));
         while let Some(item) = stream.next().await {
             match item {
                 Ok(info) => {
@@ -764,6 +792,171 @@ pub async fn build_planned(
         _ => {}
     }
     res.map(|()| input.tag.clone())
+}
+
+/// `X-Registry-Config` of a classic build: the credentials of the registries the Dockerfile's `FROM` lines
+/// name, only when the build would pull (with network, and `pull=1` or a base image absent here).
+async fn registry_config(
+    engine: &Engine,
+    input: &BuildInput,
+    planned: &Planned,
+) -> Result<Option<HashMap<String, bollard::auth::DockerCredentials>>> {
+    if input.network == BuildNetwork::None {
+        return Ok(None);
+    }
+    let text = match &planned.extra {
+        Some((_, data)) => String::from_utf8_lossy(data).into_owned(),
+        None => match read_regular(&planned.context.join(&planned.dockerfile_name), MAX_FILE_BYTES) {
+            FileRead::Found(b) => String::from_utf8_lossy(&b).into_owned(),
+            _ => return Ok(None),
+        },
+    };
+    let mut registries: Vec<String> = Vec::new();
+    for img in dockerfile::from_images(&text, &input.args) {
+        if input.pull || image::inspect(engine, &img.reference).await?.is_none() {
+            let r = image::ImageRef::parse(&img.reference).domain;
+            if !registries.contains(&r) {
+                registries.push(r);
+            }
+        }
+    }
+    let mut out = HashMap::new();
+    for r in registries {
+        if let Some(a) = input.credentials.lookup(&r).await {
+            let server = crate::auth::helper_server(&r);
+            out.insert(
+                server.clone(),
+                bollard::auth::DockerCredentials {
+                    username: a.username.clone(),
+                    password: a.password.clone(),
+                    identitytoken: a.identity_token.clone(),
+                    serveraddress: Some(server),
+                    ..Default::default()
+                },
+            );
+        }
+    }
+    Ok((!out.is_empty()).then_some(out))
+}
+
+/// The labels of a built image: the caller's plus iterion's build labels.
+fn build_labels(input: &BuildInput) -> HashMap<String, String> {
+    let mut labels: HashMap<String, String> = input.labels.clone().into_iter().collect();
+    labels.insert("iterion.io/managed".into(), "true".into());
+    labels.insert("iterion.io/component".into(), "build".into());
+    labels.insert(
+        "iterion.io/run-id".into(),
+        crate::names::label_value(&input.run_id),
+    );
+    labels
+}
+
+/// The query of a BuildKit build request.
+fn buildkit_query(input: &BuildInput, dockerfile_name: &str, session: &str) -> String {
+    let to_json = |m: &HashMap<String, String>| serde_json::to_string(m).unwrap_or_else(|_| "{}".into());
+    let args: HashMap<String, String> = input.args.clone().into_iter().collect();
+    let offline = input.network == BuildNetwork::None;
+    let mut q = vec![
+        ("t", input.tag.clone()),
+        ("dockerfile", dockerfile_name.to_owned()),
+        ("buildargs", to_json(&args)),
+        ("labels", to_json(&build_labels(input))),
+        ("rm", "1".into()),
+        ("forcerm", "1".into()),
+        ("pull", if input.pull && !offline { "1" } else { "0" }.into()),
+        ("version", "2".into()),
+        ("session", session.to_owned()),
+    ];
+    if offline {
+        q.push(("networkmode", "none".into()));
+    }
+    if let Some(t) = &input.target {
+        q.push(("target", t.clone()));
+    }
+    buildkit::request::query(&q)
+}
+
+/// Builds with BuildKit: opens the build session (secrets, registry credentials), sends `version=2` with the
+/// streamed context, and reads the progress, the image id and the error from the answer.
+async fn build_buildkit(
+    engine: &Engine,
+    input: &BuildInput,
+    planned: Planned,
+    progress: &(dyn Fn(&str) + Send + Sync),
+) -> Result<String> {
+    let Planned {
+        context,
+        display,
+        dockerfile_name,
+        extra,
+        entries,
+    } = planned;
+    let failed = |message: String, tail: &Tail| Error::BuildFailed {
+        dockerfile: display.clone(),
+        message,
+        tail: tail.text(),
+    };
+    let facts = engine.facts();
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    let work = async {
+        let mut tail = Tail::default();
+        // without network nothing is pulled: no registry credentials are served
+        let credentials = match input.network {
+            BuildNetwork::None => Credentials::none(),
+            BuildNetwork::Open => input.credentials.clone(),
+        };
+        let served = buildkit::session::Served {
+            secrets: input.secrets.clone(),
+            credentials,
+        };
+        let session = buildkit::session::open(
+            &facts.endpoint,
+            &facts.api_version,
+            served,
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(|e| failed(e.to_string(), &tail))?;
+        let producer = tokio::task::spawn_blocking(move || {
+            write_context(
+                ChanWriter(tx),
+                &entries,
+                extra.as_ref().map(|(n, d)| (n.as_str(), d.as_slice())),
+            )
+            .map(|_| ())
+        });
+        let body = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
+        let query = buildkit_query(input, &dockerfile_name, &session.id);
+        let mut lines = buildkit::request::send(&facts.endpoint, &facts.api_version, &query, body)
+            .await
+            .map_err(|e| failed(e.to_string(), &tail))?;
+        let mut parser = buildkit::stream::Parser::default();
+        while let Some(line) = lines.next().await.map_err(|e| failed(e.to_string(), &tail))? {
+            for item in parser.line(&line) {
+                match item {
+                    buildkit::stream::Item::Progress(p) => {
+                        tail.push(&p);
+                        tail.push("\n");
+                        progress(&p);
+                    }
+                    buildkit::stream::Item::ImageId(_) => {}
+                    buildkit::stream::Item::Error(m) => return Err(failed(m, &tail)),
+                }
+            }
+        }
+        drop(session);
+        match producer.await {
+            Ok(Err(e)) => Err(io_err("archive build context", &context)(e)),
+            _ => Ok(()),
+        }
+    };
+    match tokio::time::timeout(input.timeout, work).await {
+        Ok(r) => r.map(|()| input.tag.clone()),
+        Err(_) => Err(Error::SetupTimeout {
+            phase: "build",
+            after: input.timeout,
+        }),
+    }
 }
 
 #[cfg(test)]

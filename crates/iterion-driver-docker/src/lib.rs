@@ -15,8 +15,11 @@
 //! - [`mounts`]: host state, warm caches, protected paths, UID remap, HOME tmpfs layering (§8.3–8.6).
 //! - [`relay`]: installing and checking the static egress relay (§7.2); [`names`]: run tags (§16.3).
 //!
+//! - [`buildkit`]: the builder choice, BuildKit builds through the engine API and the build session serving
+//!   build secrets and registry credentials; [`auth`]: registry credentials and credential helpers.
+//!
 //! Module order (each imports only modules before it): `error`, `names`, `endpoint`, [`engine_http`], `auth`,
-//! `dockerfile` → `mounts`, `relay` → `engine` → `image` → `imagebuild` → `buildcache` → `container` (the state a run shares
+//! `dockerfile` → `buildkit` → `mounts`, `relay` → `engine` → `image` → `imagebuild` → `buildcache` → `container` (the state a run shares
 //! with its execs) → `dexec` → `run` → `driver` (`settings` → `plan` → `create` → `start`; `network`).
 //!
 //! ```no_run
@@ -35,6 +38,7 @@
 
 pub mod auth;
 pub mod buildcache;
+pub mod buildkit;
 mod container;
 mod dexec;
 pub mod dockerfile;

@@ -1,6 +1,7 @@
 //! Engine-level tests against the real engine: handshake, image presence, pull bounds, builds.
 
 use iterion_driver_docker::Error;
+use iterion_driver_docker::auth::Credentials;
 use iterion_driver_docker::endpoint::{EndpointSettings, Family};
 use iterion_driver_docker::engine::Engine;
 use iterion_driver_docker::image::{self, PullPolicy};
@@ -48,9 +49,16 @@ async fn present_image_absent_image_and_never_policy() {
     let img = iterion_test_support::docker_image::ensure_test_image().expect("test image");
     let e = engine().await;
     let noop = |_: &str| {};
-    let ready = image::ensure_image(&e, &img, PullPolicy::Never, Duration::from_secs(10), &noop, None)
-        .await
-        .expect("present");
+    let ready = image::ensure_image(
+        &e,
+        &img,
+        PullPolicy::Never,
+        Duration::from_secs(10),
+        &noop,
+        &Credentials::none(),
+    )
+    .await
+    .expect("present");
     assert!(!ready.pulled);
     assert!(ready.image.id.starts_with("sha256:"));
     // C26: absent image with policy never.
@@ -61,7 +69,7 @@ async fn present_image_absent_image_and_never_policy() {
         PullPolicy::Never,
         Duration::from_secs(10),
         &noop,
-        None,
+        &Credentials::none(),
     )
     .await
     .expect_err("absent");
@@ -90,7 +98,7 @@ async fn pull_from_a_stalled_registry_times_out() {
         PullPolicy::Missing,
         Duration::from_secs(2),
         &|_: &str| {},
-        None,
+        &Credentials::none(),
     )
     .await
     .expect_err("timeout");

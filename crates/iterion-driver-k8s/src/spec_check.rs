@@ -256,21 +256,38 @@ pub fn host_state_is_explicit(source: &str) -> bool {
     !(source.is_empty() || source == "default" || source.starts_with("default"))
 }
 
-/// The refusals of 07 §3 that depend on the spec alone, in order: build, image, an explicit `host_state:
-/// auto`, the user, the mounts. Returns the parsed user and mounts when the spec is acceptable.
-pub fn check(sb: &ResolvedSandbox) -> Result<(Option<PodUser>, Vec<PodMount>), Refusal> {
+/// Every refusal of 07 §3 that depends on the spec alone, in order: build (or no image), an explicit
+/// `host_state: auto`, the user, each mount. The driver stops at the first; the doctor lists them all.
+pub fn refusals(sb: &ResolvedSandbox) -> Vec<Refusal> {
+    let mut out = Vec::new();
     if sb.build.is_some() {
-        return Err(refuse(
+        out.push(refuse(
             "kubernetes: sandbox.build is local-only; build the image in CI and reference it with sandbox.image (pin a digest)",
         ));
-    }
-    if sb.image.as_deref().is_none_or(|i| i.trim().is_empty()) {
-        return Err(refuse("kubernetes: sandbox.image is required"));
+    } else if sb.image.as_deref().is_none_or(|i| i.trim().is_empty()) {
+        out.push(refuse("kubernetes: sandbox.image is required"));
     }
     if sb.host_state == HostState::Auto && host_state_is_explicit(&sb.host_state_source) {
-        return Err(refuse(
+        out.push(refuse(
             "host_state auto cannot be honoured by the kubernetes driver; set host_state: none",
         ));
+    }
+    if let Err(e) = parse_user(sb.user.as_deref()) {
+        out.push(e);
+    }
+    for (i, m) in sb.mounts.iter().enumerate() {
+        if let Err(e) = engine_mount(i, m, &sb.workspace_folder) {
+            out.push(e);
+        }
+    }
+    out
+}
+
+/// The refusals of 07 §3 that depend on the spec alone ([`refusals`]), the first one; otherwise the parsed
+/// user and mounts.
+pub fn check(sb: &ResolvedSandbox) -> Result<(Option<PodUser>, Vec<PodMount>), Refusal> {
+    if let Some(first) = refusals(sb).into_iter().next() {
+        return Err(first);
     }
     let user = parse_user(sb.user.as_deref())?;
     let mounts = sb

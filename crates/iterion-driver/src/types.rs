@@ -207,6 +207,8 @@ pub enum DriverEvent {
         network: BuildNetwork,
         /// Whether an image built earlier from the same inputs is reused.
         cache: BuildCache,
+        /// The builder the engine uses, and why when it is not the one asked for.
+        builder: BuilderChoice,
     },
     /// A build finished (`sandbox_build_finished`).
     BuildFinished {
@@ -220,6 +222,8 @@ pub enum DriverEvent {
         network: BuildNetwork,
         /// Whether an image built earlier from the same inputs was reused.
         cache: BuildCache,
+        /// The builder the engine used.
+        builder: BuilderChoice,
     },
     /// A build failed (`sandbox_build_failed`).
     BuildFailed {
@@ -227,6 +231,8 @@ pub enum DriverEvent {
         driver: DriverKind,
         /// Message including the 4 KiB output tail.
         error: String,
+        /// The builder the engine used (`None` when the build failed before one was chosen).
+        builder: Option<BuilderChoice>,
     },
     /// A human log line (never environment values).
     Log {
@@ -322,6 +328,9 @@ pub struct BuildRequest {
     pub owner: Option<OwnerInfo>,
     /// Build even when an image built from the same inputs is present (`ITERION_SANDBOX_REBUILD`).
     pub rebuild: bool,
+    /// Secrets the operator makes available to `RUN --mount=type=secret` steps (`--sandbox-build-secret`);
+    /// never from the repository.
+    pub secrets: Vec<BuildSecret>,
     /// Event sink.
     pub events: EventSink,
 }
@@ -337,9 +346,92 @@ impl BuildRequest {
             network: BuildNetwork::None,
             owner: None,
             rebuild: false,
+            secrets: Vec::new(),
             events: EventSink::discard(),
         }
     }
+}
+
+/// The builder of an image build: BuildKit (`version=2` of the engine's build endpoint) or the classic builder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BuilderKind {
+    /// BuildKit through the engine API (multi-stage pruning, `RUN --mount`, build secrets).
+    BuildKit,
+    /// The classic builder (`version=1`; Podman's compatibility endpoint builds with its own builder).
+    Classic,
+}
+
+impl BuilderKind {
+    /// The word used in events and settings: `buildkit` or `classic`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BuilderKind::BuildKit => "buildkit",
+            BuilderKind::Classic => "classic",
+        }
+    }
+}
+
+impl fmt::Display for BuilderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The builder a build uses and why (`builder` and `builder_reason` of `sandbox_build_*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuilderChoice {
+    /// The builder.
+    pub kind: BuilderKind,
+    /// Why this builder: set when it is not the one asked for (a fallback) or when `auto` chose BuildKit on
+    /// an engine that does not advertise it.
+    pub reason: Option<String>,
+}
+
+/// The bytes of a build secret: redacted in `Debug`, never displayed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretBytes(Vec<u8>);
+
+impl SecretBytes {
+    /// Wraps `bytes`.
+    pub fn new(bytes: Vec<u8>) -> Self {
+        SecretBytes(bytes)
+    }
+
+    /// The bytes.
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SecretBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<redacted, {} bytes>", self.0.len())
+    }
+}
+
+/// Where the value of a build secret comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BuildSecretSource {
+    /// The value of an environment variable of the launching process, read by the caller (`env=VAR`).
+    Env {
+        /// The variable's name.
+        var: String,
+        /// Its value.
+        value: SecretBytes,
+    },
+    /// A host file, read by the driver when it builds (`src=PATH`).
+    File(std::path::PathBuf),
+}
+
+/// A secret the operator gives to a build (`--sandbox-build-secret id=NAME,env=VAR|src=PATH`): served to
+/// `RUN --mount=type=secret,id=NAME` steps through the BuildKit session, never written to an image, an
+/// event or a log (only its id is).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildSecret {
+    /// The id a `RUN --mount=type=secret,id=…` names.
+    pub id: String,
+    /// The value's source.
+    pub source: BuildSecretSource,
 }
 
 /// The network an image build gets.

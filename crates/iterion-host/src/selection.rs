@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use iterion_driver::{Driver, DriverKind, EngineInfo, NoopDriver};
+use iterion_driver_docker::buildkit::BuilderSetting;
 use iterion_driver_docker::endpoint::{EndpointSettings, Family};
 use iterion_driver_docker::{DockerDriver, DockerSettings};
 
@@ -227,6 +228,15 @@ fn endpoint_settings(env: &BTreeMap<String, String>) -> EndpointSettings {
     )
 }
 
+/// The Docker `config.json` holding registry credentials: `$DOCKER_CONFIG/config.json`, else
+/// `$HOME/.docker/config.json`.
+pub fn docker_config(env: &BTreeMap<String, String>) -> Option<PathBuf> {
+    let nonempty = |k: &str| env.get(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    nonempty("DOCKER_CONFIG")
+        .map(|d| d.join("config.json"))
+        .or_else(|| nonempty("HOME").map(|h| h.join(".docker/config.json")))
+}
+
 fn docker_settings(env: &BTreeMap<String, String>, family: Family, opts: &SelectOptions) -> DockerSettings {
     let host = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
@@ -238,6 +248,12 @@ fn docker_settings(env: &BTreeMap<String, String>, family: Family, opts: &Select
         nix::unistd::getuid().as_raw(),
     );
     s.ping_timeout = opts.ping_timeout;
+    s.docker_config = docker_config(env);
+    s.helper_path = env.get("PATH").cloned();
+    s.builder = env
+        .get("ITERION_SANDBOX_BUILDER")
+        .and_then(|v| BuilderSetting::parse(v))
+        .unwrap_or_default();
     if let Some(r) = &opts.relay_binary {
         s = s.with_relay_binary(r.clone());
     }
@@ -273,6 +289,13 @@ pub async fn select(env: &BTreeMap<String, String>, opts: &SelectOptions) -> Res
     let forced = forced_driver(env, opts.forced_flag.as_deref())?;
     let mut warnings = Vec::new();
     let host = host_kind(env, opts.argv0.as_deref(), &mut warnings);
+    if let Some(b) = env.get("ITERION_SANDBOX_BUILDER")
+        && BuilderSetting::parse(b).is_none()
+    {
+        warnings.push(format!(
+            "ITERION_SANDBOX_BUILDER '{b}' is not auto, buildkit or classic; auto is used"
+        ));
+    }
     // Which candidates to probe: the host's list; with a forced driver only that one (and noop).
     // An explicit DOCKER_HOST names the engine, as for the docker CLI: when it does not answer, iterion does
     // not quietly switch to another engine (Podman).
@@ -456,6 +479,32 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn docker_settings_read_config_path_and_builder() {
+        assert_eq!(
+            docker_config(&env(&[("DOCKER_CONFIG", "/c"), ("HOME", "/h")])),
+            Some(PathBuf::from("/c/config.json"))
+        );
+        assert_eq!(
+            docker_config(&env(&[("DOCKER_CONFIG", ""), ("HOME", "/h")])),
+            Some(PathBuf::from("/h/.docker/config.json"))
+        );
+        assert_eq!(docker_config(&env(&[])), None);
+        let opts = SelectOptions::new(None);
+        let s = docker_settings(
+            &env(&[
+                ("PATH", "/opt/bin:/usr/bin"),
+                ("ITERION_SANDBOX_BUILDER", "BuildKit"),
+            ]),
+            Family::Docker,
+            &opts,
+        );
+        assert_eq!(s.builder, BuilderSetting::BuildKit);
+        assert_eq!(s.helper_path.as_deref(), Some("/opt/bin:/usr/bin"));
+        let s = docker_settings(&env(&[("ITERION_SANDBOX_BUILDER", "v9")]), Family::Docker, &opts);
+        assert_eq!(s.builder, BuilderSetting::Auto);
     }
 
     #[tokio::test]

@@ -70,6 +70,7 @@ pub struct RuntimeBuilder {
     record_key: Option<RecordKey>,
     host_warnings: Vec<String>,
     claw_runner: crate::lifecycle::ClawRunner,
+    build_secrets: Vec<iterion_driver::BuildSecret>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -175,6 +176,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Secrets the operator gives to image builds (`iterion run --sandbox-build-secret`), served to
+    /// `RUN --mount=type=secret` steps; only their ids are ever recorded or logged. Default: none.
+    pub fn build_secrets(mut self, secrets: Vec<iterion_driver::BuildSecret>) -> Self {
+        self.build_secrets = secrets;
+        self
+    }
+
     /// The host secret that signs `run.json` and is checked before a resume (the CLI uses the data dir's
     /// [`RecordKey::load_or_create`]); default: none, records are unsigned and resumes check nothing.
     pub fn record_key(mut self, key: RecordKey) -> Self {
@@ -238,6 +246,7 @@ impl RuntimeBuilder {
                 reader: self.reader.unwrap_or_else(|| Arc::new(FsReader)),
                 record_key: self.record_key,
                 claw_runner: self.claw_runner,
+                build_secrets: self.build_secrets,
                 env: self.env,
             },
         })

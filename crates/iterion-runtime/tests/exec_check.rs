@@ -34,7 +34,14 @@ fn xc1_compute_nodes_and_llm_routers_run_on_executable_backends() {
     check(
         "agent x:\n  backend: \"claude_code\"\n\nagent y:\n  backend: \"claude_code\"\n\nrouter r:\n  mode: llm\n  backend: \"codex\"\n\nworkflow w:\n  entry: r\n  r -> x\n  r -> y\n  x -> done\n  y -> done\n",
         &[],
-        &["test.bot:9:12: error[X002]: llm router 'r': backend 'codex' is not supported by this runtime"],
+        &[],
+    );
+    check(
+        "agent x:\n  backend: \"claude_code\"\n\nagent y:\n  backend: \"claude_code\"\n\nrouter r:\n  mode: llm\n  backend: \"gemini_cli\"\n\nworkflow w:\n  entry: r\n  r -> x\n  r -> y\n  x -> done\n  y -> done\n",
+        &[],
+        &[
+            "test.bot:9:12: error[X002]: llm router 'r': backend 'gemini_cli' is not supported by this runtime",
+        ],
     );
 }
 
@@ -43,18 +50,21 @@ fn xc2_backends() {
     let wf = |backend: &str| {
         format!("agent a:\n  backend: \"{backend}\"\n\nworkflow w:\n  entry: a\n  a -> done\n")
     };
+    // codex runs the host CLI: accepted here, refused at launch when the node would be sandboxed
+    check(&wf("codex"), &[], &[]);
     check(
-        &wf("codex"),
+        &wf("gemini_cli"),
         &[],
-        &["test.bot:2:12: error[X002]: backend 'codex' is not supported by this runtime"],
+        &["test.bot:2:12: error[X002]: backend 'gemini_cli' is not supported by this runtime"],
     );
     check(&wf("claude_code"), &[], &[]);
     // expanded from the launching environment
     check(&wf("${B:-claude_code}"), &[], &[]);
+    check(&wf("${B:-claude_code}"), &[("B", "codex")], &[]);
     check(
         &wf("${B:-claude_code}"),
-        &[("B", "codex")],
-        &["test.bot:2:12: error[X002]: backend 'codex' is not supported by this runtime"],
+        &[("B", "gemini_cli")],
+        &["test.bot:2:12: error[X002]: backend 'gemini_cli' is not supported by this runtime"],
     );
     // the default backend is claw: executed with a provider the runner speaks and builtin tools only
     check(
@@ -84,19 +94,13 @@ fn xc2_backends() {
             "test.bot:3:17: error[X006]: tool 'mcp.github.search' is not available to claw agents in this version",
         ],
     );
-    // codex stays refused, with its reason
+    // an unknown backend is refused, naming the ones that run
     let d = check_executable(
-        &compile("agent a:\n  backend: \"codex\"\n\nworkflow w:\n  entry: a\n  a -> done\n"),
+        &compile("agent a:\n  backend: \"gemini_cli\"\n\nworkflow w:\n  entry: a\n  a -> done\n"),
         &BTreeMap::new(),
     );
     assert_eq!(d.len(), 1);
-    assert_eq!(d[0].message, "backend 'codex' is not supported by this runtime");
-    assert!(
-        d[0].hint
-            .as_deref()
-            .unwrap()
-            .contains("codex backend is not built")
-    );
+    assert_eq!(d[0].hint.as_deref(), Some("supported: claw, claude_code, codex"));
     // workflow default_backend applies
     check(
         "agent a:\n  model: \"m\"\n\nworkflow w:\n  entry: a\n  default_backend: \"claude_code\"\n  a -> done\n",

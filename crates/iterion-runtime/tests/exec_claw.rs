@@ -288,3 +288,87 @@ async fn an_llm_router_on_claw_sends_the_routing_task_and_takes_the_route() {
     let edges: Vec<Value> = h.rec.of("edge_selected");
     assert_eq!(edges[0], json!({"from": "r", "to": "y"}));
 }
+
+/// A bash call printing `n` bytes.
+fn print(n: usize) -> Reply {
+    Reply::tool(
+        "bash",
+        json!({"command": format!("head -c {n} /dev/zero | tr '\\0' x")}),
+    )
+}
+
+/// A model whose context overflows after a big tool output: the runner compacts the older messages but the
+/// conversation still does not fit, the node fails `CONTEXT_LENGTH_EXCEEDED`, and its one retry replays the
+/// stored session (captured before the big output), compacted first, and finishes.
+#[tokio::test]
+async fn a_context_overflow_is_retried_once_with_the_session_replayed_and_compacted() {
+    let bin = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::with_context_limit(
+        vec![
+            print(100),
+            print(6000),
+            Reply::text("SUMMARY-ONE"),
+            Reply::text("SUMMARY-TWO"),
+            Reply::text("{\"ok\": true}"),
+        ],
+        5000,
+    )
+    .await
+    .unwrap();
+    let mut h = harness(static_runner(bin.path()))
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("ANTHROPIC_BASE_URL", &fake.url());
+    let src = "schema verdict:\n  ok: bool\n\nprompt ask:\n  Look around.\n\nagent a:\n  model: \"claude-x\"\n  user: ask\n  tools: [bash]\n  output: verdict\n  compaction:\n    preserve_recent: 1\n\nworkflow w:\n  entry: a\n  a -> done when ok\n  a -> fail\n";
+    let o = h.run(src).await;
+    assert_eq!(summary(&o), "finished", "{:#?}", h.rec.lines());
+    let recovery = h.rec.of("node_recovery");
+    assert_eq!(recovery.len(), 1, "{recovery:?}");
+    assert_eq!(recovery[0]["code"], "CONTEXT_LENGTH_EXCEEDED");
+    assert_eq!(recovery[0]["delay_ms"], 0);
+    let compacted: Vec<Value> = h
+        .rec
+        .lines()
+        .into_iter()
+        .filter(|l| l["type"] == "llm_compacted")
+        .collect();
+    assert_eq!(compacted.len(), 2, "{compacted:?}");
+    assert!(compacted.iter().all(|c| c["node_id"] == "a"));
+    assert_eq!(
+        compacted[0]["data"],
+        json!({"before_messages": 5, "after_messages": 3, "reason": "context_length_exceeded", "method": "summary"})
+    );
+    assert_eq!(
+        compacted[1]["data"],
+        json!({"before_messages": 5, "after_messages": 3, "reason": "session_replay", "method": "summary"})
+    );
+    assert_eq!(h.rec.of("node_finished")[0]["output"], json!({"ok": true}));
+    // call 1, call 2, call 3 refused, summary, call 3 refused again; the retry: summary of the replay, call
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 7);
+    let text =
+        |r: &iterion_test_support::fake_provider::Recorded| r.body["messages"][0]["content"].to_string();
+    // the replayed messages reached the provider: the retry's summary call saw the first tool output
+    let replayed = text(&reqs[5]);
+    assert!(replayed.contains("[tool result "), "{replayed}");
+    assert!(replayed.contains(&"x".repeat(100)), "{replayed}");
+    assert!(text(&reqs[6]).contains("SUMMARY-TWO"), "{}", text(&reqs[6]));
+    assert!(
+        h.rec
+            .logs
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(_, m)| m.contains("retrying with its stored session replayed"))
+    );
+}
+
+#[tokio::test]
+async fn compaction_settings_fall_back_to_the_workflow_per_field() {
+    let double = Double::new(&[json!({"type": "result", "data": {"output": {}}})], None, 0);
+    let mut h = harness(double.program());
+    let src = "agent a:\n  model: \"claude-x\"\n  compaction:\n    preserve_recent: 2\n\nworkflow w:\n  entry: a\n  compaction:\n    threshold: 0.5\n    preserve_recent: 9\n  a -> done\n";
+    assert_eq!(summary(&h.run(src).await), "finished");
+    let task = double.read("task");
+    assert_eq!(task["data"]["compact_threshold_ratio"], json!(0.5));
+    assert_eq!(task["data"]["compact_preserve_recent"], json!(2));
+}

@@ -160,6 +160,8 @@ fn catalogue() -> Vec<Event> {
             target: None,
             network: s("none"),
             cache: s("miss"),
+            builder: s("buildkit"),
+            builder_reason: some("build secrets are given, which needs BuildKit (the engine does not advertise it)"),
             node_id: some("lint"),
         }
         .into(),
@@ -169,6 +171,7 @@ fn catalogue() -> Vec<Event> {
             duration_ms: 30000,
             network: s("none"),
             cache: s("miss"),
+            builder: s("buildkit"),
             node_id: some("lint"),
         }
         .into(),
@@ -176,6 +179,7 @@ fn catalogue() -> Vec<Event> {
         SandboxBuildFailed {
             driver: s("docker"),
             error: s("build failed: failed to solve"),
+            builder: some("classic"),
             node_id: None,
         }
         .into(),

@@ -87,6 +87,17 @@ impl Drop for FakeProvider {
 impl FakeProvider {
     /// Starts serving `script` (inside a tokio runtime).
     pub async fn start(script: Vec<Reply>) -> std::io::Result<Self> {
+        Self::serve_script(script, None).await
+    }
+
+    /// Like [`FakeProvider::start`], with a context window of `limit` request-body bytes: a request whose body is
+    /// larger gets an HTTP 400 `context_length_exceeded` error (in the format of its wire) and consumes no
+    /// reply of the script. It is recorded like any other request.
+    pub async fn with_context_limit(script: Vec<Reply>, limit: usize) -> std::io::Result<Self> {
+        Self::serve_script(script, Some(limit)).await
+    }
+
+    async fn serve_script(script: Vec<Reply>, limit: Option<usize>) -> std::io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let script: Shared<VecDeque<Reply>> = Arc::new(Mutex::new(script.into()));
@@ -98,7 +109,7 @@ impl FakeProvider {
                 n += 1;
                 let (script, rec) = (script.clone(), rec.clone());
                 tokio::spawn(async move {
-                    let _ = serve(sock, n, script, rec).await;
+                    let _ = serve(sock, n, script, rec, limit).await;
                 });
             }
         });
@@ -126,6 +137,7 @@ async fn serve(
     conn: u64,
     script: Shared<VecDeque<Reply>>,
     rec: Shared<Vec<Recorded>>,
+    limit: Option<usize>,
 ) -> std::io::Result<()> {
     let mut buf = Vec::new();
     let head_end = loop {
@@ -173,6 +185,7 @@ async fn serve(
         }
         buf.extend_from_slice(&chunk[..n]);
     }
+    let body_len = buf.len() - head_end;
     let body: Value = serde_json::from_slice(&buf[head_end..]).unwrap_or(Value::Null);
     let stream = body["stream"].as_bool().unwrap_or(false);
     let openai = path.ends_with("/chat/completions");
@@ -182,6 +195,17 @@ async fn serve(
         body,
         received: std::time::Instant::now(),
     });
+    if limit.is_some_and(|l| body_len > l) {
+        let message = format!("the request ({body_len} bytes) exceeds the model's context window");
+        let body = if openai {
+            serde_json::json!({"error": {"message": message, "type": "invalid_request_error", "code": "context_length_exceeded"}})
+        } else {
+            serde_json::json!({"type": "error", "error": {"type": "invalid_request_error", "message": format!("prompt is too long: {message}")}})
+        };
+        sock.write_all(&http(400, "application/json", "", &body.to_string()))
+            .await?;
+        return sock.shutdown().await;
+    }
     let reply = script.lock().unwrap().pop_front();
     let out = render(reply, openai, stream, conn);
     sock.write_all(&out).await?;

@@ -12,54 +12,26 @@ pub(super) fn k8s_spec_compatible(ctx: &Ctx<'_>) -> Check {
     }
     let mut parts = Vec::new();
     for (label, s) in &ctx.specs {
-        if s.build.is_some() {
-            parts.push(fail(ID, format!("{label}: kubernetes: sandbox.build is local-only; build the image in CI and reference it with sandbox.image (pin a digest)"), "pin sandbox.image"));
-        } else if s.image.is_none() {
-            parts.push(fail(
+        // the driver's own rules: what it would refuse is a failure here
+        for r in iterion_driver_k8s::spec_check::refusals(s) {
+            parts.push(fail(ID, format!("{label}: {r}"), refusal_hint(&r.message)));
+        }
+        // and what it would quietly change is a warning
+        if s.host_state == HostState::Auto
+            && !iterion_driver_k8s::spec_check::host_state_is_explicit(&s.host_state_source)
+        {
+            parts.push(warn(
                 ID,
-                format!("{label}: kubernetes: sandbox.image is required"),
-                "pin sandbox.image",
+                format!("{label}: host_state auto from the default: its host binds will be dropped"),
+                "set host_state: none to make this explicit",
             ));
         }
-        if s.host_state == HostState::Auto {
-            if s.host_state_source == "default" {
-                parts.push(warn(
-                    ID,
-                    format!("{label}: host_state auto from the default: its host binds will be dropped"),
-                    "set host_state: none to make this explicit",
-                ));
-            } else {
-                parts.push(fail(
-                    ID,
-                    format!("{label}: host_state auto cannot be honoured by the kubernetes driver"),
-                    "set host_state: none",
-                ));
-            }
-        }
-        match &s.user {
-            None => parts.push(warn(
+        if s.user.as_deref().is_none_or(|u| u.trim().is_empty()) {
+            parts.push(warn(
                 ID,
                 format!("{label}: no user: the image's user must be numeric and non-root"),
                 "set sandbox.user to a numeric uid",
-            )),
-            Some(u) => {
-                let numeric = u
-                    .split(':')
-                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-                    && u.split(':').count() <= 2;
-                if !numeric {
-                    parts.push(fail(ID, format!("{label}: kubernetes: sandbox.user \"{u}\" must be numeric (\"uid\" or \"uid:gid\")"), "set a numeric non-root user"));
-                } else if u.split(':').next().and_then(|p| p.parse::<u64>().ok()) == Some(0) {
-                    parts.push(fail(ID, format!("{label}: kubernetes: sandbox.user \"{u}\" runs as root; pods run with runAsNonRoot, use a non-zero uid"), "set a numeric non-root user"));
-                }
-            }
-        }
-        for m in &s.mounts {
-            match m.kind {
-                MountKind::Bind => parts.push(fail(ID, format!("{label}: kubernetes: mount '{m}': type=bind is not supported (pods have no host file system); use type=pvc, configmap or secret"), "use type=pvc/configmap/secret")),
-                MountKind::Volume => parts.push(fail(ID, format!("{label}: kubernetes: mount '{m}': engine volumes do not exist on kubernetes; use type=pvc"), "use type=pvc/configmap/secret")),
-                _ => {}
-            }
+            ));
         }
     }
     combine(
@@ -70,6 +42,19 @@ pub(super) fn k8s_spec_compatible(ctx: &Ctx<'_>) -> Check {
             "image, numeric non-root user, host_state and mounts are compatible",
         ),
     )
+}
+
+/// The hint of a kubernetes refusal, by what it refuses.
+fn refusal_hint(message: &str) -> &'static str {
+    if message.contains("sandbox.build") || message.contains("sandbox.image") {
+        "pin sandbox.image"
+    } else if message.contains("host_state") {
+        "set host_state: none"
+    } else if message.contains("sandbox.user") {
+        "set a numeric non-root user"
+    } else {
+        "use type=pvc/configmap/secret"
+    }
 }
 
 pub(super) fn in_cluster(ctx: &Ctx<'_>) -> bool {

@@ -1,8 +1,11 @@
-//! The build step: check and list (`imagebuild::plan`), key the inputs (`buildcache`), reuse the image of that
-//! key or build it, and report `BuildStarted` / `BuildFinished` / `BuildFailed` with the cache outcome.
+//! The build step: choose the builder, read the build secrets, check and list (`imagebuild::plan`), key the
+//! inputs (`buildcache`), reuse the image of that key or build it, and report `BuildStarted` / `BuildFinished` /
+//! `BuildFailed` with the builder and the cache outcome.
 
 use super::{common_ancestor, ms};
+use crate::auth::Credentials;
 use crate::buildcache;
+use crate::buildkit::{self, BuilderSetting};
 use crate::engine::Engine;
 use crate::image;
 use crate::imagebuild::{self, BuildInput};
@@ -11,8 +14,8 @@ use iterion_driver::labels::{
     self, BUILD_KEY, BUILDER_HOST, BUILDER_PID, BUILDER_START, ITERION_VERSION, STORE,
 };
 use iterion_driver::{
-    BuildCache, BuildNetwork, BuildRequest, DriverEvent, DriverKind, Error as DError, ImageRef, LogLevel,
-    Prepared, PullPolicy, SetupPhase,
+    BuildCache, BuildNetwork, BuildRequest, BuildSecretSource, BuilderChoice, BuilderKind, DriverEvent,
+    DriverKind, Error as DError, ImageRef, LogLevel, Prepared, PullPolicy, SecretBytes, SetupPhase,
 };
 use iterion_spec::resolved::BuildSpec;
 use std::collections::BTreeMap;
@@ -41,6 +44,65 @@ fn cache_labels(req: &BuildRequest, key: &str, version: &str) -> BTreeMap<String
     l
 }
 
+/// What the driver gives a build besides the request.
+pub(super) struct BuildSettings<'a> {
+    /// Docker or Podman.
+    pub kind: DriverKind,
+    /// iterion's version (a label of the image).
+    pub version: &'a str,
+    /// `ITERION_SANDBOX_BUILDER`.
+    pub builder: BuilderSetting,
+    /// Registry credentials.
+    pub credentials: Credentials,
+}
+
+/// Bytes a build secret may have (BuildKit's own bound).
+const MAX_SECRET_BYTES: u64 = 500 * 1024;
+
+/// Reads the build secrets: an env value as given, a file now (unreadable, too large or a duplicate id is an
+/// error naming the secret, never its value).
+fn read_secrets(req: &BuildRequest) -> Result<BTreeMap<String, SecretBytes>, DError> {
+    let invalid = |reason: String| DError::InvalidSpec {
+        field: "--sandbox-build-secret".into(),
+        reason,
+    };
+    let mut out = BTreeMap::new();
+    for s in &req.secrets {
+        let value = match &s.source {
+            BuildSecretSource::Env { value, .. } => value.clone(),
+            BuildSecretSource::File(path) => {
+                match iterion_spec::source::read_regular(path, MAX_SECRET_BYTES) {
+                    iterion_spec::source::FileRead::Found(b) => SecretBytes::new(b),
+                    other => {
+                        return Err(invalid(format!(
+                            "secret {}: cannot read {}: {other}",
+                            s.id,
+                            path.display()
+                        )));
+                    }
+                }
+            }
+        };
+        if out.insert(s.id.clone(), value).is_some() {
+            return Err(invalid(format!("secret {} is given twice", s.id)));
+        }
+    }
+    Ok(out)
+}
+
+/// The builder of this build (`auto` looks at the engine, the secrets and the Dockerfile).
+fn choice_of(engine: &Engine, setting: BuilderSetting, b: &BuildSpec, has_secrets: bool) -> BuilderChoice {
+    let facts = engine.facts();
+    let text = iterion_spec::source::read_regular(std::path::Path::new(&b.dockerfile), MAX_FILE)
+        .into_bytes()
+        .map(|t| String::from_utf8_lossy(&t).into_owned())
+        .unwrap_or_default();
+    let needs = buildkit::needs_buildkit(&text, has_secrets);
+    buildkit::choose(setting, facts.podman, facts.buildkit, needs)
+}
+
+const MAX_FILE: u64 = iterion_spec::source::MAX_FILE_BYTES;
+
 fn input_of(b: &BuildSpec, req: &BuildRequest) -> BuildInput {
     let dockerfile = PathBuf::from(&b.dockerfile);
     let context = PathBuf::from(&b.context);
@@ -66,13 +128,32 @@ struct Outcome {
 /// Builds (or reuses) the image of `prepared`'s build and returns the prepared spec running it.
 pub(super) async fn build(
     engine: &Engine,
-    kind: DriverKind,
-    version: &str,
+    settings: &BuildSettings<'_>,
     prepared: Prepared,
     req: &BuildRequest,
 ) -> iterion_driver::Result<Prepared> {
+    let kind = settings.kind;
     let Some(b) = prepared.sandbox.build.clone() else {
         return Ok(prepared);
+    };
+    let secrets = match read_secrets(req) {
+        Ok(s) => s,
+        Err(e) => {
+            req.events.emit(DriverEvent::BuildFailed {
+                driver: kind,
+                error: e.to_string(),
+                builder: None,
+            });
+            return Err(e);
+        }
+    };
+    let choice = choice_of(engine, settings.builder, &b, !secrets.is_empty());
+    let ctx = Ctx {
+        kind,
+        version: settings.version,
+        choice: &choice,
+        credentials: &settings.credentials,
+        secrets,
     };
     if req.pull_policy == PullPolicy::Always && req.network == BuildNetwork::None {
         req.events.log(
@@ -86,7 +167,7 @@ pub(super) async fn build(
     }
     let started = Instant::now();
     let mut announced = false;
-    let res = cached_build(engine, kind, version, &b, req, &mut announced).await;
+    let res = cached_build(engine, &ctx, &b, req, &mut announced).await;
     match res {
         Ok(out) => {
             req.events.emit(DriverEvent::BuildFinished {
@@ -95,6 +176,7 @@ pub(super) async fn build(
                 duration_ms: ms(started.elapsed()),
                 network: req.network,
                 cache: out.cache,
+                builder: choice.clone(),
             });
             let mut p = prepared;
             p.sandbox.build = None;
@@ -116,25 +198,36 @@ pub(super) async fn build(
                 other => other.into(),
             };
             if !announced {
-                started_event(req, kind, &b, BuildCache::Miss);
+                started_event(req, &ctx, &b, BuildCache::Miss);
             }
             req.events.emit(DriverEvent::BuildFailed {
                 driver: kind,
                 error: e.to_string(),
+                builder: Some(choice.clone()),
             });
             Err(e)
         }
     }
 }
 
-fn started_event(req: &BuildRequest, kind: DriverKind, b: &BuildSpec, cache: BuildCache) {
+/// The choices of one build.
+struct Ctx<'a> {
+    kind: DriverKind,
+    version: &'a str,
+    choice: &'a BuilderChoice,
+    credentials: &'a Credentials,
+    secrets: BTreeMap<String, SecretBytes>,
+}
+
+fn started_event(req: &BuildRequest, ctx: &Ctx<'_>, b: &BuildSpec, cache: BuildCache) {
     req.events.emit(DriverEvent::BuildStarted {
-        driver: kind,
+        driver: ctx.kind,
         dockerfile: b.dockerfile.clone(),
         context: b.context.clone(),
         target: b.target.clone().unwrap_or_default(),
         network: req.network,
         cache,
+        builder: ctx.choice.clone(),
     });
 }
 
@@ -142,20 +235,33 @@ fn started_event(req: &BuildRequest, kind: DriverKind, b: &BuildSpec, cache: Bui
 /// policy `always` with network, which refreshes the base images), then the engine's build tagged by the key.
 async fn cached_build(
     engine: &Engine,
-    kind: DriverKind,
-    version: &str,
+    ctx: &Ctx<'_>,
     b: &BuildSpec,
     req: &BuildRequest,
     announced: &mut bool,
 ) -> crate::Result<Outcome> {
     let mut input = input_of(b, req);
+    input.builder = ctx.choice.kind;
+    input.secrets = ctx.secrets.clone();
+    input.credentials = ctx.credentials.clone();
+    if input.builder == BuilderKind::Classic && !input.secrets.is_empty() {
+        return Err(crate::Error::Unsupported {
+            driver: engine.facts().driver_name(),
+            feature: match &ctx.choice.reason {
+                Some(why) => {
+                    format!("build secrets: they need BuildKit, and the classic builder is used ({why})")
+                }
+                None => "build secrets with ITERION_SANDBOX_BUILDER=classic (they need BuildKit)".into(),
+            },
+        });
+    }
     let planned = imagebuild::plan(engine, &input).await?;
     let (planned, key) = buildcache::key_of(engine, &input, planned).await?;
     let tag = buildcache::tag_of(&key);
     let reuse = !req.rebuild && !input.pull;
     let present = buildcache::lookup(engine, &key).await?;
     if reuse && let Some(hit) = present {
-        started_event(req, kind, b, BuildCache::Hit);
+        started_event(req, ctx, b, BuildCache::Hit);
         *announced = true;
         return Ok(Outcome {
             tag,
@@ -163,11 +269,11 @@ async fn cached_build(
             cache: BuildCache::Hit,
         });
     }
-    started_event(req, kind, b, BuildCache::Miss);
+    started_event(req, ctx, b, BuildCache::Miss);
     *announced = true;
     let previous = image::inspect(engine, &tag).await?.map(|l| l.id);
     input.tag = tag.clone();
-    input.labels = cache_labels(req, &key, version);
+    input.labels = cache_labels(req, &key, ctx.version);
     let events = req.events.clone();
     let progress = move |s: &str| events.log(LogLevel::Info, format!("build: {s}"));
     imagebuild::build_planned(engine, &input, planned, &progress).await?;

@@ -145,26 +145,15 @@ impl DockerDriver {
         Ok(d)
     }
 
-    /// Credentials for the registry of `reference` from the configured `config.json` (03 §5.3).
-    fn registry_auth(
-        &self,
-        reference: &str,
-        events: &iterion_driver::EventSink,
-    ) -> Option<crate::auth::RegistryAuth> {
-        let path = self.settings.docker_config.as_ref()?;
-        let text = std::fs::read_to_string(path).ok()?;
-        let registry = image::ImageRef::parse(reference).domain;
-        match crate::auth::lookup(&text, &registry) {
-            crate::auth::Lookup::Found(a) => Some(a),
-            crate::auth::Lookup::Helper(h) => {
-                events.log(
-                    LogLevel::Warn,
-                    format!("credential helper docker-credential-{h} for {registry} is not run by this build; pulling anonymously"),
-                );
-                None
-            }
-            crate::auth::Lookup::Anonymous => None,
-        }
+    /// Registry credentials from the configured `config.json` and its helpers; warnings (a failing helper) go
+    /// to `events`.
+    fn credentials(&self, events: &iterion_driver::EventSink) -> crate::auth::Credentials {
+        let events = events.clone();
+        crate::auth::Credentials::new(
+            self.settings.docker_config.clone(),
+            self.settings.helper_path.clone(),
+        )
+        .with_warnings(move |w| events.log(LogLevel::Warn, w))
     }
 
     /// The settings.
@@ -315,14 +304,14 @@ impl iterion_driver::Driver for DockerDriver {
         })?;
         let events = req.events.clone();
         let progress = move |s: &str| events.log(LogLevel::Debug, format!("pull: {s}"));
-        let auth = self.registry_auth(&reference, &req.events);
+        let credentials = self.credentials(&req.events);
         let ready = image::ensure_image(
             engine,
             &reference,
             policy(req.pull_policy),
             req.pull_timeout,
             &progress,
-            auth.as_ref(),
+            &credentials,
         )
         .await
         .map_err(|e| match e {
@@ -357,14 +346,13 @@ impl iterion_driver::Driver for DockerDriver {
         if prepared.sandbox.build.is_none() {
             return Ok(prepared);
         }
-        build::build(
-            engine,
-            self.kind(),
-            &self.settings.iterion_version,
-            prepared,
-            &req,
-        )
-        .await
+        let settings = build::BuildSettings {
+            kind: self.kind(),
+            version: &self.settings.iterion_version,
+            builder: self.settings.builder,
+            credentials: self.credentials(&req.events),
+        };
+        build::build(engine, &settings, prepared, &req).await
     }
 
     async fn network(&self, req: NetworkRequest) -> iterion_driver::Result<NetworkLease> {

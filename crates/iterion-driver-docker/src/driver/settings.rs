@@ -1,5 +1,6 @@
 //! The settings of the docker driver, read once by the composition root.
 
+use crate::buildkit::BuilderSetting;
 use crate::endpoint::{EndpointSettings, Family};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,6 +28,11 @@ pub struct DockerSettings {
     /// The Docker `config.json` holding registry credentials (`$DOCKER_CONFIG/config.json`, else
     /// `$HOME/.docker/config.json`), resolved by the caller.
     pub docker_config: Option<PathBuf>,
+    /// The `PATH` credential helpers (`docker-credential-<name>`) are looked up in, from the caller's
+    /// environment.
+    pub helper_path: Option<String>,
+    /// `ITERION_SANDBOX_BUILDER`: `auto`, `buildkit` or `classic`.
+    pub builder: BuilderSetting,
 }
 
 impl DockerSettings {
@@ -42,6 +48,8 @@ impl DockerSettings {
             uid,
             host_linux: cfg!(target_os = "linux"),
             docker_config: None,
+            helper_path: None,
+            builder: BuilderSetting::Auto,
         }
     }
 

@@ -328,6 +328,11 @@ pub struct SandboxBuildStarted {
     pub network: String,
     /// `hit` when an image built earlier from the same inputs is reused, `miss` when the engine builds.
     pub cache: String,
+    /// `buildkit` or `classic`.
+    pub builder: String,
+    /// Why this builder, when it was not asked for explicitly (a fallback, or `auto`'s reason).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub builder_reason: Option<String>,
     /// Node of a node container spec.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,
@@ -350,6 +355,8 @@ pub struct SandboxBuildFinished {
     pub network: String,
     /// `hit` when an image built earlier from the same inputs was reused, `miss` when the engine built.
     pub cache: String,
+    /// `buildkit` or `classic`.
+    pub builder: String,
     /// Node of a node container spec.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,
@@ -366,6 +373,9 @@ pub struct SandboxBuildFailed {
     pub driver: String,
     /// Message with the last 4 KiB of build output.
     pub error: String,
+    /// `buildkit` or `classic`; absent when the build failed before a builder was chosen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub builder: Option<String>,
     /// Node of a node container spec.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,

@@ -135,7 +135,7 @@ pub(crate) fn session_fingerprint(host_env: &std::collections::BTreeMap<String, 
 }
 
 /// The host of a URL (no scheme, user info, port or path), lower case.
-fn url_host(url: &str) -> String {
+pub(crate) fn url_host(url: &str) -> String {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);

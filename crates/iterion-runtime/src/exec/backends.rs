@@ -7,7 +7,7 @@ use iterion_spec::model::{Node, Span, Workflow};
 use iterion_spec::template::{EnvContext, expand_env};
 
 /// The backends [`super::check_executable`] accepts.
-pub const EXECUTABLE_BACKENDS: &[&str] = &["claw", "claude_code"];
+pub const EXECUTABLE_BACKENDS: &[&str] = &["claw", "claude_code", "codex"];
 
 /// The backend of an agent or judge node after `${…}` expansion (node `backend` → workflow
 /// `default_backend` → `claw`), with the span to blame.

@@ -1,10 +1,11 @@
 //! The executability check (10.1): constructs the parser accepts but this version cannot execute are refused
 //! before any run record exists, with positioned `X…` diagnostics. Nothing is ever skipped silently.
 //!
-//! Backends: `claw` (the default, run by `iterion __claw-runner`) and `claude_code` are executed. A claw node
-//! must use a provider the runner speaks (`anthropic`, `openai`, or an OpenAI-compatible name the runner maps,
-//! see `iterion_claw::provider::COMPATIBLE`) and only runner builtin tools (`X006`); any other backend, e.g.
-//! `codex`, is refused with `X002`.
+//! Backends: `claw` (the default, run by `iterion __claw-runner`), `claude_code` and `codex` (the host codex
+//! CLI; a launch that would place a codex node in a container is refused before the run starts, see
+//! [`super::codex`]) are executed. A claw node must use a provider the runner speaks (`anthropic`, `openai`, or
+//! an OpenAI-compatible name the runner maps, see `iterion_claw::provider::COMPATIBLE`) and only runner builtin
+//! tools (`X006`); any other backend is refused with `X002`.
 //!
 //! Attachments (`attachments:` and `{{attachments.…}}`) are executed (see [`crate::attachments`]); `X004` and
 //! `X005` no longer apply to them. `.url` renders as empty text with a warning at run time.
@@ -16,10 +17,10 @@
 //!
 //! ```
 //! use std::collections::BTreeMap;
-//! let src = "agent a:\n  backend: \"codex\"\n\nworkflow w:\n  entry: a\n  a -> done\n";
+//! let src = "agent a:\n  backend: \"gemini_cli\"\n\nworkflow w:\n  entry: a\n  a -> done\n";
 //! let wf = &iterion_spec::check(src, "w.bot").workflows[0];
 //! let d = iterion_runtime::exec::check_executable(wf, &BTreeMap::new());
-//! assert_eq!(d[0].render_header(), "w.bot:2:12: error[X002]: backend 'codex' is not supported by this runtime");
+//! assert_eq!(d[0].render_header(), "w.bot:2:12: error[X002]: backend 'gemini_cli' is not supported by this runtime");
 //! ```
 use std::collections::BTreeMap;
 
@@ -152,34 +153,30 @@ fn check_agent(workflow: &Workflow, node: &Node, env: &BTreeMap<String, String>,
     let name = node.name.value.as_str();
     let (backend, bspan) = node_backend(workflow, node, env);
     if !EXECUTABLE_BACKENDS.contains(&backend.as_str()) {
-        let mut d = at(
-            "X002",
-            file,
-            bspan,
-            format!("backend '{backend}' is not supported by this runtime"),
+        out.push(
+            at(
+                "X002",
+                file,
+                bspan,
+                format!("backend '{backend}' is not supported by this runtime"),
+            )
+            .with_hint(format!("supported: {}", EXECUTABLE_BACKENDS.join(", "))),
         );
-        d = if backend == "codex" {
-            d.with_hint(format!(
-                "the codex backend is not built in this version; use 'backend: claw' or 'backend: claude_code' on '{name}'"
-            ))
-        } else {
-            d.with_hint("supported: claw, claude_code")
-        };
-        out.push(d);
     }
     if backend == "claw" {
         check_claw(file, node, env, out);
     }
-    // claude_code sessions are executed (09 §5); claw keeps refusing them. The placement warning of 09 §8 (an
+    // claude_code and codex sessions are executed (09 §5); claw keeps refusing them. The placement warning of 09 §8 (an
     // inherit/fork node reading the session of a node placed elsewhere) is not given here: placements are
     // resolved after this check, from CLI flags, machine defaults and floors this check does not see.
     if let Some(s) = &node.session
         && s.value != "fresh"
         && backend != "claude_code"
+        && backend != "codex"
     {
         out.push(
             unsupported_prop(file, s.span, "session", &s.value, name)
-                .with_hint("sessions are supported on claude_code nodes"),
+                .with_hint("sessions are supported on claude_code and codex nodes"),
         );
     }
     if let Some(i) = &node.interaction

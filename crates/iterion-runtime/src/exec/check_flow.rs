@@ -46,7 +46,7 @@ pub(super) fn human(workflow: &Workflow, node: &Node, out: &mut Vec<Diagnostic>)
     }
 }
 
-fn mode(node: &Node) -> &str {
+pub(crate) fn mode(node: &Node) -> &str {
     node.router_mode
         .as_ref()
         .map_or("fan_out_all", |m| m.value.as_str())
@@ -74,7 +74,7 @@ pub(super) fn router(
                         span,
                         format!("llm router '{id}': backend '{backend}' is not supported by this runtime"),
                     )
-                    .with_hint("supported: claw, claude_code"),
+                    .with_hint(format!("supported: {}", EXECUTABLE_BACKENDS.join(", "))),
                 );
             }
         }

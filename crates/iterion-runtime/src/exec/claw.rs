@@ -1,7 +1,8 @@
 //! Agent and judge nodes with `backend: claw` (10.5.3): the runner (`iterion __claw-runner`) is started where
 //! the node is placed, through `Run::exec` with stdin kept open, and the node is one envelope exchange with it
 //! (`iterion_envelope::launcher::run`): hello, task, then the runner's events, session captures and tool calls
-//! until its `result`.
+//! until its `result`. The one retry after `CONTEXT_LENGTH_EXCEEDED` replays the node's stored session snapshot
+//! (`session_replay` before the task); the runner compacts it before its first model call.
 //!
 //! What the runner may cause on the host side: forwarded events of the allowed inner types (attributed to the
 //! node; anything else is dropped), the node's session snapshot under the run, and tool calls, which are
@@ -38,7 +39,7 @@ pub const CONTAINER_RUNNER_PATH: &str = "/usr/local/bin/iterion";
 
 /// Host variables forwarded to the claw runner through the exec API (never on a command line): the spec's
 /// list plus the key variables of the OpenAI-compatible providers the runner maps
-/// (`iterion_claw::provider::COMPATIBLE`).
+/// (`iterion_claw::provider::COMPATIBLE`) and the context window override of compaction.
 pub const CLAW_ENV: &[&str] = &[
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
@@ -58,6 +59,7 @@ pub const CLAW_ENV: &[&str] = &[
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
+    iterion_claw::compact::CONTEXT_WINDOW_VAR,
 ];
 
 /// `tool_max_steps` sent when the node sets none.
@@ -130,7 +132,13 @@ pub(crate) fn build_task(
         .filter(|m| !m.is_empty())
         .or_else(|| shape.model.clone())
         .unwrap_or_default();
-    let compaction = node.compaction.clone().unwrap_or_default();
+    // the node's compaction settings, each falling back to the workflow's
+    let node_c = node.compaction.clone().unwrap_or_default();
+    let wf_c = workflow.compaction.clone().unwrap_or_default();
+    let compaction = iterion_spec::model::Compaction {
+        threshold: node_c.threshold.or(wf_c.threshold),
+        preserve_recent: node_c.preserve_recent.or(wf_c.preserve_recent),
+    };
     Task {
         node_id: env.node_id.to_string(),
         run_id: env.run_id.to_string(),
@@ -250,7 +258,12 @@ struct Exchange {
 
 /// Starts the runner, runs the envelope exchange while delivering the runner's events in order, then waits
 /// for the process (killing it after the spec's bounds).
-async fn exchange(env: &NodeEnv<'_>, program: String, task: &Task) -> Result<Exchange, NodeRun> {
+async fn exchange(
+    env: &NodeEnv<'_>,
+    program: String,
+    task: &Task,
+    replay: Option<&RawValue>,
+) -> Result<Exchange, NodeRun> {
     let kill = tokio_util::sync::CancellationToken::new();
     let req = env
         .request(vec![program, RUNNER_SUBCOMMAND.into()], runner_env(env))
@@ -284,7 +297,7 @@ async fn exchange(env: &NodeEnv<'_>, program: String, task: &Task) -> Result<Exc
     options.handshake_timeout = handshake_timeout(env.host_env);
     let signal = CancelSignal::new();
     options.cancel = signal.clone();
-    let run = launcher::run(stdout, stdin, handler, task, None, options);
+    let run = launcher::run(stdout, stdin, handler, task, replay, options);
     tokio::pin!(run);
     let mut cancel_sent = false;
     let outcome = loop {
@@ -338,6 +351,37 @@ async fn collect_stderr<R: tokio::io::AsyncRead + Unpin>(mut r: R, tail: Arc<Mut
     }
 }
 
+/// The stored session snapshot to replay on a retry after `CONTEXT_LENGTH_EXCEEDED` (the runner seeds its
+/// conversation with it and compacts it first); `None` otherwise or when no snapshot was stored.
+fn replay_snapshot(env: &NodeEnv<'_>, shape: &CallShape) -> Option<Box<RawValue>> {
+    if !shape.replay_session {
+        return None;
+    }
+    let id = env.node_id;
+    let Some(snapshot) = env.sink.read_session(id) else {
+        env.sink.log(
+            LogLevel::Info,
+            &format!("node '{id}': no stored session snapshot to replay; the retry starts fresh"),
+        );
+        return None;
+    };
+    match serde_json::value::to_raw_value(&snapshot) {
+        Ok(raw) => {
+            env.sink.log(
+                LogLevel::Info,
+                &format!("node '{id}': retrying with its stored session replayed, compacted first"),
+            );
+            Some(raw)
+        }
+        Err(e) => {
+            env.warn(&format!(
+                "node '{id}': the stored session snapshot cannot be replayed: {e}"
+            ));
+            None
+        }
+    }
+}
+
 /// Executes a claw node (10.5.3).
 pub(crate) async fn run_claw(
     env: &NodeEnv<'_>,
@@ -374,8 +418,9 @@ pub(crate) async fn run_claw(
             format!("node '{id}': no claw runner program is configured where the node runs"),
         );
     };
+    let replay = replay_snapshot(env, shape);
     let started = Instant::now();
-    let ex = match exchange(env, program, &task).await {
+    let ex = match exchange(env, program, &task, replay.as_deref()).await {
         Ok(ex) => ex,
         Err(NodeRun::Err(e)) => return fail(e.code, e.message),
         Err(other) => return other,

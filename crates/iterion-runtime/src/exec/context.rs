@@ -127,6 +127,11 @@ pub trait RunSink: Send + Sync {
     /// Stores the latest claw session snapshot of `node_id` (`sessions/<node id>.json`); an error is the sink's
     /// business, like a failed artifact write.
     fn write_session(&self, node_id: &str, snapshot: &Value) -> Result<(), String>;
+    /// Reads the snapshot stored by [`RunSink::write_session`] (replayed to a claw node retried after a context
+    /// overflow).
+    fn read_session(&self, _node_id: &str) -> Option<Value> {
+        None
+    }
     /// Writes the interaction record `interactions/<id>.json` of a human pause (or its answered form).
     fn write_interaction(&self, _id: &str, _record: &Value) -> Result<(), String> {
         Err("this sink does not store interaction records".into())

@@ -1,7 +1,8 @@
 //! Workflow execution (sections 5 and 10 of the runtime specification): the executability check, vars,
-//! node input, tool nodes, `claw` agent and judge nodes (through the claw runner, [`claw`]) and `claude_code`
-//! ones (through the agent CLI, with sessions and MCP servers, [`mcp`]), edge selection, loops, budget, recovery
-//! and terminal nodes.
+//! node input, tool nodes, `claw` agent and judge nodes (through the claw runner, [`claw`], with session replay
+//! and compaction after a context overflow), `claude_code` ones (through the agent CLI, with sessions and MCP
+//! servers, [`mcp`]) and `codex` ones (the host codex CLI, never inside a sandbox, [`codex`]), edge selection,
+//! loops, budget, recovery and terminal nodes.
 //!
 //! The run lifecycle owns everything around the graph (run record, sandbox setup, `run_started`, the final
 //! status transition with `run_finished` / `run_failed` / `run_cancelled`, cleanup). It calls [`execute`]
@@ -14,9 +15,6 @@
 //!
 //! Not built in this version, refused or reported rather than skipped:
 //!
-//! - the `codex` backend: [`check_executable`] refuses it with `X002` before a run exists, and the executor
-//!   fails such a node with `EXECUTION_FAILED` if a caller skips the check;
-//! - claw compaction and session replay after `CONTEXT_LENGTH_EXCEEDED` (the node is retried fresh);
 //! - output schemas are passed to the agent (the claw runner checks its answer and makes one reformat pass)
 //!   but the runtime does not enforce them (`SCHEMA_VALIDATION` is reserved, 10.4);
 //! - `Retry-After` is not known from the agent CLI, so `RATE_LIMITED` uses the fixed 10 s / 30 s / 60 s;
@@ -40,7 +38,9 @@ mod backends;
 pub mod check;
 pub(crate) mod check_flow;
 pub mod claw;
+pub mod codex;
 mod context;
+pub mod elf_arch;
 mod graph;
 pub mod mcp;
 mod node;

@@ -36,6 +36,9 @@ pub(crate) struct CallShape {
     pub resume_session: Option<String>,
     /// Why the session in the node's input must not be continued here (it was made in another placement).
     pub drop_session: Option<String>,
+    /// A retry after `CONTEXT_LENGTH_EXCEEDED`: a claw node gets its stored session snapshot replayed (and its
+    /// runner compacts it before the first model call).
+    pub replay_session: bool,
 }
 
 /// Everything one node execution needs.

@@ -66,6 +66,50 @@ pub fn host_state_plan(spec: &ResolvedSandbox, host: HostStateFacts<'_>) -> Host
     hs
 }
 
+/// Why a driver without a host file system drops host binds (05 §4.6 step 1).
+pub const NO_HOST_FS: &str = "driver has no host file system";
+
+/// `host_state: auto` on a driver without a host file system (kubernetes, 05 §4.6 step 1): `Ok(None)` when the
+/// driver has one or host state is off; `Ok(Some(binds))` when the auto came from the default, with the
+/// container paths (identical to the host paths) of the host binds that are dropped — the state directories and
+/// the warm caches that exist; `Err(message)` when an explicit source (CLI, workflow, node, environment) asked
+/// for it: the run is refused with `SANDBOX_SPEC_INVALID`.
+pub fn host_binds_dropped(
+    spec: &ResolvedSandbox,
+    host_binds: bool,
+    driver: &str,
+    host: &HostStateFacts<'_>,
+) -> Result<Option<Vec<String>>, String> {
+    if host_binds || spec.host_state != HostState::Auto {
+        return Ok(None);
+    }
+    if spec.host_state_source != "default" {
+        return Err(format!(
+            "host_state auto cannot be honoured by the {driver} driver; set host_state: none"
+        ));
+    }
+    let mut candidates = vec![host.data_dir.to_path_buf()];
+    if let Some(home) = host.home {
+        candidates.push(home.join(".claude"));
+        for c in [
+            ".cache/go-build",
+            "go/pkg/mod",
+            ".npm",
+            ".local/share/pnpm",
+            ".cache/yarn",
+        ] {
+            candidates.push(home.join(c));
+        }
+    }
+    Ok(Some(
+        candidates
+            .into_iter()
+            .filter(|p| p.is_dir())
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect(),
+    ))
+}
+
 /// Where the egress proxy listens for a lease's listener.
 pub fn proxy_listen(l: &ProxyListen) -> Listen {
     match l {

@@ -101,6 +101,8 @@ pub struct Config {
     pub record_key: Option<crate::store::RecordKey>,
     /// The claw runner programs.
     pub claw_runner: ClawRunner,
+    /// Build secrets given by the operator (`--sandbox-build-secret`).
+    pub build_secrets: Vec<iterion_driver::BuildSecret>,
 }
 
 impl std::fmt::Debug for Config {

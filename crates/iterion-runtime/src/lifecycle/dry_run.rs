@@ -15,7 +15,8 @@ use super::config::{Config, Launch};
 use super::host::DriverChoice;
 use super::requested_of;
 use super::sandbox::{
-    attachments_unsupported, compile_policy, effective_policies, host_fallback, resolve_failure,
+    attachments_unsupported, codex_refusal, compile_policy, effective_policies, host_fallback,
+    resolve_failure,
 };
 use super::step_failure::Failure;
 use super::worktree::Planned;
@@ -165,7 +166,8 @@ pub fn dry_run(cfg: &Config, launch: &Launch) -> Result<DryRun> {
         }
     };
     out.skipped = plan.run_skippable.clone();
-    if let Err(f) = decide(cfg, &plan, &launch.sandbox.operator_env, &mut out) {
+    let codex = crate::exec::codex::codex_nodes(&launch.workflow, &cfg.env);
+    if let Err(f) = decide(cfg, &plan, &launch.sandbox.operator_env, &codex, &mut out) {
         out.refused = Some(f.into());
     }
     out.plan = Some(plan);
@@ -177,6 +179,7 @@ fn decide(
     cfg: &Config,
     plan: &SandboxPlan,
     operator: &[iterion_envdeny::SandboxEnvEntry],
+    codex: &std::collections::BTreeSet<String>,
     out: &mut DryRun,
 ) -> std::result::Result<(), Failure> {
     if !plan.any_active() {
@@ -198,6 +201,24 @@ fn decide(
             if !d.capabilities().host_binds && !out.attachments.is_empty() {
                 return Err(attachments_unsupported());
             }
+            // an explicit host_state auto on a driver without a host file system, as the run refuses it
+            let h = &cfg.host;
+            let facts = super::assembly::HostStateFacts {
+                data_dir: &h.data_dir,
+                home: h.home.as_deref(),
+                uid: h.uid,
+                gid: h.gid,
+                os: &h.os,
+            };
+            for (_, spec) in &scopes {
+                super::assembly::host_binds_dropped(
+                    spec,
+                    d.capabilities().host_binds,
+                    d.kind().as_str(),
+                    &facts,
+                )
+                .map_err(|m| Failure::new(FailureCode::SandboxSpecInvalid, m))?;
+            }
             d.capabilities().host_binds
         }
         choice => {
@@ -207,6 +228,7 @@ fn decide(
             return Ok(());
         }
     };
+    codex_refusal(plan, codex)?;
     let (_, node_policies, _) = effective_policies(plan);
     for p in plan.run.iter().map(|r| &r.network).chain(node_policies.values()) {
         if p.needs_proxy() {

@@ -238,18 +238,22 @@ pub(crate) async fn launch_with(
     )?;
     let attached = staged.commit(run.dir());
     let em = sink::Emitter::with_events(run, cfg.observer.clone(), events);
-    let attach_refused = match attached {
-        Ok(records) => {
-            em.update(|d| d.attachments = records);
-            None
-        }
-        Err(e) => Some(Failure::new(
-            FailureCode::StoreWriteFailed,
-            format!("the attachments were not stored: {}", sink::chain(&e)),
-        )),
+    let (records, attach_refused) = match attached {
+        Ok(records) => (Some(records), None),
+        Err(e) => (
+            None,
+            Some(Failure::new(
+                FailureCode::StoreWriteFailed,
+                format!("the attachments were not stored: {}", sink::chain(&e)),
+            )),
+        ),
     };
+    // One rewrite of run.json for the three (each rewrite is two fsyncs).
     let recorded_root = repo_root.clone();
     em.update(|d| {
+        if let Some(records) = records {
+            d.attachments = records;
+        }
         d.repo_root = recorded_root.map(|p| p.to_string_lossy().into_owned());
         d.sandbox.requested = requested;
     });
@@ -568,6 +572,7 @@ async fn drive(
         operator_env: input.operator_env.clone(),
         owner,
         claw_nodes: crate::exec::check::claw_nodes(&input.workflow, &cfg.env),
+        codex_nodes: crate::exec::codex::codex_nodes(&input.workflow, &cfg.env),
     };
     let cancel_token = cfg.cancel.token();
     let store_abort = em.store_abort();

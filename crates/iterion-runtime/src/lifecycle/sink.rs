@@ -294,6 +294,10 @@ impl RunSink for Emitter {
         self.run().read_interaction(id)
     }
 
+    fn read_session(&self, node_id: &str) -> Option<Value> {
+        self.run().read_session(node_id)
+    }
+
     fn write_session(&self, node_id: &str, snapshot: &Value) -> Result<(), String> {
         let r = self.run().write_session(node_id, snapshot);
         r.map(|_| ()).map_err(|e| {

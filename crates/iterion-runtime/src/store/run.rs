@@ -231,20 +231,15 @@ impl OpenRun {
 
     /// Reads `interactions/<id>.json` (at most 4 MiB, never through a symlink); `None` when absent or unreadable.
     pub fn read_interaction(&self, id: &str) -> Option<Value> {
-        use std::io::Read;
-        use std::os::unix::fs::OpenOptionsExt;
         let name = format!("{}.json", validate_component("interaction id", id).ok()?);
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-            .open(self.dir.join(names::INTERACTIONS).join(name))
-            .ok()?;
-        if !f.metadata().ok()?.is_file() {
-            return None;
-        }
-        let mut buf = Vec::new();
-        f.take(4 << 20).read_to_end(&mut buf).ok()?;
-        serde_json::from_slice(&buf).ok()
+        read_json(&self.dir.join(names::INTERACTIONS).join(name))
+    }
+
+    /// Reads `sessions/<node id>.json`, the latest session snapshot of a claw node (at most 4 MiB, the envelope's
+    /// line cap; never through a symlink); `None` when absent or unreadable.
+    pub fn read_session(&self, node_id: &str) -> Option<Value> {
+        let name = format!("{}.json", validate_component("node id", node_id).ok()?);
+        read_json(&self.dir.join(names::SESSIONS).join(name))
     }
 
     /// `artifact_files/`, created (mode 0700) on first use; mounted at `/iterion/artifact-files`.
@@ -258,6 +253,23 @@ impl OpenRun {
     pub fn net_dir(&self) -> PathBuf {
         self.dir.join(names::NET)
     }
+}
+
+/// A JSON file of the run directory, at most 4 MiB, never through a symlink.
+fn read_json(path: &Path) -> Option<Value> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut buf = Vec::new();
+    f.take(4 << 20).read_to_end(&mut buf).ok()?;
+    serde_json::from_slice(&buf).ok()
 }
 
 fn pretty<T: Serialize>(value: &T, what: &'static str) -> Result<String> {

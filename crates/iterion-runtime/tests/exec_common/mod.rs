@@ -55,6 +55,14 @@ impl RunSink for Recorder {
     fn read_interaction(&self, id: &str) -> Option<Value> {
         self.interactions.lock().unwrap().get(id).cloned()
     }
+    fn read_session(&self, node_id: &str) -> Option<Value> {
+        let sessions = self.sessions.lock().unwrap();
+        sessions
+            .iter()
+            .rev()
+            .find(|(n, _)| n == node_id)
+            .map(|(_, v)| v.clone())
+    }
     fn write_session(&self, node_id: &str, snapshot: &Value) -> Result<(), String> {
         self.sessions
             .lock()

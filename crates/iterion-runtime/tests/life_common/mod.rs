@@ -120,11 +120,16 @@ impl Driver for FakeDriver {
             target: "iterion-sandbox-build:x".into(),
             network: req.network,
             cache: iterion_driver::BuildCache::Miss,
+            builder: iterion_driver::BuilderChoice {
+                kind: iterion_driver::BuilderKind::Classic,
+                reason: None,
+            },
         });
         if let Some(e) = &self.faults.build {
             req.events.emit(DriverEvent::BuildFailed {
                 driver: DriverKind::Docker,
                 error: e.to_string(),
+                builder: None,
             });
             return Err(e.clone());
         }

@@ -79,6 +79,9 @@ impl RunSink for BranchSink<'_> {
     fn write_session(&self, node_id: &str, snapshot: &Value) -> Result<(), String> {
         self.inner.write_session(node_id, snapshot)
     }
+    fn read_session(&self, node_id: &str) -> Option<Value> {
+        self.inner.read_session(node_id)
+    }
 }
 
 /// One fan edge, with what the join needs to know.

@@ -241,20 +241,25 @@ impl<'a> Engine<'a> {
             .unwrap_or_else(|| DEFAULT_ROUTER_MODEL.to_string());
         let default_model = match backend.as_str() {
             // the claude CLI takes model names without the provider prefix
-            "claude_code" => default_model
-                .strip_prefix("anthropic/")
-                .unwrap_or(&default_model)
-                .to_string(),
-            _ => default_model,
+            "claude_code" => Some(
+                default_model
+                    .strip_prefix("anthropic/")
+                    .unwrap_or(&default_model)
+                    .to_string(),
+            ),
+            // codex speaks only OpenAI models: its own default unless the supervisor model is one
+            "codex" => default_model.strip_prefix("openai/").map(str::to_string),
+            _ => Some(default_model),
         };
         let shape = CallShape {
             system_suffix: Some(routing_instruction(candidates)),
             output_schema: Some(selection_schema(candidates, multi)),
             user_fallback: Some(serde_json::to_string(cleaned).unwrap_or_default()),
-            model: Some(default_model),
+            model: default_model,
             readonly: true,
             resume_session: None,
             drop_session: None,
+            replay_session: false,
         };
         self.ctx.sandboxes.step_starting(&id).await;
         let cancel = self.ctx.cancel.child_token();
@@ -274,6 +279,7 @@ impl<'a> Engine<'a> {
             let fut = async {
                 match backend.as_str() {
                     "claude_code" => run_claude_code(&env, wf, node, &sc, &shape).await,
+                    "codex" => crate::exec::codex::run_codex(&env, wf, node, &sc, &shape).await,
                     _ => run_claw(&env, wf, node, &sc, &shape).await,
                 }
             };

@@ -704,6 +704,7 @@ impl<'a> Engine<'a> {
                 delay_ms: ms(delay),
                 error: err.message.clone(),
             });
+            shape.replay_session = err.code == FailureCode::ContextLengthExceeded;
             let wait = self.ctx.bounds.retry_delay_cap.map_or(delay, |c| delay.min(c));
             // the wait ends early at a deadline: max_duration and --timeout bound retries too
             let deadline = match (self.budget_deadline, self.timeout_deadline) {
@@ -1021,6 +1022,8 @@ async fn dispatch(
                 run_claude_code(env, wf, node, sc, shape).await
             } else if backend == "claw" {
                 run_claw(env, wf, node, sc, shape).await
+            } else if backend == "codex" {
+                super::codex::run_codex(env, wf, node, sc, shape).await
             } else {
                 NodeRun::Err(NodeError::new(
                     FailureCode::ExecutionFailed,

@@ -25,8 +25,13 @@ impl Starter {
     }
 
     /// Binds the configured runner read-only at [`CONTAINER_RUNNER_PATH`] when the driver can bind host files,
-    /// emits `sandbox_claw_routed_via_runner`, and returns the program claw nodes run there.
-    pub(super) fn bind_runner(&self, req: &mut StartRequest, nodes: Vec<String>) -> String {
+    /// emits `sandbox_claw_routed_via_runner`, and returns the program claw nodes run there. A bound file that
+    /// is not an ELF program for the engine's architecture is `SANDBOX_RUNNER_UNAVAILABLE` before the start.
+    pub(super) async fn bind_runner(
+        &self,
+        req: &mut StartRequest,
+        nodes: Vec<String>,
+    ) -> Result<String, Failure> {
         let bound = self
             .cfg
             .claw_runner
@@ -52,7 +57,33 @@ impl Starter {
             binary,
             host_path,
         });
-        program.to_owned()
+        if let Some(path) = self
+            .cfg
+            .claw_runner
+            .container_binary
+            .as_deref()
+            .filter(|_| binary == RunnerBinary::Mounted)
+        {
+            self.check_runner_arch(path).await?;
+        }
+        Ok(program.to_owned())
+    }
+
+    /// The bound runner must be an ELF program for the engine's architecture (the host's when the engine does
+    /// not say).
+    async fn check_runner_arch(&self, path: &std::path::Path) -> Result<(), Failure> {
+        let arch = match self.driver.engine_info().await {
+            Ok(info) if !info.arch.is_empty() => info.arch,
+            _ => std::env::consts::ARCH.to_owned(),
+        };
+        crate::exec::elf_arch::check_runner_arch(path, &arch).map_err(|why| {
+            Failure::new(
+                FailureCode::SandboxRunnerUnavailable,
+                format!("the claw runner cannot run in the container: {why}"),
+            )
+            .phase(FailurePhase::Start)
+            .hint(Some(HINT.into()))
+        })
     }
 
     /// 4.12: `<program> --version` must succeed inside the container within the probe bound; otherwise

@@ -41,6 +41,21 @@ pub(crate) struct Setup<'a> {
     pub(crate) owner: OwnerInfo,
     /// Agent and judge nodes whose backend is `claw` (they need the runner where they are placed).
     pub(crate) claw_nodes: std::collections::BTreeSet<String>,
+    /// Nodes whose backend is `codex` (they must not be placed in a container).
+    pub(crate) codex_nodes: std::collections::BTreeSet<String>,
+}
+
+/// `SANDBOX_SPEC_INVALID` for a plan that would run a codex node in a container (before anything starts).
+pub(crate) fn codex_refusal(
+    plan: &SandboxPlan,
+    codex_nodes: &std::collections::BTreeSet<String>,
+) -> Result<(), Failure> {
+    match crate::exec::codex::plan_refusal(plan, codex_nodes) {
+        None => Ok(()),
+        Some(why) => Err(Failure::new(FailureCode::SandboxSpecInvalid, why)
+            .phase(FailurePhase::Resolve)
+            .hint(Some(crate::exec::codex::CODEX_SANDBOX_HINT.into()))),
+    }
 }
 
 impl Setup<'_> {
@@ -125,6 +140,7 @@ impl Setup<'_> {
                 return Ok(host_only(placements, host));
             }
         };
+        codex_refusal(&plan, &self.codex_nodes)?;
         let (run_sandbox, starter, kind) = self.start_run(&plan, driver, guard).await?;
         let own_keys: BTreeMap<String, String> =
             own.iter().map(|(id, k, _)| (id.clone(), k.clone())).collect();

@@ -11,15 +11,15 @@ use iterion_driver::{
 };
 use iterion_netpolicy::Policy;
 use iterion_netproxy::Credential;
-use iterion_spec::resolved::{HostState, NetworkMode, ResolvedSandbox};
+use iterion_spec::resolved::{NetworkMode, ResolvedSandbox};
 
 use super::convert::ms;
 use super::failures::{driver_failure, timeout_failure};
 use super::guard::{Guard, Res};
 use crate::events::{
-    EnvAction, EnvDeniedEntry, HomeSource, PlacementKind, SandboxEnvDenied, SandboxHostStateMounted,
-    SandboxImageReady, SandboxPostCreateFinished, SandboxPostCreateStarted, SandboxUidMismatchWarning,
-    SandboxUserRemap, SkippedPath,
+    EnvAction, EnvDeniedEntry, HomeSource, PlacementKind, SandboxEnvDenied, SandboxHostBindsDropped,
+    SandboxHostStateMounted, SandboxImageReady, SandboxPostCreateFinished, SandboxPostCreateStarted,
+    SandboxUidMismatchWarning, SandboxUserRemap, SkippedPath,
 };
 use crate::exec::{NodeSandbox, Shell};
 use crate::failure::{FailureCode, FailurePhase};
@@ -114,6 +114,7 @@ impl Starter {
                 target,
                 network,
                 cache,
+                builder,
             } => em.emit(crate::events::SandboxBuildStarted {
                 driver: driver.to_string(),
                 dockerfile,
@@ -121,6 +122,8 @@ impl Starter {
                 target: Some(target),
                 network: network.as_str().to_owned(),
                 cache: cache.as_str().to_owned(),
+                builder: builder.kind.as_str().to_owned(),
+                builder_reason: builder.reason,
                 node_id: node_id.clone(),
             }),
             DriverEvent::BuildFinished {
@@ -129,17 +132,24 @@ impl Starter {
                 duration_ms,
                 network,
                 cache,
+                builder,
             } => em.emit(crate::events::SandboxBuildFinished {
                 driver: driver.to_string(),
                 target,
                 duration_ms,
                 network: network.as_str().to_owned(),
                 cache: cache.as_str().to_owned(),
+                builder: builder.kind.as_str().to_owned(),
                 node_id: node_id.clone(),
             }),
-            DriverEvent::BuildFailed { driver, error } => em.emit(crate::events::SandboxBuildFailed {
+            DriverEvent::BuildFailed {
+                driver,
+                error,
+                builder,
+            } => em.emit(crate::events::SandboxBuildFailed {
                 driver: driver.to_string(),
                 error,
+                builder: builder.map(|b| b.kind.as_str().to_owned()),
                 node_id: node_id.clone(),
             }),
             DriverEvent::Log { level, message } => em.log(
@@ -176,6 +186,8 @@ impl Starter {
 
     /// 4.5: classify, emit `sandbox_env_denied`, record names (before anything is created).
     pub(super) fn classify(&self, scope: &str, spec: &ResolvedSandbox, proxy: bool) -> Result<(), Failure> {
+        // an explicit host_state auto the driver cannot honour is refused before anything is created
+        self.host_binds_dropped(spec)?;
         let provisional = proxy.then_some("http://127.0.0.1:3128");
         let merged = self.merge_env(spec, provisional)?;
         let report: Vec<EnvDeniedEntry> = merged
@@ -284,6 +296,7 @@ impl Starter {
         };
         breq.owner = Some(self.owner.clone());
         breq.rebuild = s.rebuild;
+        breq.secrets = self.cfg.build_secrets.clone();
         breq.events = self.sink(node_id.map(str::to_owned));
         let built =
             match tokio::time::timeout(s.build_timeout.duration, self.driver.build(prepared, breq)).await {
@@ -332,18 +345,25 @@ impl Starter {
         }
         req.aux_mounts.extend(self.attachments_mount());
         let h = &self.cfg.host;
-        req.host_state = crate::lifecycle::assembly::host_state_plan(
-            spec,
-            crate::lifecycle::assembly::HostStateFacts {
-                data_dir: &h.data_dir,
-                home: h.home.as_deref(),
-                uid: h.uid,
-                gid: h.gid,
-                os: &h.os,
-            },
-        );
+        let facts = crate::lifecycle::assembly::HostStateFacts {
+            data_dir: &h.data_dir,
+            home: h.home.as_deref(),
+            uid: h.uid,
+            gid: h.gid,
+            os: &h.os,
+        };
+        let dropped = self.host_binds_dropped(spec)?;
+        req.host_state = crate::lifecycle::assembly::host_state_plan(spec, facts);
+        if dropped.is_some() {
+            req.host_state.enabled = false;
+        }
+        let host_state_enabled = req.host_state.enabled;
         let claw_here = self.claw_nodes_in(node_id);
-        let claw_runner = (!claw_here.is_empty()).then(|| self.bind_runner(&mut req, claw_here));
+        let claw_runner = if claw_here.is_empty() {
+            None
+        } else {
+            Some(self.bind_runner(&mut req, claw_here).await?)
+        };
         req.proxy = self.net.as_ref().map(|n| n.endpoint.clone());
         req.hardening = s.container.hardening;
         req.limits = s.container.limits.clone();
@@ -363,7 +383,17 @@ impl Starter {
         let run: Arc<dyn Run> = Arc::from(started.run);
         Guard::lock(&self.res).containers.push(run.clone());
         let report = started.report;
-        self.emit_host_state(spec, &report);
+        if let Some(mut binds) = dropped {
+            binds.extend(report.host_binds_dropped.iter().cloned());
+            binds.sort();
+            binds.dedup();
+            self.em.emit(SandboxHostBindsDropped {
+                driver: self.driver.kind().as_str().to_owned(),
+                binds,
+                reason: crate::lifecycle::assembly::NO_HOST_FS.into(),
+            });
+        }
+        self.emit_host_state(spec, &report, host_state_enabled);
         // 4.11 post-create
         if !spec.post_create.is_empty() {
             let pc_start = Instant::now();
@@ -559,7 +589,29 @@ impl Starter {
         }
     }
 
-    pub(super) fn emit_host_state(&self, spec: &ResolvedSandbox, report: &StartReport) {
+    /// 05 §4.6 step 1 for `spec` on this driver: the host binds dropped (default `auto` on a driver without a
+    /// host file system), or the refusal of an explicit `auto`.
+    pub(super) fn host_binds_dropped(&self, spec: &ResolvedSandbox) -> Result<Option<Vec<String>>, Failure> {
+        let h = &self.cfg.host;
+        let facts = crate::lifecycle::assembly::HostStateFacts {
+            data_dir: &h.data_dir,
+            home: h.home.as_deref(),
+            uid: h.uid,
+            gid: h.gid,
+            os: &h.os,
+        };
+        crate::lifecycle::assembly::host_binds_dropped(
+            spec,
+            self.driver.capabilities().host_binds,
+            self.driver.kind().as_str(),
+            &facts,
+        )
+        .map_err(|m| Failure::new(FailureCode::SandboxSpecInvalid, m).phase(FailurePhase::Resolve))
+    }
+
+    /// The driver's host facts as events; `enabled` is whether host state was asked of the driver (false when
+    /// the spec says `none` or a driver without a host file system dropped the binds).
+    pub(super) fn emit_host_state(&self, spec: &ResolvedSandbox, report: &StartReport, enabled: bool) {
         if let Some(r) = &report.user_remap {
             self.em.emit(SandboxUserRemap {
                 uid: r.uid,
@@ -580,7 +632,7 @@ impl Starter {
                 host_uid: m.host_uid,
             });
         }
-        if spec.host_state != HostState::Auto {
+        if !enabled {
             self.em.emit(SandboxHostStateMounted {
                 enabled: false,
                 source: spec.host_state_source.clone(),
