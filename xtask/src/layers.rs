@@ -131,6 +131,7 @@ const CONFINED: &[(&str, &[&str])] = &[
     ("kube", &["iterion-driver-k8s"]),
     ("kube-client", &["iterion-driver-k8s"]),
     ("k8s-openapi", &["iterion-driver-k8s"]),
+    ("tokio-tungstenite", &["iterion-driver-k8s"]),
     ("anyhow", &["iterion-cli", "xtask", "iterion-test-support"]),
     // iterion-driver-docker: the streamed BuildKit build request, over the hyper bollard is built on
     ("hyper", &["iterion-netproxy", "iterion-driver-docker"]),

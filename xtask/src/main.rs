@@ -39,7 +39,7 @@ commands:
   tidy           no function over 150 lines and no module import circle, outside xtask/tidy-allow.txt
   test           run every test of the workspace
   images         build the local test images (no registry needed), e.g. iterion-test/busybox:latest
-  bench NAME     run a benchmark: spec | devcontainer | proxy | docker | doctor | lifecycle | envelope | claw
+  bench NAME     run a benchmark: spec | devcontainer | proxy | docker | doctor | lifecycle | envelope | claw | k8s
   demo           prepare the local test image and run the sandboxed demo workflow
   fuzz [DIR TARGET [SECONDS]]
                  list fuzz targets, or run fuzz/DIR's TARGET for SECONDS (default 300) with cargo-fuzz";
@@ -150,6 +150,7 @@ const BENCHES: &[(&str, &str, &str)] = &[
     ("lifecycle", "iterion-cli", "lifecycle"),
     ("envelope", "iterion-envelope", "codec"),
     ("claw", "iterion-runtime", "claw"),
+    ("k8s", "iterion-driver-k8s", "k8s"),
 ];
 
 fn bench(args: &[String]) -> Result<()> {

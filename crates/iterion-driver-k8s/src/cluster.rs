@@ -297,6 +297,18 @@ impl ClusterAccess {
         self.config.as_ref().err()
     }
 
+    /// A client for the driver: connections bounded by `connect`, no read timeout (watches and exec sessions
+    /// stay open as long as they need; the driver bounds each call itself). Needs a tokio runtime.
+    pub(crate) fn driver_client(&self, connect: Duration) -> Result<Client> {
+        let mut config = self.config.clone()?;
+        config.connect_timeout = Some(connect);
+        config.read_timeout = None;
+        config.write_timeout = None;
+        Client::try_from(config).map_err(|e| Error::ClientConfig {
+            detail: error_chain(&e),
+        })
+    }
+
     /// A client for bounded requests. Needs a tokio runtime (the client spawns its connection tasks).
     fn client(&self) -> Result<Client> {
         let mut config = self.config.clone()?;
@@ -536,7 +548,7 @@ fn readable(path: &Path) -> bool {
 
 /// The error and its sources joined with `: `, skipping a level whose text already contains the next one
 /// (kube's errors repeat their source).
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut texts = vec![e.to_string()];
     let mut cur = e.source();
     while let Some(s) = cur {

@@ -14,9 +14,19 @@
 //! ([`script`], §9), and the reading of the exec status channel and of a pod's readiness ([`status`], §9,
 //! §10).
 //!
-//! **Not built:** the driver that creates those objects, waits for the pod, copies the workspace and execs
-//! over the WebSocket protocol ([`NOT_BUILT`]): the composition root reports the kubernetes driver as
-//! unavailable with that reason.
+//! **Built, not yet selected:** the driver over those pieces ([`K8sDriver`], configured by [`K8sSettings`]):
+//! prepare (refusals, overrides, the reachability and permission checks once per driver), start (the
+//! NetworkPolicy before the pod, the pod, a watch until `Ready`, the shell probe), exec over the WebSocket
+//! `v5.channel.k8s.io` protocol through the two-step script, `copy_in` / `copy_out` as `tar` over exec, status,
+//! cleanup (the pod, then its NetworkPolicy once the pod is gone), and name conflicts resolved by the owner's
+//! liveness (the owner pod looked up by name and UID, or this host's process table).
+//!
+//! A start also copies the runner's work dir into the pod (a streamed archive: sorted entries, links kept,
+//! the run store and a linked worktree's `.git` file left out), bounded by the workspace copy timeout.
+//!
+//! **Not built:** the git fixup of a linked worktree, the TLS trust files, the copy back with mirrored
+//! deletions (the runtime's side), and the selection by the host: until those exist the composition root
+//! reports the kubernetes driver unavailable with [`NOT_BUILT`].
 //!
 //! ```no_run
 //! use std::collections::BTreeMap;
@@ -36,11 +46,19 @@
 #![deny(missing_docs)]
 
 pub mod cluster;
+mod driver;
+mod kapi;
 pub mod manifest;
 pub mod names;
+mod run;
 pub mod script;
 pub mod spec_check;
 pub mod status;
+mod workspace;
+mod wsexec;
+
+pub use driver::{K8sDriver, K8sSettings};
+pub use run::K8sRun;
 
 /// Why the kubernetes driver cannot be selected in this build.
 pub const NOT_BUILT: &str = "the kubernetes driver is not built in this version of iterion";
