@@ -153,6 +153,11 @@ pub const READ: &[(&str, &str, &str)] = &[
         "the namespace of sibling pods (Kubernetes)",
     ),
     (
+        "ITERION_SANDBOX_K8S_POD_OVERRIDES",
+        "none",
+        "JSON object of scheduling and resource settings of sibling pods: nodeSelector, tolerations, affinity, priorityClassName, runtimeClassName, imagePullSecrets, resources, workspaceSizeLimit (Kubernetes)",
+    ),
+    (
         "ITERION_SANDBOX_HARDENING",
         "strict",
         "strict or compat: the capabilities and no-new-privileges of containers",
