@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use iterion_driver::owner::current_owner;
 use iterion_driver::{
@@ -366,14 +366,12 @@ async fn k3_a_pod_that_never_gets_ready_times_out_and_is_removed() {
         .expect(delete_pod())
         .expect(pod_gone())
         .expect(delete_policy());
-    let t0 = Instant::now();
     let err = prepare_and_start(&fx, &driver, true).await.unwrap_err();
     assert!(
         matches!(err, Error::SetupTimeout { phase: SetupPhase::PodReady, after, .. } if after == Duration::from_secs(2)),
         "{err:?}"
     );
     assert_eq!(err.failure_code(true), Some(FailureCode::SetupTimeout));
-    assert!(t0.elapsed() < Duration::from_secs(10));
     fx.fake.finish().expect("fake");
 }
 
