@@ -50,6 +50,19 @@ pub struct HostStateFacts<'a> {
     pub os: &'a str,
 }
 
+impl<'a> HostStateFacts<'a> {
+    /// The facts of the host the runtime was built with.
+    pub fn of(h: &'a super::host::HostFacts) -> Self {
+        HostStateFacts {
+            data_dir: &h.data_dir,
+            home: h.home.as_deref(),
+            uid: h.uid,
+            gid: h.gid,
+            os: &h.os,
+        }
+    }
+}
+
 /// The host-state plan of a spec (05 §5): enabled when the spec's host state is `auto`, the Claude directory
 /// under the host home.
 pub fn host_state_plan(spec: &ResolvedSandbox, host: HostStateFacts<'_>) -> HostStatePlan {

@@ -202,14 +202,7 @@ fn decide(
                 return Err(attachments_unsupported());
             }
             // an explicit host_state auto on a driver without a host file system, as the run refuses it
-            let h = &cfg.host;
-            let facts = super::assembly::HostStateFacts {
-                data_dir: &h.data_dir,
-                home: h.home.as_deref(),
-                uid: h.uid,
-                gid: h.gid,
-                os: &h.os,
-            };
+            let facts = super::assembly::HostStateFacts::of(&cfg.host);
             for (_, spec) in &scopes {
                 super::assembly::host_binds_dropped(
                     spec,

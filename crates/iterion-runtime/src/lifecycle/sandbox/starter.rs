@@ -344,14 +344,7 @@ impl Starter {
             });
         }
         req.aux_mounts.extend(self.attachments_mount());
-        let h = &self.cfg.host;
-        let facts = crate::lifecycle::assembly::HostStateFacts {
-            data_dir: &h.data_dir,
-            home: h.home.as_deref(),
-            uid: h.uid,
-            gid: h.gid,
-            os: &h.os,
-        };
+        let facts = crate::lifecycle::assembly::HostStateFacts::of(&self.cfg.host);
         let dropped = self.host_binds_dropped(spec)?;
         req.host_state = crate::lifecycle::assembly::host_state_plan(spec, facts);
         if dropped.is_some() {
@@ -606,14 +599,7 @@ impl Starter {
     /// 05 §4.6 step 1 for `spec` on this driver: the host binds dropped (default `auto` on a driver without a
     /// host file system), or the refusal of an explicit `auto`.
     pub(super) fn host_binds_dropped(&self, spec: &ResolvedSandbox) -> Result<Option<Vec<String>>, Failure> {
-        let h = &self.cfg.host;
-        let facts = crate::lifecycle::assembly::HostStateFacts {
-            data_dir: &h.data_dir,
-            home: h.home.as_deref(),
-            uid: h.uid,
-            gid: h.gid,
-            os: &h.os,
-        };
+        let facts = crate::lifecycle::assembly::HostStateFacts::of(&self.cfg.host);
         crate::lifecycle::assembly::host_binds_dropped(
             spec,
             self.driver.capabilities().host_binds,
