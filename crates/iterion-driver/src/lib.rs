@@ -30,6 +30,7 @@
 #![deny(missing_docs)]
 
 mod collect;
+pub mod copyback;
 mod driver;
 mod error;
 mod exec;

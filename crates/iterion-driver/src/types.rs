@@ -1006,6 +1006,25 @@ pub struct StartReport {
     /// Whether `bash` is on the shell's `PATH` in the started container, when the driver's own shell probe
     /// found out (`None`: not probed; the runtime probes itself).
     pub bash: Option<bool>,
+    /// The work dir copied into a sandbox without a host file system (kubernetes).
+    #[serde(skip)]
+    pub workspace_copy: Option<WorkspaceCopy>,
+}
+
+/// A copy of the work dir into the sandbox, which the runtime copies back at cleanup.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkspaceCopy {
+    /// Regular files copied.
+    pub files: u64,
+    /// Bytes of regular files copied.
+    pub bytes: u64,
+    /// Time taken (the archive, the transfer and the git fixup).
+    pub duration: Duration,
+    /// Every path copied, relative to the work dir, outside `.git` and the run store: what a copy back may
+    /// delete when the sandbox deleted it.
+    pub listing: Arc<Vec<PathBuf>>,
+    /// Paths relative to the work dir that a copy back never writes (the run store, when inside it).
+    pub protect: Vec<PathBuf>,
 }
 
 /// Image of a start report.

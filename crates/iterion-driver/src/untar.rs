@@ -160,26 +160,31 @@ async fn pump(mut src: impl AsyncRead + Unpin, tx: SyncSender<io::Result<Vec<u8>
     }
 }
 
+/// A blocking reader over an async stream, and the task pumping the stream into it (abort it when done).
+pub(crate) fn blocking_reader(
+    stream: impl AsyncRead + Send + Unpin + 'static,
+) -> (impl Read + Send + 'static, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = sync_channel(4);
+    let pumping = tokio::spawn(pump(stream, tx));
+    (
+        ChannelReader {
+            rx,
+            buf: Vec::new(),
+            pos: 0,
+        },
+        pumping,
+    )
+}
+
 /// Extracts an async tar stream (a `copy_out` result) into `dest`, on the blocking pool.
 pub async fn safe_untar(
     stream: impl AsyncRead + Send + Unpin + 'static,
     dest: &Path,
     cap: u64,
 ) -> Result<UntarReport> {
-    let (tx, rx) = sync_channel(4);
+    let (reader, pumping) = blocking_reader(stream);
     let dest = dest.to_path_buf();
-    let extract = tokio::task::spawn_blocking(move || {
-        safe_untar_sync(
-            ChannelReader {
-                rx,
-                buf: Vec::new(),
-                pos: 0,
-            },
-            &dest,
-            cap,
-        )
-    });
-    let pumping = tokio::spawn(pump(stream, tx));
+    let extract = tokio::task::spawn_blocking(move || safe_untar_sync(reader, &dest, cap));
     let r = extract
         .await
         .map_err(|e| refuse(format!("extraction task failed: {e}")))?;
