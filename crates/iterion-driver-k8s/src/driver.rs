@@ -11,7 +11,7 @@ use iterion_driver::{
     AuxMountKind, BuildRequest, Capabilities, CopyDirection, DriverKind, EgressPlacement, EgressSupport,
     EngineInfo, Error, ImageRef, ImageReport, Liveness, ManagedResource, NetworkLease, NetworkRequest,
     PrepareRequest, Prepared, ProxyListen, RemoveOutcome, ResourceKind, Result, SetupPhase, StartReport,
-    StartRequest, Started,
+    StartRequest, Started, WorkspaceCopy,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -20,7 +20,7 @@ use kube::api::{Api, ListParams};
 
 use crate::cluster::{ClusterAccess, ContextOutcome, Location, RbacOutcome, check_context, check_rbac};
 use crate::kapi::{ApiFail, Kapi, Meta};
-use crate::manifest::{Overrides, PodPlan, network_policy, pod, proxy_addresses};
+use crate::manifest::{Overrides, PodPlan, TLS_DIR, network_policy, pod, proxy_addresses};
 use crate::names::{Component, Owner, identity};
 use crate::run::K8sRun;
 use crate::spec_check::{PodMount, PodUser, Refusal, check};
@@ -373,6 +373,50 @@ impl K8sDriver {
         }
     }
 
+    /// Copies the TLS trust files of the runtime's aux mounts into the pod's `tls` volume (07 §10 step 5): a
+    /// pod has no host file system to bind them from.
+    async fn copy_tls_files(&self, run: &K8sRun, req: &StartRequest) -> Result<()> {
+        let mut b = tar::Builder::new(Vec::new());
+        let mut any = false;
+        for m in req
+            .aux_mounts
+            .iter()
+            .filter(|m| m.kind == AuxMountKind::TlsBundle)
+        {
+            let fail = |reason: String| Error::Copy {
+                direction: CopyDirection::In,
+                reason,
+            };
+            let rel = std::path::Path::new(&m.container_path)
+                .strip_prefix(TLS_DIR)
+                .ok()
+                .filter(|r| r.components().count() == 1)
+                .ok_or_else(|| {
+                    fail(format!(
+                        "the TLS file {} must be a file directly under {TLS_DIR} in a pod",
+                        m.container_path
+                    ))
+                })?;
+            let data = std::fs::read(&m.host_path)
+                .map_err(|e| fail(format!("reading {}: {e}", m.host_path.display())))?;
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            b.append_data(&mut h, rel, &data[..])
+                .map_err(|e| fail(e.to_string()))?;
+            any = true;
+        }
+        if !any {
+            return Ok(());
+        }
+        let bytes = b.into_inner().map_err(|e| Error::Copy {
+            direction: CopyDirection::In,
+            reason: e.to_string(),
+        })?;
+        run.copy_in(TLS_DIR, Box::pin(std::io::Cursor::new(bytes))).await
+    }
+
     /// Waits for the pod, then runs the shell probe (one exec of `/bin/sh -c true`).
     async fn bring_up(&self, api: &Kapi, name: &str, image: &str) -> Result<()> {
         api.wait_ready(name, image, self.inner.settings.pod_ready_timeout)
@@ -597,7 +641,15 @@ impl iterion_driver::Driver for K8sDriver {
             sb.workspace_folder.clone(),
             sb.user.clone(),
         );
-        if let Err(e) = self.copy_workspace(&run, &req, &sb.workspace_folder).await {
+        let copy_began = std::time::Instant::now();
+        let copied = match self.copy_workspace(&run, &req, &sb.workspace_folder).await {
+            Ok(stats) => stats,
+            Err(e) => {
+                let _ = api.teardown(&name, policy.is_some()).await;
+                return Err(e);
+            }
+        };
+        if let Err(e) = self.copy_tls_files(&run, &req).await {
             let _ = api.teardown(&name, policy.is_some()).await;
             return Err(e);
         }
@@ -621,7 +673,26 @@ impl iterion_driver::Driver for K8sDriver {
             .filter(|m| matches!(m.kind, crate::spec_check::VolumeKind::Tmpfs { .. }))
             .map(|m| m.target.clone())
             .collect();
-        report.host_binds_dropped = req.aux_mounts.iter().map(|m| m.container_path.clone()).collect();
+        report.host_binds_dropped = req
+            .aux_mounts
+            .iter()
+            .filter(|m| m.kind != AuxMountKind::TlsBundle)
+            .map(|m| m.container_path.clone())
+            .collect();
+        report.workspace_copy = Some(WorkspaceCopy {
+            files: copied.files,
+            bytes: copied.bytes,
+            duration: copy_began.elapsed(),
+            listing: Arc::new(copied.listing),
+            protect: req
+                .owner
+                .store_dir
+                .strip_prefix(&req.workspace_host_path)
+                .ok()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map(|p| vec![p.to_path_buf()])
+                .unwrap_or_default(),
+        });
         Ok(Started {
             run: Box::new(run),
             report,

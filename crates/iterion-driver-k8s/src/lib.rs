@@ -59,6 +59,3 @@ mod wsexec;
 
 pub use driver::{K8sDriver, K8sSettings};
 pub use run::K8sRun;
-
-/// Why the kubernetes driver cannot be selected in this build.
-pub const NOT_BUILT: &str = "the kubernetes driver is not built in this version of iterion";

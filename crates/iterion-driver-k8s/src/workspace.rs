@@ -9,12 +9,14 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// What went into an archive.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Stats {
     /// Regular files.
     pub files: u64,
     /// Bytes of regular files.
     pub bytes: u64,
+    /// Every entry outside `.git`, relative to the root: what a copy back may delete.
+    pub listing: Vec<PathBuf>,
 }
 
 /// Writes the archive of `root` to `out`, leaving out `skip` (the run store) when it lies inside `root`.
@@ -63,6 +65,10 @@ fn walk<W: Write>(
         if rel.as_os_str().is_empty() && name.as_os_str() == ".git" && !ft.is_dir() {
             // A linked worktree's `.git` file points at the host's repository: never copied.
             continue;
+        }
+        let in_git = entry.components().any(|c| c.as_os_str() == ".git");
+        if !in_git && (ft.is_dir() || ft.is_symlink() || ft.is_file()) {
+            stats.listing.push(entry.clone());
         }
         if ft.is_dir() {
             let mut h = header(&meta, tar::EntryType::Directory, 0);
@@ -129,13 +135,9 @@ mod tests {
 
         let mut buf = Vec::new();
         let stats = archive(r, Some(&r.join(".iterion")), &mut buf).unwrap();
-        assert_eq!(
-            stats,
-            Stats {
-                files: 2,
-                bytes: 5 + 10
-            }
-        );
+        assert_eq!((stats.files, stats.bytes), (2, 5 + 10));
+        let listed: Vec<String> = stats.listing.iter().map(|p| p.display().to_string()).collect();
+        assert_eq!(listed, ["a.txt", "b", "b/sub", "b/sub/x.sh", "link"]);
 
         let mut a = tar::Archive::new(&buf[..]);
         let mut seen = Vec::new();
@@ -165,7 +167,8 @@ mod tests {
         std::fs::create_dir(d.path().join(".git")).unwrap();
         std::fs::write(d.path().join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
         let mut buf = Vec::new();
-        archive(d.path(), None, &mut buf).unwrap();
+        let stats = archive(d.path(), None, &mut buf).unwrap();
+        assert!(stats.listing.is_empty(), "{:?}", stats.listing);
         let mut a = tar::Archive::new(&buf[..]);
         let seen: Vec<String> = a
             .entries()

@@ -69,6 +69,26 @@ enum At<'a> {
     Pinned(&'a Worktree),
 }
 
+/// `git bundle create - HEAD` in `dir`, with the same neutral configuration and cleaned environment as every
+/// other git command here; stdout (the bundle) piped, stderr piped, stdin closed.
+pub(crate) fn bundle_head_command(dir: &Path, env: &BTreeMap<String, String>) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new("git");
+    cmd.env_clear().envs(env);
+    for v in REDIRECTING_VARS {
+        cmd.env_remove(v);
+    }
+    cmd.arg("-C")
+        .arg(dir)
+        .args(NEUTRAL_CONFIG)
+        .args(["bundle", "create", "-", "HEAD"])
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
 fn git(at: At<'_>, args: &[&str], env: &BTreeMap<String, String>, op: &'static str) -> Result<String> {
     let mut cmd = Command::new("git");
     cmd.env_clear().envs(env);

@@ -39,6 +39,10 @@ pub struct Settings {
     pub start_timeout: Bound,
     /// `ITERION_SANDBOX_POST_CREATE_TIMEOUT` (30m).
     pub post_create_timeout: Bound,
+    /// `ITERION_SANDBOX_K8S_POD_READY_TIMEOUT` (10m): how long a sibling pod may take to become ready.
+    pub pod_ready_timeout: Bound,
+    /// `ITERION_SANDBOX_WORKSPACE_COPY_TIMEOUT` (15m): the copy of the work dir into a pod, and back.
+    pub workspace_copy_timeout: Bound,
     /// Probe bound (60s, not configurable).
     pub probe_timeout: Bound,
     /// `ITERION_SANDBOX_PULL_POLICY` (`missing`: a present image is used without contacting a registry).
@@ -95,6 +99,8 @@ impl Settings {
         let build_timeout = bound("ITERION_SANDBOX_BUILD_TIMEOUT", "30m");
         let start_timeout = bound("ITERION_SANDBOX_START_TIMEOUT", "5m");
         let post_create_timeout = bound("ITERION_SANDBOX_POST_CREATE_TIMEOUT", "30m");
+        let pod_ready_timeout = bound("ITERION_SANDBOX_K8S_POD_READY_TIMEOUT", "10m");
+        let workspace_copy_timeout = bound("ITERION_SANDBOX_WORKSPACE_COPY_TIMEOUT", "15m");
         let pull_policy = match env
             .get("ITERION_SANDBOX_PULL_POLICY")
             .map(|v| v.trim().to_ascii_lowercase())
@@ -125,6 +131,8 @@ impl Settings {
             build_timeout,
             start_timeout,
             post_create_timeout,
+            pod_ready_timeout,
+            workspace_copy_timeout,
             probe_timeout: Bound::default_of("60s"),
             pull_policy,
             keep_build_images: truthy(env, "ITERION_SANDBOX_KEEP_BUILD_IMAGES"),

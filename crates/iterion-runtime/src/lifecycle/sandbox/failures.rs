@@ -44,6 +44,8 @@ pub(super) fn timeout_text(cfg: &Config, phase: FailurePhase) -> String {
         FailurePhase::Build => s.build_timeout.text.clone(),
         FailurePhase::PostCreate => s.post_create_timeout.text.clone(),
         FailurePhase::Probe => s.probe_timeout.text.clone(),
+        FailurePhase::PodReady => s.pod_ready_timeout.text.clone(),
+        FailurePhase::WorkspaceCopy => s.workspace_copy_timeout.text.clone(),
         _ => s.start_timeout.text.clone(),
     }
 }

@@ -17,6 +17,10 @@ pub(super) struct Res {
     pub(super) host_runs: Vec<Arc<dyn Run>>,
     pub(super) proxy: Option<RunningProxy>,
     pub(super) lease: Option<Arc<NetworkLease>>,
+    /// Sandboxes holding a copy of the work dir, copied back at cleanup (kubernetes).
+    pub(super) copies: Vec<super::copy::CopyBack>,
+    /// At least one node step started (a copy back only follows a run that executed a node).
+    pub(super) nodes_ran: bool,
 }
 
 /// Owns the run's sandbox resources. [`Guard::cleanup`] releases them (05 §8.1); dropping the guard without a
@@ -43,17 +47,46 @@ impl Guard {
     /// Cleanup in the order of 05 §8.1, bounded to 30 s in total; returns the `sandbox_stopped` data.
     pub(crate) async fn cleanup(&mut self, em: &Emitter, force: CancellationToken) -> SandboxStopped {
         let started = Instant::now();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        let (containers, host_runs, proxy, lease) = {
+        let (containers, host_runs, proxy, lease, copies) = {
             let mut r = Self::lock(&self.res);
+            let copies = if r.nodes_ran {
+                std::mem::take(&mut r.copies)
+            } else {
+                r.copies.clear();
+                Vec::new()
+            };
             (
                 std::mem::take(&mut r.containers),
                 std::mem::take(&mut r.host_runs),
                 r.proxy.take(),
                 r.lease.take(),
+                copies,
             )
         };
         let mut errors = Vec::new();
+        // 05 §8.1 step 1: the copy back, before the sandboxes go; bounded on its own, outside the 30 s, and
+        // skipped on a second signal.
+        for cb in &copies {
+            let r = tokio::select! {
+                r = super::copy::copy_back(cb) => r,
+                _ = force.cancelled() => Err("interrupted by a second signal".to_owned()),
+            };
+            match r {
+                Ok(rep) => {
+                    em.log(LogLevel::Info, &super::copy::describe(cb.run.id(), &rep));
+                    if rep.skipped > 0 {
+                        errors.push(format!(
+                            "workspace copy back from {}: {} entries refused: {}",
+                            cb.run.id(),
+                            rep.skipped,
+                            rep.skipped_named.join("; ")
+                        ));
+                    }
+                }
+                Err(e) => errors.push(format!("workspace copy back from {} failed: {e}", cb.run.id())),
+            }
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         let mut removed = 0u64;
         let mut forced = false;
         for run in &containers {

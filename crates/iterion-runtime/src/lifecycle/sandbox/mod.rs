@@ -3,6 +3,7 @@
 //! Modules, lowest first: `convert`, `failures`, `guard`, `starter` (starting one container), `runner` (the claw runner in a container), `nodes` (the
 //! executor's view), `network` (egress), `setup` (the steps of a run's setup).
 mod convert;
+mod copy;
 mod failures;
 mod guard;
 mod network;

@@ -155,6 +155,7 @@ impl NodeSandboxes for Sandboxes {
 
     async fn step_starting(&self, _node_id: &str) {
         if let Some(starter) = &self.starter {
+            super::guard::Guard::lock(&starter.res).nodes_ran = true;
             starter.kill_leftovers().await;
         }
     }

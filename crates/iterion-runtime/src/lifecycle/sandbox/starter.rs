@@ -363,16 +363,21 @@ impl Starter {
         req.start_timeout = s.start_timeout.duration;
         req.events = self.sink(node_id.map(str::to_owned));
         let lease = self.net.as_ref().map(|n| n.lease.clone());
-        let started = match tokio::time::timeout(
-            s.start_timeout.duration,
-            self.driver.start(prepared, lease.as_deref(), req),
-        )
-        .await
-        {
-            Err(_) => return Err(timeout_failure(&self.cfg, FailurePhase::Start, "container start")),
-            Ok(Err(e)) => return Err(driver_failure(&self.cfg, &e, FailurePhase::Start)),
-            Ok(Ok(st)) => st,
+        // A driver that copies the work dir (kubernetes) bounds its pod-ready wait and the copy itself, each
+        // with its own setting; the outer bound leaves room for both.
+        let caps = self.driver.capabilities();
+        let start_bound = if caps.copy && !caps.host_binds {
+            s.start_timeout.duration + s.pod_ready_timeout.duration + s.workspace_copy_timeout.duration
+        } else {
+            s.start_timeout.duration
         };
+        let started =
+            match tokio::time::timeout(start_bound, self.driver.start(prepared, lease.as_deref(), req)).await
+            {
+                Err(_) => return Err(timeout_failure(&self.cfg, FailurePhase::Start, "container start")),
+                Ok(Err(e)) => return Err(driver_failure(&self.cfg, &e, FailurePhase::Start)),
+                Ok(Ok(st)) => st,
+            };
         let run: Arc<dyn Run> = Arc::from(started.run);
         Guard::lock(&self.res).containers.push(run.clone());
         let report = started.report;
@@ -387,6 +392,9 @@ impl Starter {
             });
         }
         self.emit_host_state(spec, &report, host_state_enabled);
+        if let Some(copy) = &report.workspace_copy {
+            self.workspace_copied(&run, copy).await?;
+        }
         // 4.11 post-create
         self.post_create(spec, &run, node_id).await?;
         // 4.12 probes
