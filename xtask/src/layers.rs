@@ -52,6 +52,7 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
         "iterion-host",
         3,
         &[
+            "iterion-spec",
             "iterion-embed",
             "iterion-driver",
             "iterion-driver-docker",

@@ -183,6 +183,8 @@ pub async fn gather(inputs: &Inputs) -> Result<Host, iterion_host::Error> {
     let mut opts = iterion_host::SelectOptions::new(inputs.driver.clone());
     opts.ping_timeout = inputs.timeout;
     opts.argv0 = inputs.argv0.clone();
+    // The doctor's cloud checks may use a kubeconfig from a workstation; only `iterion run` refuses that.
+    opts.off_cluster_kubernetes = true;
     if inputs.strict && inputs.probe {
         // The throwaway sandbox needs the egress relay, as a run does (03 §7.2); an error shows in
         // probe_sandbox_start.

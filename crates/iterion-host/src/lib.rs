@@ -43,6 +43,6 @@ pub use host::{Host, HostOptions};
 pub use relay::{relay_override, relay_path};
 pub use repo::repo_root;
 pub use selection::{
-    DEFAULT_PING_TIMEOUT, ForceSource, HostKind, SelectOptions, Selection, Tried, forced_driver, host_driver,
-    host_kind, kubernetes_unavailable, select,
+    DEFAULT_PING_TIMEOUT, ForceSource, HostKind, OFF_CLUSTER_RUN, SelectOptions, Selection, Tried,
+    forced_driver, host_driver, host_kind, k8s_settings, select,
 };

@@ -10,10 +10,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use iterion_driver::hardening::ContainerSettings;
 use iterion_driver::{Driver, DriverKind, EngineInfo, NoopDriver};
 use iterion_driver_docker::buildkit::BuilderSetting;
 use iterion_driver_docker::endpoint::{EndpointSettings, Family};
 use iterion_driver_docker::{DockerDriver, DockerSettings};
+use iterion_driver_k8s::cluster::{ClusterAccess, DiscoveryInputs, Location};
+use iterion_driver_k8s::{K8sDriver, K8sSettings};
+use iterion_spec::duration::parse_positive;
 
 use crate::error::{Error, Result};
 pub use crate::force::ForceSource;
@@ -184,6 +188,9 @@ pub struct SelectOptions {
     pub relay_binary: Option<PathBuf>,
     /// `argv[0]` of the embedding program (desktop detection); `None` when unknown.
     pub argv0: Option<String>,
+    /// Whether the kubernetes driver may be used from outside a cluster on a host that is not `cloud` (the
+    /// doctor's checks; `iterion run` refuses it).
+    pub off_cluster_kubernetes: bool,
 }
 
 impl SelectOptions {
@@ -194,6 +201,7 @@ impl SelectOptions {
             ping_timeout: DEFAULT_PING_TIMEOUT,
             relay_binary: None,
             argv0: None,
+            off_cluster_kubernetes: false,
         }
     }
 }
@@ -279,9 +287,58 @@ pub fn host_driver(base_env: Vec<(String, String)>) -> Arc<dyn Driver> {
     Arc::new(NoopDriver::new(base_env))
 }
 
-/// Why the kubernetes driver is unavailable in this build.
-pub fn kubernetes_unavailable() -> String {
-    iterion_driver_k8s::NOT_BUILT.to_string()
+/// Why `iterion run` refuses the kubernetes driver off-cluster without `ITERION_MODE=cloud`.
+pub const OFF_CLUSTER_RUN: &str = "the kubernetes driver outside a cluster is only for iterion sandbox doctor; set ITERION_MODE=cloud to run sandboxes from here";
+
+/// The kubernetes driver's settings read from the environment snapshot (07 §2.3). Invalid durations keep
+/// their default (the runtime's settings warn about them); limits use the same parsing as Docker's.
+pub fn k8s_settings(env: &BTreeMap<String, String>) -> K8sSettings {
+    let get = |k: &str| env.get(k).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+    let mut s = K8sSettings::default();
+    s.namespace = get("ITERION_SANDBOX_K8S_NAMESPACE");
+    s.pod_ip = get("ITERION_POD_IP");
+    s.pod_ips = get("ITERION_POD_IPS");
+    s.pod_name = get("ITERION_POD_NAME");
+    s.pod_uid = get("ITERION_POD_UID");
+    if let Some(d) = get("ITERION_SANDBOX_K8S_POD_READY_TIMEOUT").and_then(|v| parse_positive(&v)) {
+        s.pod_ready_timeout = d;
+    }
+    if let Some(d) = get("ITERION_SANDBOX_WORKSPACE_COPY_TIMEOUT").and_then(|v| parse_positive(&v)) {
+        s.workspace_copy_timeout = d;
+    }
+    s.overrides = get("ITERION_SANDBOX_K8S_POD_OVERRIDES").unwrap_or_default();
+    s.pull_policy = get("ITERION_SANDBOX_PULL_POLICY")
+        .map(|v| v.to_ascii_lowercase())
+        .unwrap_or_default();
+    let limits = ContainerSettings::from_env(env).limits;
+    s.memory = limits.memory_bytes.map(|b| b.to_string());
+    s.cpus = limits
+        .nano_cpus
+        .map(|n| format!("{}m", n.div_ceil(1_000_000).max(1)));
+    s
+}
+
+async fn probe_kubernetes(
+    env: &BTreeMap<String, String>,
+    opts: &SelectOptions,
+    host: HostKind,
+) -> (Arc<K8sDriver>, Result<EngineInfo, String>) {
+    let access = ClusterAccess::discover(&DiscoveryInputs::new(env.clone()));
+    let off_cluster = access.location() == Location::OffCluster;
+    let d = Arc::new(K8sDriver::new(access, k8s_settings(env)));
+    if off_cluster && host != HostKind::Cloud && !opts.off_cluster_kubernetes {
+        return (d, Err(OFF_CLUSTER_RUN.to_string()));
+    }
+    let r = match tokio::time::timeout(opts.ping_timeout, d.engine_info()).await {
+        Ok(Ok(info)) => Ok(info),
+        Ok(Err(iterion_driver::Error::Unavailable { reason, .. })) => Err(reason),
+        Ok(Err(other)) => Err(other.to_string()),
+        Err(_) => Err(format!(
+            "the cluster did not answer within {}",
+            iterion_driver::fmt_duration(opts.ping_timeout)
+        )),
+    };
+    (d, r)
 }
 
 /// Selects the driver. `Err` only for an invalid driver name (a usage error).
@@ -315,9 +372,16 @@ pub async fn select(env: &BTreeMap<String, String>, opts: &SelectOptions) -> Res
         None => host.candidates().to_vec(),
     };
     let podman_forced = matches!(forced, Some((DriverKind::Podman, _)));
-    let (docker, podman) = ping_engines(env, opts, &wanted, podman_forced).await;
+    let ((docker, podman), kubernetes) =
+        tokio::join!(ping_engines(env, opts, &wanted, podman_forced), async {
+            if wanted.contains(&DriverKind::Kubernetes) {
+                Some(probe_kubernetes(env, opts, host).await)
+            } else {
+                None
+            }
+        });
     let noop_base: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    let (tried, drivers) = outcomes(&wanted, &docker, &podman, noop_base);
+    let (tried, drivers) = outcomes(&wanted, &docker, &podman, &kubernetes, noop_base);
     let (driver, kind, mut reason, engine) = decide(forced, host, &drivers);
     if forced.is_none()
         && kind == DriverKind::Noop
@@ -393,6 +457,7 @@ fn outcomes(
     wanted: &[DriverKind],
     docker: &Option<Pinged>,
     podman: &Option<Pinged>,
+    kubernetes: &Option<(Arc<K8sDriver>, std::result::Result<EngineInfo, String>)>,
     noop_base: Vec<(String, String)>,
 ) -> (Vec<Tried>, Vec<Available>) {
     let mut tried = Vec::new();
@@ -411,10 +476,17 @@ fn outcomes(
                     }
                 }
             }
-            DriverKind::Kubernetes => tried.push(Tried {
-                candidate: *k,
-                outcome: Err(kubernetes_unavailable()),
-            }),
+            DriverKind::Kubernetes => {
+                if let Some((d, outcome)) = kubernetes {
+                    tried.push(Tried {
+                        candidate: *k,
+                        outcome: outcome.clone(),
+                    });
+                    if let Ok(info) = outcome {
+                        drivers.push((*k, d.clone() as Arc<dyn Driver>, Some(info.clone())));
+                    }
+                }
+            }
             DriverKind::Noop => {
                 tried.push(Tried {
                     candidate: *k,
@@ -649,20 +721,52 @@ mod tests {
     }
 
     #[test]
-    fn forced_kubernetes_is_not_built() {
+    fn forced_kubernetes_off_cluster_is_refused_unless_cloud_or_doctor() {
         let dir = tempfile::tempdir().unwrap();
-        let sel = rt()
-            .block_on(select(
-                &no_engine_env(dir.path()),
-                &SelectOptions::new(Some("kubernetes".into())),
-            ))
-            .unwrap();
-        assert_eq!(sel.kind, DriverKind::Kubernetes);
-        assert!(
-            sel.unavailable_reason().unwrap().contains("not built"),
-            "{:?}",
-            sel.unavailable_reason()
+        let mut env = no_engine_env(dir.path());
+        env.insert(
+            "KUBECONFIG".into(),
+            dir.path().join("absent").display().to_string(),
         );
+        let forced = SelectOptions::new(Some("kubernetes".into()));
+        let sel = rt().block_on(select(&env, &forced)).unwrap();
+        assert_eq!(sel.kind, DriverKind::Kubernetes);
+        assert!(sel.driver.is_none());
+        assert_eq!(
+            sel.unavailable_reason().as_deref(),
+            Some(format!("forced by --sandbox-driver: {OFF_CLUSTER_RUN}").as_str())
+        );
+        // The doctor, and a cloud host, get to the cluster checks (here: no kubeconfig).
+        let mut doctor = forced.clone();
+        doctor.off_cluster_kubernetes = true;
+        let mut cloud = env.clone();
+        cloud.insert("ITERION_MODE".into(), "cloud".into());
+        for (env, opts) in [(&env, &doctor), (&cloud, &forced)] {
+            let sel = rt().block_on(select(env, opts)).unwrap();
+            let why = sel.unavailable_reason().unwrap();
+            assert!(
+                !why.contains(OFF_CLUSTER_RUN) && why.contains("kubeconfig"),
+                "{why}"
+            );
+        }
+    }
+
+    #[test]
+    fn k8s_settings_convert_limits_to_quantities() {
+        let s = k8s_settings(&env(&[
+            ("ITERION_SANDBOX_MEMORY_LIMIT", "512m"),
+            ("ITERION_SANDBOX_CPUS", "1.5"),
+            ("ITERION_SANDBOX_K8S_POD_READY_TIMEOUT", "2s"),
+            ("ITERION_SANDBOX_WORKSPACE_COPY_TIMEOUT", "nonsense"),
+            ("ITERION_POD_IP", " 10.0.0.7 "),
+            ("ITERION_SANDBOX_PULL_POLICY", "Never"),
+        ]));
+        assert_eq!(s.memory.as_deref(), Some("536870912"));
+        assert_eq!(s.cpus.as_deref(), Some("1500m"));
+        assert_eq!(s.pod_ready_timeout, Duration::from_secs(2));
+        assert_eq!(s.workspace_copy_timeout, Duration::from_secs(900));
+        assert_eq!(s.pod_ip.as_deref(), Some("10.0.0.7"));
+        assert_eq!(s.pull_policy, "never");
     }
 
     #[test]
