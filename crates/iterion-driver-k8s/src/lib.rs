@@ -14,7 +14,7 @@
 //! ([`script`], §9), and the reading of the exec status channel and of a pod's readiness ([`status`], §9,
 //! §10).
 //!
-//! **Built, not yet selected:** the driver over those pieces ([`K8sDriver`], configured by [`K8sSettings`]):
+//! **The driver** over those pieces ([`K8sDriver`], configured by [`K8sSettings`]):
 //! prepare (refusals, overrides, the reachability and permission checks once per driver), start (the
 //! NetworkPolicy before the pod, the pod, a watch until `Ready`, the shell probe), exec over the WebSocket
 //! `v5.channel.k8s.io` protocol through the two-step script, `copy_in` / `copy_out` as `tar` over exec, status,
@@ -24,9 +24,9 @@
 //! A start also copies the runner's work dir into the pod (a streamed archive: sorted entries, links kept,
 //! the run store and a linked worktree's `.git` file left out), bounded by the workspace copy timeout.
 //!
-//! **Not built:** the git fixup of a linked worktree, the TLS trust files, the copy back with mirrored
-//! deletions (the runtime's side), and the selection by the host: until those exist the composition root
-//! reports the kubernetes driver unavailable with [`NOT_BUILT`].
+//! Its start report carries the listing of that copy ([`iterion_driver::WorkspaceCopy`]); the runtime does the
+//! git fixup of a linked worktree and the copy back with mirrored deletions, and `iterion-host` selects the
+//! driver on a cloud host.
 //!
 //! ```no_run
 //! use std::collections::BTreeMap;

@@ -10,12 +10,13 @@
 //! - [`Error`] with [`Error::failure_code`] and [`Error::is_deterministic`] (§3.6).
 //! - [`labels`] and [`owner`]: labels of managed resources and owner liveness (§8.1).
 //! - [`NoopDriver`]: host execution in its own process group, no isolation (§3.10).
-//! - [`run_post_create`] (§3.9) and [`safe_untar`] (§8.10), shared by every driver.
+//! - [`run_post_create`] (§3.9) and [`safe_untar`] (§8.10), shared by every driver; [`copyback`], the copy back
+//!   of a workspace that lived in a pod.
 //! - [`mount_safety`] (§10), [`spec_safety`] (§11), [`selection`] (§2), [`home`] (§8.5) and [`timeouts`]
 //!   (§13): pure rules over injected facts.
 //!
 //! Module order (each imports only modules before it): `kind` → `error` → `labels` → `types` → `timeouts`,
-//! `home`, `hardening`, `spec_safety`, `mount_safety`, `untar`, `owner`, `selection` → `exec` → `driver` →
+//! `home`, `hardening`, `spec_safety`, `mount_safety`, `untar`, `copyback`, `owner`, `selection` → `exec` → `driver` →
 //! `collect`, `post_create` → `noop`.
 //!
 //! ```

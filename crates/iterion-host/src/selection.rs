@@ -1,5 +1,5 @@
 //! Driver selection: the host kind, the preference order, forcing, and the only place that constructs
-//! concrete drivers (`DockerDriver`, `NoopDriver`).
+//! concrete drivers (`DockerDriver`, `K8sDriver`, `NoopDriver`).
 //!
 //! `select` pings every candidate of the host kind concurrently, each bounded by `ping_timeout`, and keeps the
 //! first available in preference order. `candidates_tried` records each candidate's outcome (the doctor
