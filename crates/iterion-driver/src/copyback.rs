@@ -58,6 +58,9 @@ pub struct MirrorOptions {
     pub protect: Vec<PathBuf>,
     /// Size cap of the regular files of the archive.
     pub cap: u64,
+    /// The name every entry is under (a `copy_out` archive holds the directory under its own name); `None`:
+    /// entries are relative to the destination. Entries outside it are refused.
+    pub prefix: Option<PathBuf>,
 }
 
 impl Default for MirrorOptions {
@@ -65,6 +68,7 @@ impl Default for MirrorOptions {
         MirrorOptions {
             protect: Vec::new(),
             cap: crate::DEFAULT_UNTAR_CAP,
+            prefix: None,
         }
     }
 }
@@ -179,10 +183,19 @@ pub fn mirror_back_sync(
             .map_err(|e| stopped(&report, format!("reading the archive failed: {e}")))?
             .into_owned();
         let shown = raw.display().to_string();
-        let Some(rel) = normal(&raw) else {
+        let Some(mut rel) = normal(&raw) else {
             report.skip(format!("'{shown}' leaves the workspace"));
             continue;
         };
+        if let Some(prefix) = &opts.prefix {
+            match rel.strip_prefix(prefix) {
+                Ok(inner) => rel = inner.to_path_buf(),
+                Err(_) => {
+                    report.skip(format!("'{shown}' is not under '{}'", prefix.display()));
+                    continue;
+                }
+            }
+        }
         if rel.as_os_str().is_empty() {
             continue; // the workspace itself (`.`)
         }
@@ -410,6 +423,7 @@ mod tests {
         MirrorOptions {
             protect: vec![p(".iterion")],
             cap: 1 << 20,
+            prefix: None,
         }
     }
 
@@ -538,6 +552,7 @@ mod tests {
         let o = MirrorOptions {
             protect: Vec::new(),
             cap: 1000,
+            prefix: None,
         };
         let e = mirror_back_sync(&tar[..], d.path(), &[p("keep")], &o).unwrap_err();
         assert!(e.to_string().contains("size cap"), "{e}");
@@ -573,5 +588,28 @@ mod tests {
         assert!(d.path().join("dir/unknown").exists());
         assert!(!d.path().join("dir/known").exists());
         assert_eq!(r.deleted, 1);
+    }
+
+    #[test]
+    fn a_copy_out_archive_is_read_under_its_directory_name() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("gone"), "g").unwrap();
+        let tar = archive(
+            &[
+                E::Dir("workspace/"),
+                E::File("workspace/a", b"a", 0o644),
+                E::File("elsewhere", b"e", 0o644),
+            ],
+            true,
+        );
+        let o = MirrorOptions {
+            prefix: Some(p("workspace")),
+            ..opts()
+        };
+        let r = mirror_back_sync(&tar[..], d.path(), &[p("gone")], &o).unwrap();
+        assert_eq!(std::fs::read_to_string(d.path().join("a")).unwrap(), "a");
+        assert!(!d.path().join("elsewhere").exists() && !d.path().join("workspace").exists());
+        assert!(!d.path().join("gone").exists());
+        assert_eq!((r.written, r.deleted, r.skipped), (1, 1, 1), "{r:?}");
     }
 }

@@ -157,6 +157,10 @@ pub(super) async fn copy_back(cb: &CopyBack) -> Result<MirrorReport, String> {
             cb.listing.clone(),
             MirrorOptions {
                 protect: cb.protect.clone(),
+                // `copy_out` archives the directory under its own name
+                prefix: std::path::Path::new(cb.run.workspace())
+                    .file_name()
+                    .map(PathBuf::from),
                 ..MirrorOptions::default()
             },
         )
