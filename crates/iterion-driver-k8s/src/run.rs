@@ -234,10 +234,11 @@ impl Run for K8sRun {
                 reason: format!("writing the exec script exited {code}: {}", tail(&stderr)),
             });
         }
-        // Step 2: run it.
+        // Step 2: run it. The exec API needs at least one stream: a caller that wants none still gets stdout
+        // attached, and its end is dropped below, so the bytes are discarded.
         let attach = Attach {
             stdin: req.stdin == Stdin::Piped,
-            stdout: req.stdout == Output::Piped,
+            stdout: req.stdout == Output::Piped || (req.stdin != Stdin::Piped && req.stderr != Output::Piped),
             stderr: req.stderr == Output::Piped,
         };
         let session = match wsexec::open(
@@ -272,7 +273,10 @@ impl Run for K8sRun {
         Ok(Exec::new(ExecParts {
             id: id.clone(),
             stdin: session.stdin.map(|s| Box::pin(s) as Writer),
-            stdout: session.stdout.map(|s| Box::pin(s) as Reader),
+            stdout: session
+                .stdout
+                .filter(|_| req.stdout == Output::Piped)
+                .map(|s| Box::pin(s) as Reader),
             stderr: session.stderr.map(|s| Box::pin(s) as Reader),
             wait,
             killer: Arc::new(Killer {
@@ -342,7 +346,10 @@ impl Run for K8sRun {
         if self.shared.gone.load(Ordering::SeqCst) {
             return Err(Error::gone());
         }
-        let argv: Vec<String> = ["tar", "-c", "-f", "-", "-C", src, "."]
+        // As every driver's copy_out: the archive holds `src` itself under its base name (`tree/…` for
+        // `/w/tree`), so that extracting it somewhere recreates the directory.
+        let (parent, base) = archive_root(src);
+        let argv: Vec<String> = ["tar", "-c", "-f", "-", "-C", parent.as_str(), base.as_str()]
             .map(String::from)
             .to_vec();
         let attach = Attach {
@@ -509,8 +516,42 @@ impl AsyncRead for CopyOut {
     }
 }
 
+/// `tar -C <parent> <base>` for `src`: `/w/tree` → (`/w`, `tree`); the root → (`/`, `.`).
+fn archive_root(src: &str) -> (String, String) {
+    let p = std::path::Path::new(src);
+    match (p.parent(), p.file_name()) {
+        (Some(parent), Some(base)) => {
+            let parent = parent.to_string_lossy();
+            let parent = if parent.is_empty() {
+                ".".into()
+            } else {
+                parent.into_owned()
+            };
+            (parent, base.to_string_lossy().into_owned())
+        }
+        _ => (src.to_string(), ".".to_string()),
+    }
+}
+
 /// The last 4 KiB of `bytes`, as text.
 fn tail(bytes: &[u8]) -> String {
     let start = bytes.len().saturating_sub(4096);
     String::from_utf8_lossy(&bytes[start..]).trim_end().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::archive_root;
+
+    #[test]
+    fn copy_out_archives_the_directory_under_its_name() {
+        let check = |src: &str, parent: &str, base: &str| {
+            assert_eq!(archive_root(src), (parent.to_string(), base.to_string()), "{src}")
+        };
+        check("/workspace", "/", "workspace");
+        check("/w/copy-1/tree", "/w/copy-1", "tree");
+        check("/w/tree/", "/w", "tree");
+        check("/", "/", ".");
+        check("rel", ".", "rel");
+    }
 }
