@@ -1,0 +1,174 @@
+//! The shared conformance suite (03 §14) against the kubernetes driver, end to end through the engine-backed
+//! fake API server (07 §14.1, §14.2): every pod the driver creates is a container of the local engine, every
+//! exec a `v5.channel.k8s.io` session run in it. Engine rules: skipped with a notice without an engine on a
+//! laptop, a failure under `CI`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use iterion_driver::{
+    Driver, ExecRequest, OutputLimits, PrepareRequest, Run, StartRequest, exec_collect, owner,
+};
+use iterion_driver_k8s::cluster::{ClusterAccess, DiscoveryInputs};
+use iterion_driver_k8s::{K8sDriver, K8sSettings};
+use iterion_test_support::conformance::{self, ConformanceCtx};
+use iterion_test_support::k8s_fake::EngineFake;
+
+/// The subset of 07 §14.2 (C10 is skipped by design: a pod's workspace is a copy).
+const SUBSET: &[&str] = &[
+    "C01", "C02", "C03", "C04", "C05", "C06", "C07", "C08", "C09", "C11", "C12", "C13", "C14", "C15", "C30",
+    "C32",
+];
+
+/// The pod user: numeric and non-root, as the driver requires.
+const USER: &str = "1000:1000";
+
+/// A kubernetes driver over the fake's kubeconfig (no credentials, plain `http://`).
+fn driver(fake: &EngineFake, dir: &Path) -> K8sDriver {
+    let kubeconfig = fake.write_kubeconfig(dir).expect("kubeconfig");
+    let env: BTreeMap<String, String> = [
+        ("KUBECONFIG".to_string(), kubeconfig.display().to_string()),
+        ("HOME".to_string(), dir.display().to_string()),
+    ]
+    .into_iter()
+    .collect();
+    let access = ClusterAccess::discover(&DiscoveryInputs::new(env));
+    assert!(access.error().is_none(), "kubeconfig: {:?}", access.error());
+    let mut s = K8sSettings::default();
+    s.pod_ready_timeout = Duration::from_secs(120);
+    s.poll_interval = Duration::from_millis(100);
+    K8sDriver::new(access, s)
+}
+
+fn sandbox(image: &str) -> iterion_spec::resolved::ResolvedSandbox {
+    let mut sb = conformance::sandbox_for(Some(image), Path::new("/workspace"));
+    sb.user = Some(USER.into());
+    sb.refresh_key();
+    sb
+}
+
+/// Every container the fake created is gone from the engine.
+fn assert_no_container_left(ids: &[String]) {
+    let socket = iterion_test_support::engine_socket().expect("socket");
+    for id in ids {
+        let r = iterion_test_support::docker_http::request(
+            &socket,
+            "GET",
+            &format!("/containers/{id}/json"),
+            None,
+            &[],
+            Duration::from_secs(10),
+        )
+        .expect("engine");
+        assert_eq!(r.status, 404, "container {id} of a pod is still there");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conformance_suite_against_kubernetes_through_the_engine_backed_fake() {
+    if !iterion_test_support::engine_required(
+        "conformance_suite_against_kubernetes_through_the_engine_backed_fake",
+    ) {
+        return;
+    }
+    let image = iterion_test_support::docker_image::ensure_test_image().expect("test image");
+    let fake = EngineFake::start("iterion-conformance")
+        .await
+        .expect("fake API server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let driver = Arc::new(driver(&fake, dir.path()));
+    let ws = tempfile::tempdir().expect("workspace");
+    let ws = std::fs::canonicalize(ws.path()).expect("canonical");
+    let mut ctx = ConformanceCtx::new(sandbox(&image), ws);
+    ctx.workspace_shared = false;
+    ctx.remove_behind_back = Some(fake.remove_hook());
+    let report = conformance::run_all(driver, ctx).await;
+    for c in &report.cases {
+        eprintln!("conformance {} {}: {:?}", c.id, c.name, c.outcome);
+    }
+    let unknown = fake.unknown_requests();
+    let created = fake.containers();
+    // The suite's drop guards clean up in the background: give the last cleanups a moment, then stop the fake,
+    // which removes whatever is left.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let errors = fake.shutdown().await;
+    report.assert_ok();
+    let passed = report.passed_ids();
+    let missing: Vec<&&str> = SUBSET.iter().filter(|id| !passed.contains(id)).collect();
+    assert!(
+        missing.is_empty(),
+        "cases of the subset that did not pass: {missing:?} ({report:?})"
+    );
+    assert!(
+        unknown.is_empty(),
+        "the driver sent requests the fake does not serve: {unknown:?}"
+    );
+    assert!(errors.is_empty(), "shutdown: {errors:?}");
+    assert!(!created.is_empty(), "no pod became a container");
+    assert_no_container_left(&created);
+}
+
+/// A start copies the host work dir into the pod; what the pod writes stays in the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_copies_the_workspace_in_and_the_pod_does_not_share_it() {
+    if !iterion_test_support::engine_required("a_start_copies_the_workspace_in_and_the_pod_does_not_share_it")
+    {
+        return;
+    }
+    let image = iterion_test_support::docker_image::ensure_test_image().expect("test image");
+    let fake = EngineFake::start("iterion-copy").await.expect("fake API server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let driver = driver(&fake, dir.path());
+    let ws = tempfile::tempdir().expect("workspace");
+    let ws = std::fs::canonicalize(ws.path()).expect("canonical");
+    std::fs::create_dir(ws.join("src")).expect("mkdir");
+    std::fs::write(ws.join("src/hello.txt"), "written on the host\n").expect("host file");
+    let prepared = driver
+        .prepare(PrepareRequest::new(sandbox(&image)))
+        .await
+        .expect("prepare");
+    let req = StartRequest::new(
+        conformance::unique_name(),
+        ws.clone(),
+        owner::current_owner(dir.path().join("store")),
+    );
+    let started = driver.start(prepared, None, req).await.expect("start");
+    let run: Arc<dyn Run> = Arc::from(started.run);
+    let sh = |script: &str| exec_collect(&*run, ExecRequest::shell(script), OutputLimits::default());
+    let read = sh("cat /workspace/src/hello.txt").await.expect("exec");
+    assert_eq!(
+        (read.status.code, read.stdout_text().as_str()),
+        (0, "written on the host\n"),
+        "stderr {}",
+        read.stderr_text()
+    );
+    let wrote = sh("echo made in the pod > /workspace/pod-only.txt && ls /workspace")
+        .await
+        .expect("exec");
+    assert_eq!(wrote.status.code, 0, "stderr {}", wrote.stderr_text());
+    assert!(
+        wrote.stdout_text().contains("pod-only.txt"),
+        "{}",
+        wrote.stdout_text()
+    );
+    assert!(
+        !ws.join("pod-only.txt").exists(),
+        "a file written in the pod appeared on the host"
+    );
+    // And the other way: a host file written after the start is not in the pod.
+    std::fs::write(ws.join("late.txt"), "late").expect("late file");
+    let late = sh("test -e /workspace/late.txt").await.expect("exec");
+    assert_eq!(
+        late.status.code, 1,
+        "a host file written after the start is visible in the pod"
+    );
+    let report = run.cleanup().await;
+    assert!(report.container_removed, "{report:?}");
+    let created = fake.containers();
+    assert_eq!(created.len(), 1, "one pod, one container: {created:?}");
+    let errors = fake.shutdown().await;
+    assert!(errors.is_empty(), "shutdown: {errors:?}");
+    assert_no_container_left(&created);
+}
