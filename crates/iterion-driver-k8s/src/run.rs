@@ -126,6 +126,18 @@ impl Shared {
 
     /// Runs a short driver-side command, bounded.
     async fn small(&self, argv: &[String], input: Option<&[u8]>, bound: Duration) -> Result<(i32, Vec<u8>)> {
+        self.small_out(argv, input, bound)
+            .await
+            .map(|(code, _, stderr)| (code, stderr))
+    }
+
+    /// [`Shared::small`] with its stdout: exit code, stdout, stderr.
+    async fn small_out(
+        &self,
+        argv: &[String],
+        input: Option<&[u8]>,
+        bound: Duration,
+    ) -> Result<(i32, Vec<u8>, Vec<u8>)> {
         let r = tokio::time::timeout(
             bound,
             wsexec::run_collect(&self.api.client, &self.api.namespace, &self.name, argv, input),
@@ -139,7 +151,7 @@ impl Shared {
             ),
         })?;
         match r {
-            Ok((status, _, stderr)) => Ok((self.verdict(Ok(status)).await?, stderr)),
+            Ok((status, stdout, stderr)) => Ok((self.verdict(Ok(status)).await?, stdout, stderr)),
             Err(e) => Err(self.session_error(e).await),
         }
     }
@@ -151,6 +163,35 @@ impl Shared {
         report
     }
 }
+
+/// SIGKILLs what steps left behind in the pod (`Run::kill_leftovers`): every process except PID 1 (the pod's
+/// pause process, or the container's init), the earliest-started other process (the container's own
+/// `sleep infinity`, which no exec can predate) and the script itself; in passes until a pass finds none (at
+/// most 10, so a process forked during a pass is caught by the next), zombies skipped. Prints how many signals
+/// were sent. Shell builtins only.
+const KILL_LEFTOVERS: &str = r#"main=; main_t=
+for d in /proc/[0-9]*; do
+  p=${d#/proc/}
+  [ "$p" = 1 ] || [ "$p" = "$$" ] && continue
+  s=; read -r s 2>/dev/null < "$d/stat" || continue
+  set -- ${s##*) }
+  t=${20}
+  if [ -z "$main" ] || [ "$t" -lt "$main_t" ]; then main=$p; main_t=$t; fi
+done
+n=0; i=0
+while [ "$i" -lt 10 ]; do
+  i=$((i+1)); found=0
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    case "$p" in 1|"$$"|"$main") continue ;; esac
+    s=; read -r s 2>/dev/null < "$d/stat" || continue
+    case "${s##*) }" in Z*|X*) continue ;; esac
+    kill -9 "$p" 2>/dev/null && found=$((found+1))
+  done
+  [ "$found" -eq 0 ] && break
+  n=$((n+found))
+done
+echo "$n""#;
 
 /// Sends a signal to the exec's recorded process group, then to its pid (03 §8.9).
 #[derive(Debug)]
@@ -286,6 +327,29 @@ impl Run for K8sRun {
             cancel: req.cancel.clone(),
             kill_grace: req.kill_grace,
         }))
+    }
+
+    async fn kill_leftovers(&self) -> Result<Option<u64>> {
+        if self.shared.gone.load(Ordering::SeqCst) {
+            return Err(Error::gone());
+        }
+        let argv: Vec<String> = vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            KILL_LEFTOVERS.into(),
+            "iterion-reap".into(),
+        ];
+        let (code, out, err) = self.shared.small_out(&argv, None, SMALL_EXEC_BOUND).await?;
+        if code != 0 {
+            return Err(Error::Engine {
+                status: None,
+                message: format!(
+                    "killing the processes left in the pod exited {code}: {}",
+                    tail(&err)
+                ),
+            });
+        }
+        Ok(Some(String::from_utf8_lossy(&out).trim().parse().unwrap_or(0)))
     }
 
     async fn copy_in(&self, dest_dir: &str, mut tar: TarSource) -> Result<()> {

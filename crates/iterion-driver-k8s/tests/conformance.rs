@@ -172,3 +172,65 @@ async fn a_start_copies_the_workspace_in_and_the_pod_does_not_share_it() {
     assert!(errors.is_empty(), "shutdown: {errors:?}");
     assert_no_container_left(&created);
 }
+
+/// `kill_leftovers` kills what a step left running in the pod, and nothing the pod itself needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_leftovers_kills_what_a_step_left_behind_and_keeps_the_pod() {
+    if !iterion_test_support::engine_required(
+        "kill_leftovers_kills_what_a_step_left_behind_and_keeps_the_pod",
+    ) {
+        return;
+    }
+    let image = iterion_test_support::docker_image::ensure_test_image().expect("test image");
+    let fake = EngineFake::start("iterion-leftovers")
+        .await
+        .expect("fake API server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let driver = driver(&fake, dir.path());
+    let ws = tempfile::tempdir().expect("workspace");
+    let ws = std::fs::canonicalize(ws.path()).expect("canonical");
+    let prepared = driver
+        .prepare(PrepareRequest::new(sandbox(&image)))
+        .await
+        .expect("prepare");
+    let req = StartRequest::new(
+        conformance::unique_name(),
+        ws,
+        owner::current_owner(dir.path().join("store")),
+    );
+    let run: Arc<dyn Run> = Arc::from(driver.start(prepared, None, req).await.expect("start").run);
+    let sh = |script: &str| exec_collect(&*run, ExecRequest::shell(script), OutputLimits::default());
+    let procs = "for f in /proc/[0-9]*/cmdline; do tr '\\000' ' ' < \"$f\" 2>/dev/null; echo; done";
+    // Nothing to kill in a fresh pod.
+    assert_eq!(run.kill_leftovers().await.expect("kill_leftovers"), Some(0));
+    let left = sh("sleep 7771 </dev/null >/dev/null 2>&1 & sleep 7772 </dev/null >/dev/null 2>&1 & exit 0")
+        .await
+        .expect("exec");
+    assert_eq!(left.status.code, 0, "{}", left.stderr_text());
+    let before = sh(procs).await.expect("exec").stdout_text();
+    assert!(
+        before.contains("sleep 7771") && before.contains("sleep 7772"),
+        "the step's processes are not running: {before}"
+    );
+    let killed = run.kill_leftovers().await.expect("kill_leftovers");
+    assert!(matches!(killed, Some(n) if n >= 2), "{killed:?}");
+    let after = sh(procs).await.expect("exec").stdout_text();
+    assert!(
+        !after.contains("sleep 7771") && !after.contains("sleep 7772"),
+        "a leftover survived: {after}"
+    );
+    assert!(
+        after.contains("sleep infinity"),
+        "the pod's own process was killed: {after}"
+    );
+    assert_eq!(sh("true").await.expect("exec after the kill").status.code, 0);
+    assert_eq!(
+        run.status().await.expect("status"),
+        iterion_driver::SandboxStatus::Running
+    );
+    run.cleanup().await;
+    let created = fake.containers();
+    let errors = fake.shutdown().await;
+    assert!(errors.is_empty(), "shutdown: {errors:?}");
+    assert_no_container_left(&created);
+}
