@@ -305,6 +305,8 @@ impl EngineFake {
         for r in runs {
             errors.extend(r.cleanup().await.errors);
         }
+        // Every container went with its sandbox's cleanup: nothing is left for the drop to remove.
+        self.shared.lock().containers.clear();
         errors
     }
 }
@@ -355,7 +357,6 @@ async fn serve(stream: TcpStream, shared: Arc<Shared>) {
                 }
             }
             Route::Watch { resource, ns } => {
-                record(&shared, &req, 200);
                 watch(&shared, &mut stream, resource, &ns, &req).await;
                 return;
             }
@@ -421,8 +422,8 @@ fn route(shared: &Shared, req: &Request) -> Route {
         };
     }
     let parts: Vec<&str> = req.path.trim_start_matches('/').split('/').collect();
-    let (resource, rest) = match parts.as_slice() {
-        ["api", "v1", "namespaces", ns, "pods", rest @ ..] => (("pods", *ns), rest),
+    let (kind, ns_s, rest): (&'static str, String, &[&str]) = match parts.as_slice() {
+        ["api", "v1", "namespaces", ns, "pods", rest @ ..] => ("pods", ns.to_string(), rest),
         [
             "apis",
             "networking.k8s.io",
@@ -431,11 +432,9 @@ fn route(shared: &Shared, req: &Request) -> Route {
             ns,
             "networkpolicies",
             rest @ ..,
-        ] => (("networkpolicies", *ns), rest),
+        ] => ("networkpolicies", ns.to_string(), rest),
         _ => return refuse(shared, req, 404),
     };
-    let ((kind, ns), ns_s) = (resource, resource.1.to_string());
-    let _ = ns;
     let watching = req.q1("watch").is_some_and(|w| w == "true" || w == "1");
     match (m, rest, kind) {
         ("GET", [], _) if watching => Route::Watch {
@@ -506,10 +505,12 @@ async fn watch<S: AsyncRead + AsyncWrite + Unpin>(
     let (labels, fields) = match (labels, fields) {
         (Ok(l), Ok(f)) => (l, f),
         (Err(e), _) | (_, Err(e)) => {
+            record(shared, req, 400);
             let _ = write_json(stream.get_mut(), 400, &status_body(400, "BadRequest", &e)).await;
             return;
         }
     };
+    record(shared, req, 200);
     let timeout = req
         .q1("timeoutSeconds")
         .and_then(|t| t.parse().ok())

@@ -5,7 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use iterion_driver::{AuxMount, AuxMountKind, Error as DError, PrepareRequest, Run, StartRequest, owner};
+use iterion_driver::{
+    AuxMount, AuxMountKind, Error as DError, PrepareRequest, PullPolicy, Run, StartRequest, owner,
+};
 use iterion_spec::values::{Mount, MountKind};
 use serde_json::{Value, json};
 
@@ -285,6 +287,7 @@ pub(crate) fn force_remove(id: &str) {
 /// A pod's container, planned from its spec: the sandbox of the docker driver and the host directories.
 struct Plan {
     sandbox: iterion_spec::resolved::ResolvedSandbox,
+    pull: PullPolicy,
     workspace_host: std::path::PathBuf,
     aux: Vec<AuxMount>,
     env: Vec<(String, String)>,
@@ -471,8 +474,15 @@ fn plan(pod: &Value, scratch: &Path) -> Result<Plan, NotCreated> {
     });
     sandbox.mounts = mounts;
     sandbox.refresh_key();
+    // The kubelet's pull policies, as the docker driver's.
+    let pull = match c["imagePullPolicy"].as_str() {
+        Some("Never") => PullPolicy::Never,
+        Some("Always") => PullPolicy::Always,
+        _ => PullPolicy::Missing,
+    };
     Ok(Plan {
         sandbox,
+        pull,
         workspace_host,
         aux,
         env,
@@ -486,6 +496,7 @@ fn plan(pod: &Value, scratch: &Path) -> Result<Plan, NotCreated> {
 fn not_created(e: &DError) -> NotCreated {
     let message = e.to_string();
     let reason = match e {
+        DError::ImageAbsent { .. } => "ErrImageNeverPull",
         DError::ImageNotFound { .. } => "ErrImagePull",
         DError::ImagePull { .. } | DError::ImageAuth { .. } => "ImagePullBackOff",
         DError::InvalidSpec { .. } | DError::UnsafeMount { .. } => "CreateContainerConfigError",
@@ -494,6 +505,9 @@ fn not_created(e: &DError) -> NotCreated {
     };
     let message = match e {
         DError::ImageNotFound { image } => format!("rpc error: image {image}: not found"),
+        DError::ImageAbsent { image } => {
+            format!("Container image \"{image}\" is not present with pull policy of Never")
+        }
         _ => message,
     };
     NotCreated { reason, message }
@@ -586,11 +600,9 @@ async fn realise(shared: Arc<Shared>, ns: String, name: String, pod: Value) {
 
 /// Prepares and starts the container through the docker driver.
 async fn start(shared: &Shared, ns: &str, name: &str, p: Plan) -> Result<Up, NotCreated> {
-    let prepared = shared
-        .driver
-        .prepare(PrepareRequest::new(p.sandbox.clone()))
-        .await
-        .map_err(|e| not_created(&e))?;
+    let mut prep = PrepareRequest::new(p.sandbox.clone());
+    prep.pull_policy = p.pull;
+    let prepared = shared.driver.prepare(prep).await.map_err(|e| not_created(&e))?;
     let store = shared.scratch.path().join("store");
     let _ = std::fs::create_dir_all(&store);
     let run_id = format!("k8sfake-{ns}-{name}-{}", &new_uid()[..8]);
