@@ -1,7 +1,8 @@
 //! The shared conformance suite (03 §14) against the kubernetes driver, end to end through the engine-backed
 //! fake API server (07 §14.1, §14.2): every pod the driver creates is a container of the local engine, every
-//! exec a `v5.channel.k8s.io` session run in it. Engine rules: skipped with a notice without an engine on a
-//! laptop, a failure under `CI`.
+//! exec a `v5.channel.k8s.io` session run in it; then the start's workspace copy, `kill_leftovers` and lifecycle
+//! cases of 07 §15.7 through the same fake. Engine rules: skipped with a notice without an engine on a laptop, a
+//! failure under `CI`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -27,6 +28,11 @@ const USER: &str = "1000:1000";
 
 /// A kubernetes driver over the fake's kubeconfig (no credentials, plain `http://`).
 fn driver(fake: &EngineFake, dir: &Path) -> K8sDriver {
+    driver_with(fake, dir, |_| {})
+}
+
+/// [`driver`] with settings adjusted by `f`.
+fn driver_with(fake: &EngineFake, dir: &Path, f: impl FnOnce(&mut K8sSettings)) -> K8sDriver {
     let kubeconfig = fake.write_kubeconfig(dir).expect("kubeconfig");
     let env: BTreeMap<String, String> = [
         ("KUBECONFIG".to_string(), kubeconfig.display().to_string()),
@@ -39,6 +45,7 @@ fn driver(fake: &EngineFake, dir: &Path) -> K8sDriver {
     let mut s = K8sSettings::default();
     s.pod_ready_timeout = Duration::from_secs(120);
     s.poll_interval = Duration::from_millis(100);
+    f(&mut s);
     K8sDriver::new(access, s)
 }
 
@@ -233,4 +240,132 @@ async fn kill_leftovers_kills_what_a_step_left_behind_and_keeps_the_pod() {
     let errors = fake.shutdown().await;
     assert!(errors.is_empty(), "shutdown: {errors:?}");
     assert_no_container_left(&created);
+}
+
+/// The requests of `fake` as `METHOD path` (queries left out).
+fn calls(fake: &EngineFake) -> Vec<String> {
+    fake.requests()
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect()
+}
+
+fn position(calls: &[String], call: &str) -> usize {
+    calls
+        .iter()
+        .position(|c| c == call)
+        .unwrap_or_else(|| panic!("no {call} in {calls:#?}"))
+}
+
+/// K1: an allowlist run creates its NetworkPolicy before the pod, and deletes it only once the pod is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k1_the_networkpolicy_comes_before_the_pod_and_goes_after_it() {
+    if !iterion_test_support::engine_required("k1_the_networkpolicy_comes_before_the_pod_and_goes_after_it") {
+        return;
+    }
+    let image = iterion_test_support::docker_image::ensure_test_image().expect("test image");
+    let fake = EngineFake::start("iterion-k1").await.expect("fake API server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let driver = driver_with(&fake, dir.path(), |s| s.pod_ip = Some("127.0.0.1".into()));
+    let ws = tempfile::tempdir().expect("workspace");
+    let prepared = driver
+        .prepare(PrepareRequest::new(sandbox(&image)))
+        .await
+        .expect("prepare");
+    let mut req = StartRequest::new(
+        conformance::unique_name(),
+        std::fs::canonicalize(ws.path()).expect("canonical"),
+        owner::current_owner(dir.path().join("store")),
+    );
+    req.proxy = Some(iterion_driver::ProxyEndpoint {
+        host: "127.0.0.1".into(),
+        port: 3128,
+    });
+    let started = driver.start(prepared, None, req).await.expect("start");
+    assert!(started.report.enforced_egress, "{:?}", started.report);
+    let run: Arc<dyn Run> = Arc::from(started.run);
+    let name = run.id().to_string();
+    let ok = exec_collect(&*run, ExecRequest::new(["true"]), OutputLimits::default())
+        .await
+        .expect("exec");
+    assert_eq!(ok.status.code, 0, "{}", ok.stderr_text());
+    let report = run.cleanup().await;
+    assert!(report.container_removed && report.errors.is_empty(), "{report:?}");
+    let calls = calls(&fake);
+    let policies = "/apis/networking.k8s.io/v1/namespaces/iterion-k1/networkpolicies";
+    let pods = "/api/v1/namespaces/iterion-k1/pods";
+    assert!(position(&calls, &format!("POST {policies}")) < position(&calls, &format!("POST {pods}")));
+    let pod_deleted = position(&calls, &format!("DELETE {pods}/{name}"));
+    let policy_deleted = position(&calls, &format!("DELETE {policies}/{name}"));
+    assert!(pod_deleted < policy_deleted, "{calls:#?}");
+    // The pod was seen gone (a 404) between the two deletions.
+    assert!(
+        fake.requests()[pod_deleted..policy_deleted]
+            .iter()
+            .any(|r| r.method == "GET" && r.path == format!("{pods}/{name}") && r.status == 404),
+        "{calls:#?}"
+    );
+    assert!(fake.pod_names("iterion-k1").is_empty());
+    assert!(
+        fake.unknown_requests().is_empty(),
+        "{:?}",
+        fake.unknown_requests()
+    );
+    let created = fake.containers();
+    let errors = fake.shutdown().await;
+    assert!(errors.is_empty(), "shutdown: {errors:?}");
+    assert_no_container_left(&created);
+}
+
+/// K4 on an engine: an image the node does not have, with pull policy `never`, fails the start at once as
+/// `SANDBOX_IMAGE_UNAVAILABLE` (not at the pod-ready bound), and the pod is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k4_an_absent_image_with_pull_policy_never_fails_fast_and_leaves_nothing() {
+    if !iterion_test_support::engine_required(
+        "k4_an_absent_image_with_pull_policy_never_fails_fast_and_leaves_nothing",
+    ) {
+        return;
+    }
+    let fake = EngineFake::start("iterion-k4").await.expect("fake API server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A bound the test would notice: the verdict must come from the waiting reason, not from the bound.
+    let driver = driver_with(&fake, dir.path(), |s| {
+        s.pull_policy = "never".into();
+        s.pod_ready_timeout = Duration::from_secs(600);
+    });
+    let ws = tempfile::tempdir().expect("workspace");
+    let absent = format!("iterion-test/{}:absent", conformance::unique_name());
+    let prepared = driver
+        .prepare(PrepareRequest::new(sandbox(&absent)))
+        .await
+        .expect("prepare");
+    let req = StartRequest::new(
+        conformance::unique_name(),
+        std::fs::canonicalize(ws.path()).expect("canonical"),
+        owner::current_owner(dir.path().join("store")),
+    );
+    let start = tokio::time::timeout(Duration::from_secs(120), driver.start(prepared, None, req))
+        .await
+        .expect("the start ended on the waiting reason, well before the pod-ready bound");
+    match start {
+        Err(e @ iterion_driver::Error::ImageAbsent { .. }) => {
+            assert_eq!(
+                e.failure_code(true),
+                Some(iterion_driver::FailureCode::ImageUnavailable),
+                "{e}"
+            );
+            assert!(e.to_string().contains(&absent), "{e}");
+        }
+        other => panic!("want ImageAbsent, got {:?}", other.map(|s| s.report)),
+    }
+    assert!(
+        fake.pod_names("iterion-k4").is_empty(),
+        "the failed pod was not deleted"
+    );
+    assert!(
+        fake.containers().is_empty(),
+        "a container was created for an absent image"
+    );
+    let errors = fake.shutdown().await;
+    assert!(errors.is_empty(), "shutdown: {errors:?}");
 }
