@@ -17,9 +17,14 @@
 //! [`EngineFake::unknown_requests`].
 //!
 //! Pod status follows a kubelet's: `Pending` at creation, then `Running` with `Ready=True` once the container
-//! answers, or a waiting container (`ErrImagePull` for a missing image, `CreateContainerConfigError` when
-//! `runAsNonRoot` meets a root or non-numeric image user, `CreateContainerError` otherwise). Watches send
-//! `ADDED` for the current objects, then `MODIFIED` and `DELETED` as they happen.
+//! answers, or a waiting container (`ErrImageNeverPull` for an absent image under `imagePullPolicy: Never`,
+//! `ErrImagePull` for one the engine cannot find, `CreateContainerConfigError` when `runAsNonRoot` meets a root
+//! or non-numeric image user or the spec uses what the fake does not serve — a volume other than `emptyDir`,
+//! `valueFrom`, several containers — `CreateContainerError` otherwise). Watches send `ADDED` for the current
+//! objects, then `MODIFIED` and `DELETED` as they happen.
+//!
+//! Not emulated: the container's `command` (the container runs the docker driver's own idle process, as a
+//! sandbox pod's `sleep infinity` would), resources and limits, scheduling, restarts, and the pod network.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
