@@ -289,8 +289,25 @@ async fn k1_the_networkpolicy_comes_before_the_pod_and_goes_after_it() {
         .await
         .expect("exec");
     assert_eq!(ok.status.code, 0, "{}", ok.stderr_text());
+    // The reaper's listing sees the pod and its NetworkPolicy, both owned by this live process.
+    let managed = driver.list_managed().await.expect("list_managed");
+    let mut kinds: Vec<String> = managed
+        .iter()
+        .filter(|m| m.name == name)
+        .map(|m| format!("{:?}", m.kind))
+        .collect();
+    kinds.sort();
+    assert_eq!(kinds, ["Container", "Network"], "{managed:?}");
+    for m in &managed {
+        assert_eq!(
+            driver.owner_liveness(m).await,
+            iterion_driver::Liveness::Alive,
+            "{m:?}"
+        );
+    }
     let report = run.cleanup().await;
     assert!(report.container_removed && report.errors.is_empty(), "{report:?}");
+    assert!(driver.list_managed().await.expect("list_managed").is_empty());
     let calls = calls(&fake);
     let policies = "/apis/networking.k8s.io/v1/namespaces/iterion-k1/networkpolicies";
     let pods = "/api/v1/namespaces/iterion-k1/pods";
