@@ -13,6 +13,11 @@ use serde_json::{Value, json};
 /// One request over a fresh connection (`Connection: close`): the status code and the body as JSON (or text
 /// in a JSON string).
 fn call(url: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    call_with(url, method, path, body, "")
+}
+
+/// [`call`] with extra header lines (each ending in `\r\n`).
+fn call_with(url: &str, method: &str, path: &str, body: Option<&Value>, headers: &str) -> (u16, Value) {
     let addr = url.trim_start_matches("http://");
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(30)))
@@ -20,7 +25,7 @@ fn call(url: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, Valu
     let body = body.map(Value::to_string).unwrap_or_default();
     let req = format!(
         "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\n\r\n{body}",
+         {headers}content-length: {}\r\n\r\n{body}",
         body.len()
     );
     s.write_all(req.as_bytes()).expect("send");
@@ -222,6 +227,27 @@ fn a_pod_becomes_a_running_container_and_goes_with_it() {
         None,
     );
     assert_eq!((code, v["items"].as_array().map(Vec::len)), (200, Some(1)));
+    let (code, log) = call(
+        &url,
+        "GET",
+        &format!("{pods}/p1/log?container=workload&tailLines=20"),
+        None,
+    );
+    assert_eq!((code, log), (200, json!("")), "sleep infinity writes nothing");
+    let (code, v) = call(&url, "GET", &format!("{pods}/p1/log?container=other"), None);
+    assert_eq!((code, v["reason"].as_str()), (400, Some("BadRequest")));
+    // An exec offering only the v4 subprotocol is refused before any upgrade: it could not close stdin.
+    let v4 = "upgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+              sec-websocket-protocol: v4.channel.k8s.io\r\n";
+    let exec = format!("{pods}/p1/exec?command=true&container=workload&stdout=true");
+    let (code, v) = call_with(&url, "GET", &exec, None, v4);
+    assert_eq!(code, 400, "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("v5.channel.k8s.io")),
+        "{v}"
+    );
     let (code, v) = call(
         &url,
         "DELETE",
