@@ -132,7 +132,8 @@ const CONFINED: &[(&str, &[&str])] = &[
     ("kube", &["iterion-driver-k8s"]),
     ("kube-client", &["iterion-driver-k8s"]),
     ("k8s-openapi", &["iterion-driver-k8s"]),
-    ("tokio-tungstenite", &["iterion-driver-k8s"]),
+    // the test-support crate: the engine-backed fake Kubernetes API server serves exec over WebSocket
+    ("tokio-tungstenite", &["iterion-driver-k8s", "iterion-test-support"]),
     ("anyhow", &["iterion-cli", "xtask", "iterion-test-support"]),
     // iterion-driver-docker: the streamed BuildKit build request, over the hyper bollard is built on
     ("hyper", &["iterion-netproxy", "iterion-driver-docker"]),

@@ -8,6 +8,10 @@
 //! - cleanup: `DELETE` pod and the poll that sees it gone.
 //!
 //! Median and 90th percentile of N iterations (`ITERS`, default 30; `EXECS` execs per iteration, default 10).
+//!
+//! Then, when a container engine answers, the same four figures through the engine-backed fake API server of
+//! `iterion-test-support`, where a pod is a real container of the local engine and every exec runs in it:
+//! what a cluster adds is then a kubelet's own latency, not iterion's (`ENGINE_ITERS` pods, default 10).
 
 #[path = "../tests/support/scripted.rs"]
 #[allow(dead_code)]
@@ -156,6 +160,73 @@ async fn main() {
     println!(
         "first prepare (version + 12 reviews): {:.2} ms",
         first_prepare.as_secs_f64() * 1000.0
+    );
+    println!("{:<20} {:>10} {:>10}", "", "median ms", "p90 ms");
+    for (name, v) in [
+        ("pod ready", ready),
+        ("first exec", first),
+        ("exec round trip", round),
+        ("cleanup", cleanup),
+    ] {
+        println!("{name:<20} {:>10.2} {:>10.2}", pct(v.clone(), 50), pct(v, 90));
+    }
+    match iterion_test_support::engine_answers() {
+        Ok(()) => engine_backed(env_usize("ENGINE_ITERS", 10), execs).await,
+        Err(why) => println!("\nno container engine answers ({why}): the engine-backed figures are skipped"),
+    }
+}
+
+/// Start, execs and cleanup of `iters` pods through the engine-backed fake.
+async fn engine_backed(iters: usize, execs: usize) {
+    use iterion_test_support::k8s_fake::EngineFake;
+    let image = iterion_test_support::docker_image::ensure_test_image().expect("test image");
+    let fake = EngineFake::start("bench").await.expect("engine-backed fake");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = fake.write_kubeconfig(dir.path()).expect("kubeconfig");
+    let env = [("KUBECONFIG".to_string(), kubeconfig.display().to_string())]
+        .into_iter()
+        .collect();
+    let mut settings = K8sSettings::default();
+    settings.poll_interval = Duration::from_millis(10);
+    let driver = K8sDriver::new(ClusterAccess::discover(&DiscoveryInputs::new(env)), settings);
+    let work = tempfile::tempdir().expect("work dir");
+    std::fs::write(work.path().join("README"), "bench").expect("work file");
+    let mut sb = sandbox();
+    sb.image = Some(image);
+    sb.refresh_key();
+    let prepared = driver.prepare(PrepareRequest::new(sb)).await.expect("prepare");
+    let (mut ready, mut first, mut round, mut cleanup) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for i in 0..iters {
+        let req = StartRequest::new(
+            format!("0190f5c2-7d1e-7abc-9def-e{i:011}"),
+            work.path(),
+            owner::current_owner(dir.path()),
+        );
+        let t = Instant::now();
+        let started = driver.start(prepared.clone(), None, req).await.expect("start");
+        ready.push(t.elapsed());
+        let run = started.run;
+        for n in 0..=execs {
+            let t = Instant::now();
+            let c = exec_collect(run.as_ref(), ExecRequest::new(["true"]), OutputLimits::default())
+                .await
+                .expect("exec");
+            assert_eq!(c.status.code, 0);
+            if n == 0 {
+                first.push(t.elapsed());
+            } else {
+                round.push(t.elapsed());
+            }
+        }
+        let t = Instant::now();
+        let report = run.cleanup().await;
+        assert!(report.container_removed, "{report:?}");
+        cleanup.push(t.elapsed());
+    }
+    let errors = fake.shutdown().await;
+    assert!(errors.is_empty(), "{errors:?}");
+    println!(
+        "\nkubernetes driver through the engine-backed fake API server ({iters} pods, {execs} execs each)"
     );
     println!("{:<20} {:>10} {:>10}", "", "median ms", "p90 ms");
     for (name, v) in [

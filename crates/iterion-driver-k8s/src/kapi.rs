@@ -324,6 +324,9 @@ fn verdict_error(r: Readiness, image: &str) -> Error {
         Readiness::ImageNotFound(_) => Error::ImageNotFound {
             image: image.to_string(),
         },
+        Readiness::ImageAbsent(_) => Error::ImageAbsent {
+            image: image.to_string(),
+        },
         Readiness::ImageAuth(_) => Error::ImageAuth {
             image: image.to_string(),
             registry: registry_of(image),

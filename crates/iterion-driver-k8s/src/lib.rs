@@ -23,6 +23,13 @@
 //!
 //! A start also copies the runner's work dir into the pod (a streamed archive: sorted entries, links kept,
 //! the run store and a linked worktree's `.git` file left out), bounded by the workspace copy timeout.
+//! Between two steps, [`K8sRun`]'s `kill_leftovers` kills what a step left running in the pod.
+//!
+//! **Tests:** `tests/driver.rs` checks every API call of the lifecycle, in order, against a scripted fake API
+//! server (`tests/support/scripted.rs`); `tests/conformance.rs` runs the driver conformance suite of
+//! `iterion-test-support` (C01–C09, C11–C15, C30, C32) end to end through its engine-backed fake API server,
+//! whose pods are containers of the local engine (an engine test: skipped without an engine, a failure under
+//! `CI`).
 //!
 //! Its start report carries the listing of that copy ([`iterion_driver::WorkspaceCopy`]); the runtime does the
 //! git fixup of a linked worktree and the copy back with mirrored deletions, and `iterion-host` selects the

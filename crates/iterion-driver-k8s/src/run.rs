@@ -126,6 +126,18 @@ impl Shared {
 
     /// Runs a short driver-side command, bounded.
     async fn small(&self, argv: &[String], input: Option<&[u8]>, bound: Duration) -> Result<(i32, Vec<u8>)> {
+        self.small_out(argv, input, bound)
+            .await
+            .map(|(code, _, stderr)| (code, stderr))
+    }
+
+    /// [`Shared::small`] with its stdout: exit code, stdout, stderr.
+    async fn small_out(
+        &self,
+        argv: &[String],
+        input: Option<&[u8]>,
+        bound: Duration,
+    ) -> Result<(i32, Vec<u8>, Vec<u8>)> {
         let r = tokio::time::timeout(
             bound,
             wsexec::run_collect(&self.api.client, &self.api.namespace, &self.name, argv, input),
@@ -139,7 +151,7 @@ impl Shared {
             ),
         })?;
         match r {
-            Ok((status, _, stderr)) => Ok((self.verdict(Ok(status)).await?, stderr)),
+            Ok((status, stdout, stderr)) => Ok((self.verdict(Ok(status)).await?, stdout, stderr)),
             Err(e) => Err(self.session_error(e).await),
         }
     }
@@ -151,6 +163,35 @@ impl Shared {
         report
     }
 }
+
+/// SIGKILLs what steps left behind in the pod (`Run::kill_leftovers`): every process except PID 1 (the pod's
+/// pause process, or the container's init), the earliest-started other process (the container's own
+/// `sleep infinity`, which no exec can predate) and the script itself; in passes until a pass finds none (at
+/// most 10, so a process forked during a pass is caught by the next), zombies skipped. Prints how many signals
+/// were sent. Shell builtins only.
+const KILL_LEFTOVERS: &str = r#"main=; main_t=
+for d in /proc/[0-9]*; do
+  p=${d#/proc/}
+  [ "$p" = 1 ] || [ "$p" = "$$" ] && continue
+  s=; read -r s 2>/dev/null < "$d/stat" || continue
+  set -- ${s##*) }
+  t=${20}
+  if [ -z "$main" ] || [ "$t" -lt "$main_t" ]; then main=$p; main_t=$t; fi
+done
+n=0; i=0
+while [ "$i" -lt 10 ]; do
+  i=$((i+1)); found=0
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    case "$p" in 1|"$$"|"$main") continue ;; esac
+    s=; read -r s 2>/dev/null < "$d/stat" || continue
+    case "${s##*) }" in Z*|X*) continue ;; esac
+    kill -9 "$p" 2>/dev/null && found=$((found+1))
+  done
+  [ "$found" -eq 0 ] && break
+  n=$((n+found))
+done
+echo "$n""#;
 
 /// Sends a signal to the exec's recorded process group, then to its pid (03 §8.9).
 #[derive(Debug)]
@@ -234,10 +275,11 @@ impl Run for K8sRun {
                 reason: format!("writing the exec script exited {code}: {}", tail(&stderr)),
             });
         }
-        // Step 2: run it.
+        // Step 2: run it. The exec API needs at least one stream: a caller that wants none still gets stdout
+        // attached, and its end is dropped below, so the bytes are discarded.
         let attach = Attach {
             stdin: req.stdin == Stdin::Piped,
-            stdout: req.stdout == Output::Piped,
+            stdout: req.stdout == Output::Piped || (req.stdin != Stdin::Piped && req.stderr != Output::Piped),
             stderr: req.stderr == Output::Piped,
         };
         let session = match wsexec::open(
@@ -272,7 +314,10 @@ impl Run for K8sRun {
         Ok(Exec::new(ExecParts {
             id: id.clone(),
             stdin: session.stdin.map(|s| Box::pin(s) as Writer),
-            stdout: session.stdout.map(|s| Box::pin(s) as Reader),
+            stdout: session
+                .stdout
+                .filter(|_| req.stdout == Output::Piped)
+                .map(|s| Box::pin(s) as Reader),
             stderr: session.stderr.map(|s| Box::pin(s) as Reader),
             wait,
             killer: Arc::new(Killer {
@@ -282,6 +327,29 @@ impl Run for K8sRun {
             cancel: req.cancel.clone(),
             kill_grace: req.kill_grace,
         }))
+    }
+
+    async fn kill_leftovers(&self) -> Result<Option<u64>> {
+        if self.shared.gone.load(Ordering::SeqCst) {
+            return Err(Error::gone());
+        }
+        let argv: Vec<String> = vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            KILL_LEFTOVERS.into(),
+            "iterion-reap".into(),
+        ];
+        let (code, out, err) = self.shared.small_out(&argv, None, SMALL_EXEC_BOUND).await?;
+        if code != 0 {
+            return Err(Error::Engine {
+                status: None,
+                message: format!(
+                    "killing the processes left in the pod exited {code}: {}",
+                    tail(&err)
+                ),
+            });
+        }
+        Ok(Some(String::from_utf8_lossy(&out).trim().parse().unwrap_or(0)))
     }
 
     async fn copy_in(&self, dest_dir: &str, mut tar: TarSource) -> Result<()> {
@@ -342,7 +410,10 @@ impl Run for K8sRun {
         if self.shared.gone.load(Ordering::SeqCst) {
             return Err(Error::gone());
         }
-        let argv: Vec<String> = ["tar", "-c", "-f", "-", "-C", src, "."]
+        // As every driver's copy_out: the archive holds `src` itself under its base name (`tree/…` for
+        // `/w/tree`), so that extracting it somewhere recreates the directory.
+        let (parent, base) = archive_root(src);
+        let argv: Vec<String> = ["tar", "-c", "-f", "-", "-C", parent.as_str(), base.as_str()]
             .map(String::from)
             .to_vec();
         let attach = Attach {
@@ -509,8 +580,42 @@ impl AsyncRead for CopyOut {
     }
 }
 
+/// `tar -C <parent> <base>` for `src`: `/w/tree` → (`/w`, `tree`); the root → (`/`, `.`).
+fn archive_root(src: &str) -> (String, String) {
+    let p = std::path::Path::new(src);
+    match (p.parent(), p.file_name()) {
+        (Some(parent), Some(base)) => {
+            let parent = parent.to_string_lossy();
+            let parent = if parent.is_empty() {
+                ".".into()
+            } else {
+                parent.into_owned()
+            };
+            (parent, base.to_string_lossy().into_owned())
+        }
+        _ => (src.to_string(), ".".to_string()),
+    }
+}
+
 /// The last 4 KiB of `bytes`, as text.
 fn tail(bytes: &[u8]) -> String {
     let start = bytes.len().saturating_sub(4096);
     String::from_utf8_lossy(&bytes[start..]).trim_end().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::archive_root;
+
+    #[test]
+    fn copy_out_archives_the_directory_under_its_name() {
+        let check = |src: &str, parent: &str, base: &str| {
+            assert_eq!(archive_root(src), (parent.to_string(), base.to_string()), "{src}")
+        };
+        check("/workspace", "/", "workspace");
+        check("/w/copy-1/tree", "/w/copy-1", "tree");
+        check("/w/tree/", "/w", "tree");
+        check("/", "/", ".");
+        check("rel", ".", "rel");
+    }
 }

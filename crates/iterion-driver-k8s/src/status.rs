@@ -57,6 +57,9 @@ pub enum Readiness {
     Waiting(String),
     /// Pull failed: the image does not exist (`SANDBOX_IMAGE_UNAVAILABLE`).
     ImageNotFound(String),
+    /// The image is not on the node and the pull policy is `Never` (`ErrImageNeverPull`,
+    /// `SANDBOX_IMAGE_UNAVAILABLE`).
+    ImageAbsent(String),
     /// Pull failed: not authorised (`SANDBOX_IMAGE_UNAVAILABLE`).
     ImageAuth(String),
     /// `ImagePullBackOff` for another reason: retried by the kubelet; fatal once it lasted 5 minutes.
@@ -98,6 +101,8 @@ fn container_verdict(cs: &ContainerStatus) -> Option<Readiness> {
             Some(Readiness::ImageAuth(text))
         }
         "ImagePullBackOff" | "ErrImagePull" => Some(Readiness::PullBackOff(text)),
+        // The kubelet never retries this one: waiting for it would only run into the pod-ready bound.
+        "ErrImageNeverPull" => Some(Readiness::ImageAbsent(text)),
         "CreateContainerConfigError"
             if lower_has(&message, &["runasnonroot", "non-numeric user", "non-root"]) =>
         {
@@ -200,6 +205,13 @@ mod tests {
                 "pull access denied, authentication required"
             )),
             Readiness::ImageAuth(_)
+        ));
+        assert!(matches!(
+            readiness(&waiting(
+                "ErrImageNeverPull",
+                "Container image \"x:1\" is not present with pull policy of Never"
+            )),
+            Readiness::ImageAbsent(_)
         ));
         assert!(matches!(
             readiness(&waiting("ImagePullBackOff", "i/o timeout")),

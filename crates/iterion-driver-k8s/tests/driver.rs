@@ -762,7 +762,7 @@ async fn copy_in_and_out_are_tar_over_exec() {
         "{err:?}"
     );
 
-    let tar = || Expect::new("GET", &exec_path()).command(&["tar", "-c", "-f", "-", "-C", "/workspace", "."]);
+    let tar = || Expect::new("GET", &exec_path()).command(&["tar", "-c", "-f", "-", "-C", "/", "workspace"]);
     fx.fake
         .expect(tar().exec(ExecBackend::exit(0).stdout("TARDATA")))
         .expect(

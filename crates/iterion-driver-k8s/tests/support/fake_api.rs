@@ -6,8 +6,9 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+use iterion_test_support::k8s_fake::wire::{self, status_body};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
@@ -230,14 +231,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(stream: S, script: &Script, lo
             }
         };
         log.lock().expect("log").requests.push(recorded);
-        let body = reply.to_string();
-        let head = format!(
-            "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            reason(status),
-            body.len()
-        );
-        let out = stream.get_mut();
-        if out.write_all(head.as_bytes()).await.is_err() || out.write_all(body.as_bytes()).await.is_err() {
+        if wire::write_json(stream.get_mut(), status, &reply).await.is_err() {
             return;
         }
     }
@@ -245,50 +239,14 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(stream: S, script: &Script, lo
 
 type Request = (String, String, Vec<(String, String)>, String);
 
-/// Reads one request (head plus a content-length or chunked body); `None` at end of stream.
+/// Reads one request (the wire plumbing shared with the engine-backed fake); `None` at end of stream.
 async fn read_request<S: AsyncRead + Unpin>(stream: &mut BufReader<S>) -> Option<Request> {
-    let mut line = String::new();
-    if stream.read_line(&mut line).await.ok()? == 0 {
-        return None;
-    }
-    let mut parts = line.split_whitespace();
-    let method = parts.next()?.to_string();
-    let target = parts.next()?.to_string();
-    let mut headers = Vec::new();
-    loop {
-        let mut h = String::new();
-        stream.read_line(&mut h).await.ok()?;
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        let (n, v) = h.split_once(':')?;
-        headers.push((n.trim().to_string(), v.trim().to_string()));
-    }
-    let get = |name: &str| {
-        headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.clone())
+    let w = wire::read_request(stream).await?;
+    let target = match w.raw_query.as_str() {
+        "" => w.path.clone(),
+        q => format!("{}?{q}", w.path),
     };
-    let mut body = Vec::new();
-    if let Some(len) = get("content-length") {
-        body.resize(len.parse().ok()?, 0);
-        stream.read_exact(&mut body).await.ok()?;
-    } else if get("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        loop {
-            let mut size = String::new();
-            stream.read_line(&mut size).await.ok()?;
-            let size = usize::from_str_radix(size.trim(), 16).ok()?;
-            let mut chunk = vec![0; size + 2];
-            stream.read_exact(&mut chunk).await.ok()?;
-            if size == 0 {
-                break;
-            }
-            body.extend_from_slice(&chunk[..size]);
-        }
-    }
-    Some((method, target, headers, String::from_utf8(body).ok()?))
+    Some((w.method, target, w.headers, String::from_utf8(w.body).ok()?))
 }
 
 /// The review key (`verb resource[/sub]`), its record (`… group namespace`) and the object to echo.
@@ -306,26 +264,4 @@ fn review(body: &str) -> Option<(String, String, Value)> {
     let key = format!("{} {resource}", field("verb"));
     let record = format!("{key} {} {}", field("group"), field("namespace"));
     Some((key, record, object))
-}
-
-fn status_body(code: u16, reason: &str, message: &str) -> Value {
-    json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    })
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        201 => "Created",
-        403 => "Forbidden",
-        404 => "Not Found",
-        _ => "Internal Server Error",
-    }
 }

@@ -11,13 +11,15 @@ use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
+
+use iterion_test_support::k8s_fake::wire;
+pub use iterion_test_support::k8s_fake::wire::status_body;
 
 /// The v5 exec subprotocol.
 pub const V5: &str = "v5.channel.k8s.io";
@@ -420,12 +422,10 @@ async fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
                 }
             }
             Reply::Text(code, text) => {
-                let head = format!(
-                    "HTTP/1.1 {code} {}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{text}",
-                    reason(code),
-                    text.len()
-                );
-                if stream.get_mut().write_all(head.as_bytes()).await.is_err() {
+                if wire::write_body(stream.get_mut(), code, "text/plain", text.as_bytes())
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -434,14 +434,10 @@ async fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
                 return;
             }
             Reply::Exec(backend) => {
-                let key = header(&headers, "sec-websocket-key").unwrap_or_default();
-                let head = format!(
-                    "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n\
-                     sec-websocket-accept: {}\r\nsec-websocket-protocol: {}\r\n\r\n",
-                    derive_accept_key(key.as_bytes()),
-                    backend.protocol
-                );
-                if stream.get_mut().write_all(head.as_bytes()).await.is_err() {
+                if wire::accept_upgrade(stream.get_mut(), &headers, backend.protocol)
+                    .await
+                    .is_err()
+                {
                     return;
                 }
                 let ws = WebSocketStream::from_raw_socket(stream, Role::Server, None).await;
@@ -542,126 +538,22 @@ async fn watch<S: AsyncWrite + AsyncRead + Unpin>(
     out.flush().await
 }
 
+/// Reads one request with the shared wire plumbing of the engine-backed fake.
+async fn read_request<S: AsyncRead + Unpin>(stream: &mut BufReader<S>) -> Option<(Req, wire::Request)> {
+    let w = wire::read_request(stream).await?;
+    let req = Req {
+        method: w.method.clone(),
+        path: w.path.clone(),
+        query: w.query.clone(),
+        body: String::from_utf8(w.body.clone()).ok()?,
+    };
+    Some((req, w))
+}
+
 async fn write_json<S: AsyncWrite + AsyncRead + Unpin>(
     stream: &mut BufReader<S>,
     code: u16,
     body: &Value,
 ) -> std::io::Result<()> {
-    let body = body.to_string();
-    let head = format!(
-        "HTTP/1.1 {code} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-        reason(code),
-        body.len()
-    );
-    let out = stream.get_mut();
-    out.write_all(format!("{head}{body}").as_bytes()).await?;
-    out.flush().await
-}
-
-fn header(headers: &[(String, String)], name: &str) -> Option<String> {
-    headers
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.clone())
-}
-
-async fn read_request<S: AsyncRead + Unpin>(
-    stream: &mut BufReader<S>,
-) -> Option<(Req, Vec<(String, String)>)> {
-    let mut line = String::new();
-    if stream.read_line(&mut line).await.ok()? == 0 {
-        return None;
-    }
-    let mut parts = line.split_whitespace();
-    let method = parts.next()?.to_string();
-    let target = parts.next()?.to_string();
-    let mut headers = Vec::new();
-    loop {
-        let mut h = String::new();
-        stream.read_line(&mut h).await.ok()?;
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        let (n, v) = h.split_once(':')?;
-        headers.push((n.trim().to_string(), v.trim().to_string()));
-    }
-    let mut body = Vec::new();
-    if let Some(len) = header(&headers, "content-length") {
-        body.resize(len.parse().ok()?, 0);
-        stream.read_exact(&mut body).await.ok()?;
-    } else if header(&headers, "transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        loop {
-            let mut size = String::new();
-            stream.read_line(&mut size).await.ok()?;
-            let size = usize::from_str_radix(size.trim(), 16).ok()?;
-            let mut chunk = vec![0; size + 2];
-            stream.read_exact(&mut chunk).await.ok()?;
-            if size == 0 {
-                break;
-            }
-            body.extend_from_slice(&chunk[..size]);
-        }
-    }
-    let (path, query) = match target.split_once('?') {
-        Some((p, q)) => (p.to_string(), decode_query(q)),
-        None => (target.clone(), Vec::new()),
-    };
-    let req = Req {
-        method,
-        path,
-        query,
-        body: String::from_utf8(body).ok()?,
-    };
-    Some((req, headers))
-}
-
-fn decode_query(q: &str) -> Vec<(String, String)> {
-    q.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (decode(k), decode(v))
-        })
-        .collect()
-}
-
-fn decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("");
-                match u8::from_str_radix(hex, 16) {
-                    Ok(v) => {
-                        out.push(v);
-                        i += 2;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// A Kubernetes `Status` body.
-pub fn status_body(code: u16, reason: &str, message: &str) -> Value {
-    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-           "message": message, "reason": reason, "code": code})
-}
-
-fn reason(code: u16) -> &'static str {
-    match code {
-        200 => "OK",
-        201 => "Created",
-        404 => "Not Found",
-        409 => "Conflict",
-        _ => "Error",
-    }
+    wire::write_json(stream.get_mut(), code, body).await
 }

@@ -1,0 +1,388 @@
+//! The shared conformance suite (03 §14) against the kubernetes driver, end to end through the engine-backed
+//! fake API server (07 §14.1, §14.2): every pod the driver creates is a container of the local engine, every
+//! exec a `v5.channel.k8s.io` session run in it; then the start's workspace copy, `kill_leftovers` and lifecycle
+//! cases of 07 §15.7 through the same fake. Engine rules: skipped with a notice without an engine on a laptop, a
+//! failure under `CI`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use iterion_driver::{
+    Driver, ExecRequest, OutputLimits, PrepareRequest, Run, StartRequest, exec_collect, owner,
+};
+use iterion_driver_k8s::cluster::{ClusterAccess, DiscoveryInputs};
+use iterion_driver_k8s::{K8sDriver, K8sSettings};
+use iterion_test_support::conformance::{self, ConformanceCtx};
+use iterion_test_support::k8s_fake::EngineFake;
+
+/// The subset of 07 §14.2 (C10 is skipped by design: a pod's workspace is a copy).
+const SUBSET: &[&str] = &[
+    "C01", "C02", "C03", "C04", "C05", "C06", "C07", "C08", "C09", "C11", "C12", "C13", "C14", "C15", "C30",
+    "C32",
+];
+
+/// The pod user: numeric and non-root, as the driver requires.
+const USER: &str = "1000:1000";
+
+/// A kubernetes driver over the fake's kubeconfig (no credentials, plain `http://`).
+fn driver(fake: &EngineFake, dir: &Path) -> K8sDriver {
+    driver_with(fake, dir, |_| {})
+}
+
+/// [`driver`] with settings adjusted by `f`.
+fn driver_with(fake: &EngineFake, dir: &Path, f: impl FnOnce(&mut K8sSettings)) -> K8sDriver {
+    let kubeconfig = fake.write_kubeconfig(dir).expect("kubeconfig");
+    let env: BTreeMap<String, String> = [
+        ("KUBECONFIG".to_string(), kubeconfig.display().to_string()),
+        ("HOME".to_string(), dir.display().to_string()),
+    ]
+    .into_iter()
+    .collect();
+    let access = ClusterAccess::discover(&DiscoveryInputs::new(env));
+    assert!(access.error().is_none(), "kubeconfig: {:?}", access.error());
+    let mut s = K8sSettings::default();
+    s.pod_ready_timeout = Duration::from_secs(120);
+    s.poll_interval = Duration::from_millis(100);
+    f(&mut s);
+    K8sDriver::new(access, s)
+}
+
+fn sandbox(image: &str) -> iterion_spec::resolved::ResolvedSandbox {
+    let mut sb = conformance::sandbox_for(Some(image), Path::new("/workspace"));
+    sb.user = Some(USER.into());
+    sb.refresh_key();
+    sb
+}
+
+/// Every container the fake created is gone from the engine.
+fn assert_no_container_left(ids: &[String]) {
+    let socket = iterion_test_support::engine_socket().expect("socket");
+    for id in ids {
+        let r = iterion_test_support::docker_http::request(
+            &socket,
+            "GET",
+            &format!("/containers/{id}/json"),
+            None,
+            &[],
+            Duration::from_secs(10),
+        )
+        .expect("engine");
+        assert_eq!(r.status, 404, "container {id} of a pod is still there");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conformance_suite_against_kubernetes_through_the_engine_backed_fake() {
+    if !iterion_test_support::engine_required(
+        "conformance_suite_against_kubernetes_through_the_engine_backed_fake",
+    ) {
+        return;
+    }
+    let image = iterion_test_support::docker_image::ensure_test_image().expect("test image");
+    let fake = EngineFake::start("iterion-conformance")
+        .await
+        .expect("fake API server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let driver = Arc::new(driver(&fake, dir.path()));
+    let ws = tempfile::tempdir().expect("workspace");
+    let ws = std::fs::canonicalize(ws.path()).expect("canonical");
+    let mut ctx = ConformanceCtx::new(sandbox(&image), ws);
+    ctx.workspace_shared = false;
+    ctx.remove_behind_back = Some(fake.remove_hook());
+    let report = conformance::run_all(driver, ctx).await;
+    for c in &report.cases {
+        eprintln!("conformance {} {}: {:?}", c.id, c.name, c.outcome);
+    }
+    let unknown = fake.unknown_requests();
+    let created = fake.containers();
+    // The suite's drop guards clean up in the background: give the last cleanups a moment, then stop the fake,
+    // which removes whatever is left.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let errors = fake.shutdown().await;
+    report.assert_ok();
+    let passed = report.passed_ids();
+    let missing: Vec<&&str> = SUBSET.iter().filter(|id| !passed.contains(id)).collect();
+    assert!(
+        missing.is_empty(),
+        "cases of the subset that did not pass: {missing:?} ({report:?})"
+    );
+    assert!(
+        unknown.is_empty(),
+        "the driver sent requests the fake does not serve: {unknown:?}"
+    );
+    assert!(errors.is_empty(), "shutdown: {errors:?}");
+    assert!(!created.is_empty(), "no pod became a container");
+    assert_no_container_left(&created);
+}
+
+/// A start copies the host work dir into the pod; what the pod writes stays in the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_copies_the_workspace_in_and_the_pod_does_not_share_it() {
+    if !iterion_test_support::engine_required("a_start_copies_the_workspace_in_and_the_pod_does_not_share_it")
+    {
+        return;
+    }
+    let image = iterion_test_support::docker_image::ensure_test_image().expect("test image");
+    let fake = EngineFake::start("iterion-copy").await.expect("fake API server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let driver = driver(&fake, dir.path());
+    let ws = tempfile::tempdir().expect("workspace");
+    let ws = std::fs::canonicalize(ws.path()).expect("canonical");
+    std::fs::create_dir(ws.join("src")).expect("mkdir");
+    std::fs::write(ws.join("src/hello.txt"), "written on the host\n").expect("host file");
+    let prepared = driver
+        .prepare(PrepareRequest::new(sandbox(&image)))
+        .await
+        .expect("prepare");
+    let req = StartRequest::new(
+        conformance::unique_name(),
+        ws.clone(),
+        owner::current_owner(dir.path().join("store")),
+    );
+    let started = driver.start(prepared, None, req).await.expect("start");
+    let run: Arc<dyn Run> = Arc::from(started.run);
+    let sh = |script: &str| exec_collect(&*run, ExecRequest::shell(script), OutputLimits::default());
+    let read = sh("cat /workspace/src/hello.txt").await.expect("exec");
+    assert_eq!(
+        (read.status.code, read.stdout_text().as_str()),
+        (0, "written on the host\n"),
+        "stderr {}",
+        read.stderr_text()
+    );
+    let wrote = sh("echo made in the pod > /workspace/pod-only.txt && ls /workspace")
+        .await
+        .expect("exec");
+    assert_eq!(wrote.status.code, 0, "stderr {}", wrote.stderr_text());
+    assert!(
+        wrote.stdout_text().contains("pod-only.txt"),
+        "{}",
+        wrote.stdout_text()
+    );
+    assert!(
+        !ws.join("pod-only.txt").exists(),
+        "a file written in the pod appeared on the host"
+    );
+    // And the other way: a host file written after the start is not in the pod.
+    std::fs::write(ws.join("late.txt"), "late").expect("late file");
+    let late = sh("test -e /workspace/late.txt").await.expect("exec");
+    assert_eq!(
+        late.status.code, 1,
+        "a host file written after the start is visible in the pod"
+    );
+    let report = run.cleanup().await;
+    assert!(report.container_removed, "{report:?}");
+    let created = fake.containers();
+    assert_eq!(created.len(), 1, "one pod, one container: {created:?}");
+    let errors = fake.shutdown().await;
+    assert!(errors.is_empty(), "shutdown: {errors:?}");
+    assert_no_container_left(&created);
+}
+
+/// `kill_leftovers` kills what a step left running in the pod, and nothing the pod itself needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_leftovers_kills_what_a_step_left_behind_and_keeps_the_pod() {
+    if !iterion_test_support::engine_required(
+        "kill_leftovers_kills_what_a_step_left_behind_and_keeps_the_pod",
+    ) {
+        return;
+    }
+    let image = iterion_test_support::docker_image::ensure_test_image().expect("test image");
+    let fake = EngineFake::start("iterion-leftovers")
+        .await
+        .expect("fake API server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let driver = driver(&fake, dir.path());
+    let ws = tempfile::tempdir().expect("workspace");
+    let ws = std::fs::canonicalize(ws.path()).expect("canonical");
+    let prepared = driver
+        .prepare(PrepareRequest::new(sandbox(&image)))
+        .await
+        .expect("prepare");
+    let req = StartRequest::new(
+        conformance::unique_name(),
+        ws,
+        owner::current_owner(dir.path().join("store")),
+    );
+    let run: Arc<dyn Run> = Arc::from(driver.start(prepared, None, req).await.expect("start").run);
+    let sh = |script: &str| exec_collect(&*run, ExecRequest::shell(script), OutputLimits::default());
+    let procs = "for f in /proc/[0-9]*/cmdline; do tr '\\000' ' ' < \"$f\" 2>/dev/null; echo; done";
+    // Nothing to kill in a fresh pod.
+    assert_eq!(run.kill_leftovers().await.expect("kill_leftovers"), Some(0));
+    let left = sh("sleep 7771 </dev/null >/dev/null 2>&1 & sleep 7772 </dev/null >/dev/null 2>&1 & exit 0")
+        .await
+        .expect("exec");
+    assert_eq!(left.status.code, 0, "{}", left.stderr_text());
+    let before = sh(procs).await.expect("exec").stdout_text();
+    assert!(
+        before.contains("sleep 7771") && before.contains("sleep 7772"),
+        "the step's processes are not running: {before}"
+    );
+    let killed = run.kill_leftovers().await.expect("kill_leftovers");
+    assert!(matches!(killed, Some(n) if n >= 2), "{killed:?}");
+    let after = sh(procs).await.expect("exec").stdout_text();
+    assert!(
+        !after.contains("sleep 7771") && !after.contains("sleep 7772"),
+        "a leftover survived: {after}"
+    );
+    assert!(
+        after.contains("sleep infinity"),
+        "the pod's own process was killed: {after}"
+    );
+    assert_eq!(sh("true").await.expect("exec after the kill").status.code, 0);
+    assert_eq!(
+        run.status().await.expect("status"),
+        iterion_driver::SandboxStatus::Running
+    );
+    run.cleanup().await;
+    let created = fake.containers();
+    let errors = fake.shutdown().await;
+    assert!(errors.is_empty(), "shutdown: {errors:?}");
+    assert_no_container_left(&created);
+}
+
+/// The requests of `fake` as `METHOD path` (queries left out).
+fn calls(fake: &EngineFake) -> Vec<String> {
+    fake.requests()
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect()
+}
+
+fn position(calls: &[String], call: &str) -> usize {
+    calls
+        .iter()
+        .position(|c| c == call)
+        .unwrap_or_else(|| panic!("no {call} in {calls:#?}"))
+}
+
+/// K1: an allowlist run creates its NetworkPolicy before the pod, and deletes it only once the pod is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k1_the_networkpolicy_comes_before_the_pod_and_goes_after_it() {
+    if !iterion_test_support::engine_required("k1_the_networkpolicy_comes_before_the_pod_and_goes_after_it") {
+        return;
+    }
+    let image = iterion_test_support::docker_image::ensure_test_image().expect("test image");
+    let fake = EngineFake::start("iterion-k1").await.expect("fake API server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let driver = driver_with(&fake, dir.path(), |s| s.pod_ip = Some("127.0.0.1".into()));
+    let ws = tempfile::tempdir().expect("workspace");
+    let prepared = driver
+        .prepare(PrepareRequest::new(sandbox(&image)))
+        .await
+        .expect("prepare");
+    let mut req = StartRequest::new(
+        conformance::unique_name(),
+        std::fs::canonicalize(ws.path()).expect("canonical"),
+        owner::current_owner(dir.path().join("store")),
+    );
+    req.proxy = Some(iterion_driver::ProxyEndpoint {
+        host: "127.0.0.1".into(),
+        port: 3128,
+    });
+    let started = driver.start(prepared, None, req).await.expect("start");
+    assert!(started.report.enforced_egress, "{:?}", started.report);
+    let run: Arc<dyn Run> = Arc::from(started.run);
+    let name = run.id().to_string();
+    let ok = exec_collect(&*run, ExecRequest::new(["true"]), OutputLimits::default())
+        .await
+        .expect("exec");
+    assert_eq!(ok.status.code, 0, "{}", ok.stderr_text());
+    // The reaper's listing sees the pod and its NetworkPolicy, both owned by this live process.
+    let managed = driver.list_managed().await.expect("list_managed");
+    let mut kinds: Vec<String> = managed
+        .iter()
+        .filter(|m| m.name == name)
+        .map(|m| format!("{:?}", m.kind))
+        .collect();
+    kinds.sort();
+    assert_eq!(kinds, ["Container", "Network"], "{managed:?}");
+    for m in &managed {
+        assert_eq!(
+            driver.owner_liveness(m).await,
+            iterion_driver::Liveness::Alive,
+            "{m:?}"
+        );
+    }
+    let report = run.cleanup().await;
+    assert!(report.container_removed && report.errors.is_empty(), "{report:?}");
+    assert!(driver.list_managed().await.expect("list_managed").is_empty());
+    let calls = calls(&fake);
+    let policies = "/apis/networking.k8s.io/v1/namespaces/iterion-k1/networkpolicies";
+    let pods = "/api/v1/namespaces/iterion-k1/pods";
+    assert!(position(&calls, &format!("POST {policies}")) < position(&calls, &format!("POST {pods}")));
+    let pod_deleted = position(&calls, &format!("DELETE {pods}/{name}"));
+    let policy_deleted = position(&calls, &format!("DELETE {policies}/{name}"));
+    assert!(pod_deleted < policy_deleted, "{calls:#?}");
+    // The pod was seen gone (a 404) between the two deletions.
+    assert!(
+        fake.requests()[pod_deleted..policy_deleted]
+            .iter()
+            .any(|r| r.method == "GET" && r.path == format!("{pods}/{name}") && r.status == 404),
+        "{calls:#?}"
+    );
+    assert!(fake.pod_names("iterion-k1").is_empty());
+    assert!(
+        fake.unknown_requests().is_empty(),
+        "{:?}",
+        fake.unknown_requests()
+    );
+    let created = fake.containers();
+    let errors = fake.shutdown().await;
+    assert!(errors.is_empty(), "shutdown: {errors:?}");
+    assert_no_container_left(&created);
+}
+
+/// K4 on an engine: an image the node does not have, with pull policy `never`, fails the start at once as
+/// `SANDBOX_IMAGE_UNAVAILABLE` (not at the pod-ready bound), and the pod is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k4_an_absent_image_with_pull_policy_never_fails_fast_and_leaves_nothing() {
+    if !iterion_test_support::engine_required(
+        "k4_an_absent_image_with_pull_policy_never_fails_fast_and_leaves_nothing",
+    ) {
+        return;
+    }
+    let fake = EngineFake::start("iterion-k4").await.expect("fake API server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A bound the test would notice: the verdict must come from the waiting reason, not from the bound.
+    let driver = driver_with(&fake, dir.path(), |s| {
+        s.pull_policy = "never".into();
+        s.pod_ready_timeout = Duration::from_secs(600);
+    });
+    let ws = tempfile::tempdir().expect("workspace");
+    let absent = format!("iterion-test/{}:absent", conformance::unique_name());
+    let prepared = driver
+        .prepare(PrepareRequest::new(sandbox(&absent)))
+        .await
+        .expect("prepare");
+    let req = StartRequest::new(
+        conformance::unique_name(),
+        std::fs::canonicalize(ws.path()).expect("canonical"),
+        owner::current_owner(dir.path().join("store")),
+    );
+    let start = tokio::time::timeout(Duration::from_secs(120), driver.start(prepared, None, req))
+        .await
+        .expect("the start ended on the waiting reason, well before the pod-ready bound");
+    match start {
+        Err(e @ iterion_driver::Error::ImageAbsent { .. }) => {
+            assert_eq!(
+                e.failure_code(true),
+                Some(iterion_driver::FailureCode::ImageUnavailable),
+                "{e}"
+            );
+            assert!(e.to_string().contains(&absent), "{e}");
+        }
+        other => panic!("want ImageAbsent, got {:?}", other.map(|s| s.report)),
+    }
+    assert!(
+        fake.pod_names("iterion-k4").is_empty(),
+        "the failed pod was not deleted"
+    );
+    assert!(
+        fake.containers().is_empty(),
+        "a container was created for an absent image"
+    );
+    let errors = fake.shutdown().await;
+    assert!(errors.is_empty(), "shutdown: {errors:?}");
+}
