@@ -80,10 +80,11 @@ impl Starter {
         let mut git = crate::exec::worktree::bundle_head_command(&self.work_dir, &self.cfg.env)
             .spawn()
             .map_err(|e| format!("git fixup skipped: cannot run git on the host: {e}"))?;
+        // One line: no exec argument may carry a newline (the kubernetes exec script refuses them).
         let script = format!(
-            "command -v git >/dev/null 2>&1 || {{ cat >/dev/null; exit {NO_GIT}; }}\n\
-             cat > {BUNDLE} && git init -q && git fetch -q ./{BUNDLE} HEAD && git reset -q FETCH_HEAD\n\
-             r=$?\nrm -f {BUNDLE}\nexit $r"
+            "command -v git >/dev/null 2>&1 || {{ cat >/dev/null; exit {NO_GIT}; }}; \
+             cat > {BUNDLE} && git init -q && git fetch -q ./{BUNDLE} HEAD && git reset -q FETCH_HEAD; \
+             r=$?; rm -f {BUNDLE}; exit $r"
         );
         let req = ExecRequest::shell(script)
             .workdir(run.workspace().to_owned())
