@@ -48,6 +48,8 @@ struct Cloud {
     cluster: Cluster,
     kubeconfig: PathBuf,
     image: String,
+    /// `ITERION_SANDBOX_PULL_POLICY` of the runs (`never` on the fake: no registry).
+    pull_policy: String,
 }
 
 impl Cloud {
@@ -68,7 +70,7 @@ impl Cloud {
             .env("ITERION_MODE", "cloud")
             .env("KUBECONFIG", &self.kubeconfig)
             .env("ITERION_SANDBOX_HOST_STATE", "none")
-            .env("ITERION_SANDBOX_PULL_POLICY", "never")
+            .env("ITERION_SANDBOX_PULL_POLICY", &self.pull_policy)
             .env_remove("KUBERNETES_SERVICE_HOST")
             .env_remove("ITERION_SANDBOX_DRIVER")
             .env_remove("ITERION_SANDBOX_DEFAULT")
@@ -124,6 +126,7 @@ fn clusters(rt: &tokio::runtime::Runtime, test: &str) -> Vec<Cloud> {
         cluster: Cluster::Fake(fake),
         kubeconfig,
         image: iterion_test_support::docker_image::TEST_IMAGE.to_string(),
+        pull_policy: "never".into(),
     });
     match std::env::var("ITERION_K8S_TEST_KUBECONFIG")
         .ok()
@@ -137,6 +140,10 @@ fn clusters(rt: &tokio::runtime::Runtime, test: &str) -> Vec<Cloud> {
                 .ok()
                 .filter(|v| !v.is_empty())
                 .unwrap_or_else(|| iterion_test_support::docker_image::TEST_IMAGE.to_string()),
+            pull_policy: std::env::var("ITERION_K8S_TEST_PULL_POLICY")
+                .ok()
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| "missing".into()),
         }),
         None if std::env::var("ITERION_REQUIRE_K8S").as_deref() == Ok("1") => {
             panic!("{test}: ITERION_REQUIRE_K8S=1 but ITERION_K8S_TEST_KUBECONFIG is not set")

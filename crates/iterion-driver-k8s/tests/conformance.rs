@@ -386,3 +386,77 @@ async fn k4_an_absent_image_with_pull_policy_never_fails_fast_and_leaves_nothing
     let errors = fake.shutdown().await;
     assert!(errors.is_empty(), "shutdown: {errors:?}");
 }
+
+/// The same subset against a real cluster when `ITERION_K8S_TEST_KUBECONFIG` names a kubeconfig (its current
+/// context; namespace `ITERION_K8S_TEST_NAMESPACE` or the context's). The image (`ITERION_K8S_TEST_IMAGE`,
+/// default the local test image) must be on the nodes or pullable under `ITERION_K8S_TEST_PULL_POLICY`
+/// (default `missing`, i.e. `IfNotPresent`). Skipped with a notice when unset; a failure when unset under
+/// `ITERION_REQUIRE_K8S=1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conformance_suite_against_a_real_cluster() {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let Some(kubeconfig) = var("ITERION_K8S_TEST_KUBECONFIG") else {
+        assert!(
+            var("ITERION_REQUIRE_K8S").as_deref() != Some("1"),
+            "ITERION_REQUIRE_K8S=1 but ITERION_K8S_TEST_KUBECONFIG is not set"
+        );
+        eprintln!(
+            "notice: conformance_suite_against_a_real_cluster skipped: ITERION_K8S_TEST_KUBECONFIG is not set"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig"),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .expect("kubeconfig");
+    let client = kube::Client::try_from(config).expect("client");
+    let env: BTreeMap<String, String> = [
+        ("KUBECONFIG".to_string(), kubeconfig),
+        ("HOME".to_string(), dir.path().display().to_string()),
+    ]
+    .into_iter()
+    .collect();
+    let access = ClusterAccess::discover(&DiscoveryInputs::new(env));
+    assert!(access.error().is_none(), "kubeconfig: {:?}", access.error());
+    let mut s = K8sSettings::default();
+    s.namespace = var("ITERION_K8S_TEST_NAMESPACE");
+    s.pull_policy = var("ITERION_K8S_TEST_PULL_POLICY").unwrap_or_else(|| "missing".into());
+    s.pod_ready_timeout = Duration::from_secs(300);
+    let namespace = s
+        .namespace
+        .clone()
+        .or_else(|| access.namespace().map(str::to_string))
+        .unwrap_or_else(|| "default".into());
+    let driver = Arc::new(K8sDriver::new(access, s));
+    let image = var("ITERION_K8S_TEST_IMAGE")
+        .unwrap_or_else(|| iterion_test_support::docker_image::TEST_IMAGE.to_string());
+    let ws = tempfile::tempdir().expect("workspace");
+    let ws = std::fs::canonicalize(ws.path()).expect("canonical");
+    let mut ctx = ConformanceCtx::new(sandbox(&image), ws);
+    ctx.workspace_shared = false;
+    ctx.case_deadline = Duration::from_secs(300);
+    // Behind the driver's back: delete the pod at once, as a node failure or an operator would.
+    ctx.remove_behind_back = Some(Arc::new(move |name: String| {
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(client.clone(), &namespace);
+        Box::pin(async move {
+            let _ = pods
+                .delete(&name, &kube::api::DeleteParams::default().grace_period(0))
+                .await;
+        })
+    }));
+    let report = conformance::run_all(driver, ctx).await;
+    for c in &report.cases {
+        eprintln!("conformance (real cluster) {} {}: {:?}", c.id, c.name, c.outcome);
+    }
+    report.assert_ok();
+    let passed = report.passed_ids();
+    let missing: Vec<&&str> = SUBSET.iter().filter(|id| !passed.contains(id)).collect();
+    assert!(
+        missing.is_empty(),
+        "cases of the subset that did not pass: {missing:?}"
+    );
+}
