@@ -373,6 +373,27 @@ impl K8sDriver {
         }
     }
 
+    /// The work dir, then the TLS trust files, into a started pod; what the runtime needs for the copy back.
+    async fn copy_in_all(&self, run: &K8sRun, req: &StartRequest, dest: &str) -> Result<WorkspaceCopy> {
+        let began = std::time::Instant::now();
+        let copied = self.copy_workspace(run, req, dest).await?;
+        self.copy_tls_files(run, req).await?;
+        Ok(WorkspaceCopy {
+            files: copied.files,
+            bytes: copied.bytes,
+            duration: began.elapsed(),
+            listing: Arc::new(copied.listing),
+            protect: req
+                .owner
+                .store_dir
+                .strip_prefix(&req.workspace_host_path)
+                .ok()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map(|p| vec![p.to_path_buf()])
+                .unwrap_or_default(),
+        })
+    }
+
     /// Copies the TLS trust files of the runtime's aux mounts into the pod's `tls` volume (07 §10 step 5): a
     /// pod has no host file system to bind them from.
     async fn copy_tls_files(&self, run: &K8sRun, req: &StartRequest) -> Result<()> {
@@ -641,19 +662,13 @@ impl iterion_driver::Driver for K8sDriver {
             sb.workspace_folder.clone(),
             sb.user.clone(),
         );
-        let copy_began = std::time::Instant::now();
-        let copied = match self.copy_workspace(&run, &req, &sb.workspace_folder).await {
-            Ok(stats) => stats,
+        let copied = match self.copy_in_all(&run, &req, &sb.workspace_folder).await {
+            Ok(copied) => copied,
             Err(e) => {
                 let _ = api.teardown(&name, policy.is_some()).await;
                 return Err(e);
             }
         };
-        if let Err(e) = self.copy_tls_files(&run, &req).await {
-            let _ = api.teardown(&name, policy.is_some()).await;
-            return Err(e);
-        }
-
         let mut report = StartReport::new(name.clone(), sb.workspace_folder.clone());
         report.name = name;
         report.image = ImageReport {
@@ -679,20 +694,7 @@ impl iterion_driver::Driver for K8sDriver {
             .filter(|m| m.kind != AuxMountKind::TlsBundle)
             .map(|m| m.container_path.clone())
             .collect();
-        report.workspace_copy = Some(WorkspaceCopy {
-            files: copied.files,
-            bytes: copied.bytes,
-            duration: copy_began.elapsed(),
-            listing: Arc::new(copied.listing),
-            protect: req
-                .owner
-                .store_dir
-                .strip_prefix(&req.workspace_host_path)
-                .ok()
-                .filter(|p| !p.as_os_str().is_empty())
-                .map(|p| vec![p.to_path_buf()])
-                .unwrap_or_default(),
-        });
+        report.workspace_copy = Some(copied);
         Ok(Started {
             run: Box::new(run),
             report,

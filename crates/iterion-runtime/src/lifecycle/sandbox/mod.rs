@@ -5,6 +5,7 @@
 mod convert;
 mod copy;
 mod failures;
+mod fixup;
 mod guard;
 mod network;
 mod nodes;
