@@ -171,6 +171,18 @@ impl Cloud {
     }
 }
 
+/// Runs `body` on the fake (and a real cluster when one is configured), under the engine rules.
+fn on_each_cluster(test: &str, body: fn(&tokio::runtime::Runtime, Cloud)) {
+    if !engine_required(test) {
+        return;
+    }
+    iterion_test_support::docker_image::ensure_test_image().unwrap();
+    let rt = rt();
+    for c in clusters(&rt, test) {
+        body(&rt, c);
+    }
+}
+
 fn of_type<'a>(events: &'a [Value], t: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["type"] == t).collect()
 }
@@ -188,17 +200,10 @@ workflow w:
 
 #[test]
 fn a_cloud_run_works_in_a_sibling_pod_and_gets_its_workspace_back() {
-    if !engine_required("a_cloud_run_works_in_a_sibling_pod_and_gets_its_workspace_back") {
-        return;
-    }
-    iterion_test_support::docker_image::ensure_test_image().unwrap();
-    let rt = rt();
-    for c in clusters(
-        &rt,
+    on_each_cluster(
         "a_cloud_run_works_in_a_sibling_pod_and_gets_its_workspace_back",
-    ) {
-        workspace_comes_back(&rt, c);
-    }
+        workspace_comes_back,
+    );
 }
 
 fn workspace_comes_back(rt: &tokio::runtime::Runtime, c: Cloud) {
@@ -267,17 +272,10 @@ workflow w:
 
 #[test]
 fn a_linked_worktree_never_takes_its_host_git_pointer_into_the_pod() {
-    if !engine_required("a_linked_worktree_never_takes_its_host_git_pointer_into_the_pod") {
-        return;
-    }
-    iterion_test_support::docker_image::ensure_test_image().unwrap();
-    let rt = rt();
-    for c in clusters(
-        &rt,
+    on_each_cluster(
         "a_linked_worktree_never_takes_its_host_git_pointer_into_the_pod",
-    ) {
-        worktree_pointer_stays(&rt, c);
-    }
+        worktree_pointer_stays,
+    );
 }
 
 fn worktree_pointer_stays(rt: &tokio::runtime::Runtime, c: Cloud) {

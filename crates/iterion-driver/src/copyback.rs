@@ -16,11 +16,12 @@
 
 use std::collections::HashSet;
 use std::io::{self, Read};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use tokio::io::AsyncRead;
 
-use crate::error::{CopyDirection, Error, Result};
+use crate::error::Result;
+use crate::untar::{confined, refuse};
 
 /// How many skipped entries a report names (the count is always complete).
 const SKIPPED_NAMED: usize = 20;
@@ -71,31 +72,6 @@ impl Default for MirrorOptions {
             prefix: None,
         }
     }
-}
-
-fn fail(reason: String) -> Error {
-    Error::Copy {
-        direction: CopyDirection::Out,
-        reason,
-    }
-}
-
-/// `p` relative, lexically normalised (`./a/b` → `a/b`), or `None` when it is absolute or leaves its root.
-fn normal(p: &Path) -> Option<PathBuf> {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::Normal(n) => out.push(n),
-            Component::CurDir => {}
-            Component::ParentDir => {
-                if !out.pop() {
-                    return None;
-                }
-            }
-            Component::RootDir | Component::Prefix(_) => return None,
-        }
-    }
-    Some(out)
 }
 
 fn has_git_component(p: &Path) -> bool {
@@ -168,7 +144,7 @@ pub fn mirror_back_sync(
     archive.set_unpack_xattrs(false);
     archive.set_overwrite(true);
     let stopped = |report: &MirrorReport, what: String| {
-        fail(format!(
+        refuse(format!(
             "{what}; {} entries were applied and no deletion was mirrored",
             report.written
         ))
@@ -183,7 +159,7 @@ pub fn mirror_back_sync(
             .map_err(|e| stopped(&report, format!("reading the archive failed: {e}")))?
             .into_owned();
         let shown = raw.display().to_string();
-        let Some(mut rel) = normal(&raw) else {
+        let Some(mut rel) = confined(&raw) else {
             report.skip(format!("'{shown}' leaves the workspace"));
             continue;
         };
@@ -250,7 +226,7 @@ pub fn mirror_back_sync(
                 let resolved = if target.is_absolute() {
                     None
                 } else {
-                    normal(&base.join(&target))
+                    confined(&base.join(&target))
                 };
                 let Some(resolved) = resolved else {
                     report.skip(format!(
@@ -309,7 +285,7 @@ fn mirror_deletions(
 ) {
     let mut gone: Vec<&PathBuf> = before
         .iter()
-        .filter(|p| !seen.contains(*p) && !protected(p, opts) && normal(p).as_ref() == Some(*p))
+        .filter(|p| !seen.contains(*p) && !protected(p, opts) && confined(p).as_ref() == Some(*p))
         .collect();
     gone.sort_by(|a, b| b.components().count().cmp(&a.components().count()).then(b.cmp(a)));
     for rel in gone {
@@ -354,7 +330,7 @@ pub async fn mirror_back(
     let dest = dest.to_path_buf();
     let r = tokio::task::spawn_blocking(move || mirror_back_sync(reader, &dest, &before, &opts))
         .await
-        .map_err(|e| fail(format!("the copy back task failed: {e}")))?;
+        .map_err(|e| refuse(format!("the copy back task failed: {e}")))?;
     pumping.abort();
     r
 }

@@ -24,15 +24,16 @@ pub struct UntarReport {
     pub bytes: u64,
 }
 
-fn refuse(reason: String) -> Error {
+pub(crate) fn refuse(reason: String) -> Error {
     Error::Copy {
         direction: CopyDirection::Out,
         reason,
     }
 }
 
-/// Lexically normalises `p` (relative) and returns `None` when it leaves its root.
-fn confined(p: &Path) -> Option<PathBuf> {
+/// Lexically normalises `p` (relative; `./a/b` → `a/b`) and returns `None` when it is absolute or leaves its
+/// root.
+pub(crate) fn confined(p: &Path) -> Option<PathBuf> {
     let mut out = PathBuf::new();
     for c in p.components() {
         match c {
