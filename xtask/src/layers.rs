@@ -133,7 +133,10 @@ const CONFINED: &[(&str, &[&str])] = &[
     ("kube-client", &["iterion-driver-k8s"]),
     ("k8s-openapi", &["iterion-driver-k8s"]),
     // the test-support crate: the engine-backed fake Kubernetes API server serves exec over WebSocket
-    ("tokio-tungstenite", &["iterion-driver-k8s", "iterion-test-support"]),
+    (
+        "tokio-tungstenite",
+        &["iterion-driver-k8s", "iterion-test-support"],
+    ),
     ("anyhow", &["iterion-cli", "xtask", "iterion-test-support"]),
     // iterion-driver-docker: the streamed BuildKit build request, over the hyper bollard is built on
     ("hyper", &["iterion-netproxy", "iterion-driver-docker"]),

@@ -188,7 +188,7 @@ fn of_type<'a>(events: &'a [Value], t: &str) -> Vec<&'a Value> {
 }
 
 const FLOW: &str = r#"tool t:
-  command: `cat input.txt > seen.txt && echo new > modify.txt && rm delete.txt && mkdir -p made && echo m > made/f && ln -s /etc/passwd escape && echo '[core] hooksPath = /tmp/evil' >> .git/config && mkdir -p .iterion/planted && hostname > where.txt && echo '{}'`
+  command: `cat input.txt > seen.txt && echo new > modify.txt && rm delete.txt && mkdir -p made && echo m > made/f && ln -s /etc/passwd escape && echo '[core] hooksPath = /tmp/evil' >> .git/config && mkdir -p .iterion/planted && hostname > where.txt && { test -e .iterion-data && echo leaked > leak.txt; mkdir -p .iterion-data/bin && echo evil > .iterion-data/bin/planted; echo '{}'; }`
 
 workflow w:
   entry: t
@@ -215,7 +215,9 @@ fn workspace_comes_back(rt: &tokio::runtime::Runtime, c: Cloud) {
     git(&w, &["init", "-q"]);
     let git_config = std::fs::read_to_string(w.join(".git/config")).unwrap();
 
-    let out = c.run(&w, "flow.bot", &[]);
+    // iterion's data dir (run-record key, binaries) inside the workspace: it must never reach the pod.
+    let data = w.join(".iterion-data");
+    let out = c.run(&w, "flow.bot", &[("ITERION_HOME", data.to_str().unwrap())]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "stderr: {stderr}\nlog: {}", c.log());
 
@@ -249,6 +251,8 @@ fn workspace_comes_back(rt: &tokio::runtime::Runtime, c: Cloud) {
         git_config
     );
     assert!(!c.store().join("planted").exists());
+    assert!(data.is_dir() && !w.join("leak.txt").exists(), "the data dir reached the pod");
+    assert!(!data.join("bin/planted").exists());
     let stopped = of_type(&events, "sandbox_stopped");
     let errors = stopped[0]["data"]["errors"].to_string();
     assert!(

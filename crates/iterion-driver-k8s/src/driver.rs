@@ -344,13 +344,13 @@ impl K8sDriver {
     async fn copy_workspace(&self, run: &K8sRun, req: &StartRequest, dest: &str) -> Result<workspace::Stats> {
         let bound = self.inner.settings.workspace_copy_timeout;
         let src = req.workspace_host_path.clone();
-        let store = req.owner.store_dir.clone();
+        let hidden = hidden(req);
         let work = async move {
             let (reader, writer) = tokio::io::duplex(256 * 1024);
             let rt = tokio::runtime::Handle::current();
             let producer = tokio::task::spawn_blocking(move || {
                 let mut w = workspace::SyncWriter::new(writer, rt);
-                workspace::archive(&src, Some(&store), &mut w)
+                workspace::archive(&src, &hidden, &mut w)
             });
             let copied = run.copy_in(dest, Box::pin(reader)).await;
             let produced = producer.await.map_err(|e| Error::Copy {
@@ -383,14 +383,12 @@ impl K8sDriver {
             bytes: copied.bytes,
             duration: began.elapsed(),
             listing: Arc::new(copied.listing),
-            protect: req
-                .owner
-                .store_dir
-                .strip_prefix(&req.workspace_host_path)
-                .ok()
+            protect: hidden(req)
+                .iter()
+                .filter_map(|p| p.strip_prefix(&req.workspace_host_path).ok())
                 .filter(|p| !p.as_os_str().is_empty())
-                .map(|p| vec![p.to_path_buf()])
-                .unwrap_or_default(),
+                .map(std::path::Path::to_path_buf)
+                .collect(),
         })
     }
 
@@ -463,6 +461,16 @@ impl K8sDriver {
             }),
         }
     }
+}
+
+/// What never travels between the work dir and a pod: the run store and iterion's data dir (run records, the
+/// run-record key), when they lie inside the work dir.
+fn hidden(req: &StartRequest) -> Vec<std::path::PathBuf> {
+    [&req.owner.store_dir, &req.host_state.data_dir]
+        .into_iter()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
+        .collect()
 }
 
 fn refusal(field: &str, r: Refusal) -> Error {

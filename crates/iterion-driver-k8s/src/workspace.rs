@@ -1,7 +1,7 @@
 //! The archive of the runner's work dir that a start copies into the pod (07 §8.1): entries in sorted order;
 //! regular files, directories and symlinks (stored as links, never followed); hard links as regular files;
 //! sockets, FIFOs and devices skipped; permission bits and modification times kept; no owner names, uid and
-//! gid 0; the run store (when it lies inside the work dir) skipped; a `.git` directory included as is, a
+//! gid 0; the run store and the data dir (when they lie inside the work dir) skipped; a `.git` directory included as is, a
 //! `.git` file (a linked worktree) left out.
 
 use std::io::{self, Write};
@@ -19,14 +19,15 @@ pub(crate) struct Stats {
     pub listing: Vec<PathBuf>,
 }
 
-/// Writes the archive of `root` to `out`, leaving out `skip` (the run store) when it lies inside `root`.
-pub(crate) fn archive(root: &Path, skip: Option<&Path>, out: impl Write) -> io::Result<Stats> {
+/// Writes the archive of `root` to `out`, leaving out each of `skip` (the run store, the data dir) that lies
+/// inside `root`.
+pub(crate) fn archive(root: &Path, skip: &[PathBuf], out: impl Write) -> io::Result<Stats> {
     let mut b = tar::Builder::new(out);
     b.follow_symlinks(false);
-    let skip = skip.and_then(|s| s.canonicalize().ok());
+    let skip: Vec<PathBuf> = skip.iter().filter_map(|s| s.canonicalize().ok()).collect();
     let root_real = root.canonicalize()?;
     let mut stats = Stats::default();
-    walk(&mut b, &root_real, Path::new(""), skip.as_deref(), &mut stats)?;
+    walk(&mut b, &root_real, Path::new(""), &skip, &mut stats)?;
     b.into_inner()?.flush()?;
     Ok(stats)
 }
@@ -46,7 +47,7 @@ fn walk<W: Write>(
     b: &mut tar::Builder<W>,
     root: &Path,
     rel: &Path,
-    skip: Option<&Path>,
+    skip: &[PathBuf],
     stats: &mut Stats,
 ) -> io::Result<()> {
     let dir = root.join(rel);
@@ -57,7 +58,7 @@ fn walk<W: Write>(
     for name in names {
         let path = dir.join(&name);
         let entry = rel.join(&name);
-        if skip.is_some_and(|s| s == path) {
+        if skip.contains(&path) {
             continue;
         }
         let meta = std::fs::symlink_metadata(&path)?;
@@ -134,7 +135,7 @@ mod tests {
         let _fifo = std::process::Command::new("mkfifo").arg(r.join("pipe")).status();
 
         let mut buf = Vec::new();
-        let stats = archive(r, Some(&r.join(".iterion")), &mut buf).unwrap();
+        let stats = archive(r, &[r.join(".iterion"), r.join("absent")], &mut buf).unwrap();
         assert_eq!((stats.files, stats.bytes), (2, 5 + 10));
         let listed: Vec<String> = stats.listing.iter().map(|p| p.display().to_string()).collect();
         assert_eq!(listed, ["a.txt", "b", "b/sub", "b/sub/x.sh", "link"]);
@@ -167,7 +168,7 @@ mod tests {
         std::fs::create_dir(d.path().join(".git")).unwrap();
         std::fs::write(d.path().join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
         let mut buf = Vec::new();
-        let stats = archive(d.path(), None, &mut buf).unwrap();
+        let stats = archive(d.path(), &[], &mut buf).unwrap();
         assert!(stats.listing.is_empty(), "{:?}", stats.listing);
         let mut a = tar::Archive::new(&buf[..]);
         let seen: Vec<String> = a
