@@ -50,7 +50,7 @@ fn lines(d: &DryRun) -> Vec<String> {
             format!("{} ({})", run_mode(plan.run_mode), plan.run_source),
         ));
         if let Some(r) = &plan.run {
-            scope(&mut l, r, d.env_denied.get("run"));
+            scope(&mut l, r, d.env_denied.get("run"), d.workspace_copied);
         }
         for f in &plan.floors {
             l.push(row(
@@ -114,7 +114,7 @@ fn image_of(s: &ResolvedSandbox) -> String {
 }
 
 /// The lines of one container scope: origin and image, host state, network with its rules, mounts, env.
-fn scope(l: &mut Vec<String>, s: &ResolvedSandbox, denied: Option<&Vec<String>>) {
+fn scope(l: &mut Vec<String>, s: &ResolvedSandbox, denied: Option<&Vec<String>>, copied: bool) {
     let origin = match &s.devcontainer {
         Some(dc) => format!("devcontainer {} · {}", dc.path, image_of(s)),
         None => format!("{} · {}", origin(s.origin), image_of(s)),
@@ -137,9 +137,14 @@ fn scope(l: &mut Vec<String>, s: &ResolvedSandbox, denied: Option<&Vec<String>>)
     for r in &n.rules {
         l.push(more(format!("rule {r}")));
     }
+    let how = if copied {
+        "copied in at start and back at the end"
+    } else {
+        "bind, read-write"
+    };
     l.push(row(
         "Mounts",
-        format!("workspace → {} (bind, read-write)", s.workspace_folder),
+        format!("workspace → {} ({how})", s.workspace_folder),
     ));
     for m in &s.mounts {
         l.push(more(m.to_string()));

@@ -251,7 +251,10 @@ fn workspace_comes_back(rt: &tokio::runtime::Runtime, c: Cloud) {
         git_config
     );
     assert!(!c.store().join("planted").exists());
-    assert!(data.is_dir() && !w.join("leak.txt").exists(), "the data dir reached the pod");
+    assert!(
+        data.is_dir() && !w.join("leak.txt").exists(),
+        "the data dir reached the pod"
+    );
     assert!(!data.join("bin/planted").exists());
     let stopped = of_type(&events, "sandbox_stopped");
     let errors = stopped[0]["data"]["errors"].to_string();

@@ -234,7 +234,7 @@ impl K8sDriver {
             }
             RbacOutcome::Unavailable(e) => return Err(unavailable(e.to_string())),
         }
-        let mut info = EngineInfo::new(KIND, "kubernetes");
+        let mut info = EngineInfo::new(KIND, version.to_string());
         info.api_version = version.to_string();
         info.endpoint = access.server().map(str::to_string);
         Ok(info)

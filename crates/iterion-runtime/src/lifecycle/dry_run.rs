@@ -50,6 +50,10 @@ pub struct DryRun {
     pub driver: String,
     /// Whether any node would run in a container.
     pub sandboxed: bool,
+    /// Whether the driver has no host file system, so the work dir would be copied into each sandbox at its
+    /// start and back at the end (kubernetes) instead of bind-mounted.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub workspace_copied: bool,
     /// Why active scopes would run on the host instead (no container runtime, a forced `noop`, an `auto`
     /// scope without a spec).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -139,6 +143,7 @@ pub fn dry_run(cfg: &Config, launch: &Launch) -> Result<DryRun> {
         worktree: !matches!(planned, Planned::InPlace),
         driver: "none".into(),
         sandboxed: false,
+        workspace_copied: false,
         skipped: None,
         plan: None,
         env_denied: BTreeMap::new(),
@@ -198,6 +203,7 @@ fn decide(
         DriverChoice::Container(d) => {
             out.driver = d.kind().as_str().to_owned();
             out.sandboxed = true;
+            out.workspace_copied = !d.capabilities().host_binds && d.capabilities().copy;
             if !d.capabilities().host_binds && !out.attachments.is_empty() {
                 return Err(attachments_unsupported());
             }
