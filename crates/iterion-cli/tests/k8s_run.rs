@@ -411,6 +411,10 @@ fn an_allowlist_run_confines_the_pod_to_the_runner_proxy() {
         of_type(&events, "sandbox_started")[0]["data"]["enforced_egress"],
         true
     );
+    // The proxy is advisory inside the pod; the NetworkPolicy is what enforces it, and both events agree.
+    let network = &of_type(&events, "sandbox_network_started")[0]["data"];
+    assert_eq!(network["placement"], "advisory");
+    assert_eq!(network["enforced"], true);
     // The NetworkPolicy exists before the pod and goes only after it.
     let Cluster::Fake(fake) = &c.cluster else {
         unreachable!()

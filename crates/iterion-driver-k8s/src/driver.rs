@@ -566,13 +566,16 @@ impl iterion_driver::Driver for K8sDriver {
                     .into(),
             });
         };
+        // The pod's NetworkPolicy admits only the proxy: enforced as far as the cluster's network plugin
+        // enforces NetworkPolicies (the doctor says when that cannot be verified).
         Ok(NetworkLease::new(
             KIND,
             EgressPlacement::Advisory,
             ProxyListen::Tcp(std::net::SocketAddr::new(*first, 0)),
             first.to_string(),
             0,
-        ))
+        )
+        .enforced_by_policy())
     }
 
     async fn start(

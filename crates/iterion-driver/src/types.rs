@@ -773,6 +773,9 @@ pub struct NetworkLease {
     pub container_proxy_port: u16,
     /// The relay binary mounted into the container (relay placement).
     pub relay_binary: Option<PathBuf>,
+    /// Whether the sandbox cannot reach anything but the proxy: the relay placement, or an advisory proxy
+    /// with an egress NetworkPolicy around the pod (kubernetes; as enforced as the cluster's network plugin).
+    pub enforced: bool,
     release: Mutex<Option<ReleaseHook>>,
     released: Mutex<Option<Vec<String>>>,
 }
@@ -793,9 +796,16 @@ impl NetworkLease {
             container_proxy_host: container_proxy_host.into(),
             container_proxy_port,
             relay_binary: None,
+            enforced: placement == EgressPlacement::Relay,
             release: Mutex::new(None),
             released: Mutex::new(None),
         }
+    }
+
+    /// Marks the lease enforced by something besides the placement (a NetworkPolicy around the pod).
+    pub fn enforced_by_policy(mut self) -> Self {
+        self.enforced = true;
+        self
     }
 
     /// Sets the relay binary.
@@ -868,6 +878,7 @@ impl fmt::Debug for NetworkLease {
             .field("container_proxy_host", &self.container_proxy_host)
             .field("container_proxy_port", &self.container_proxy_port)
             .field("relay_binary", &self.relay_binary)
+            .field("enforced", &self.enforced)
             .field("released", &self.is_released())
             .finish()
     }

@@ -106,7 +106,7 @@ impl Setup<'_> {
             rules: run_policy.rules.len() as u64,
             placement: net_placement,
             proxy: proxy_text,
-            enforced: placement == iterion_driver::EgressPlacement::Relay,
+            enforced: lease.enforced,
             node_overrides: overrides.to_vec(),
         });
         Ok(Net {
