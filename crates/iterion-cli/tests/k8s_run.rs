@@ -444,3 +444,45 @@ fn an_allowlist_run_confines_the_pod_to_the_runner_proxy() {
     );
     c.assert_nothing_left(&rt);
 }
+
+const NODE_POD_FLOW: &str = r#"tool first:
+  command: `id -u > first.txt; echo '{}'`
+
+tool second:
+  sandbox:
+    image: "iterion-test/busybox:latest"
+    user: "2000:2000"
+  command: `id -u > second.txt; echo '{}'`
+
+workflow w:
+  entry: first
+  sandbox:
+    image: "iterion-test/busybox:latest"
+    user: "1000:1000"
+  first -> second
+  second -> done
+"#;
+
+#[test]
+fn a_node_with_its_own_sandbox_gets_its_own_pod() {
+    on_each_cluster("a_node_with_its_own_sandbox_gets_its_own_pod", |rt, c| {
+        let w = c.work();
+        std::fs::write(w.join("flow.bot"), c.flow(NODE_POD_FLOW)).unwrap();
+        let out = c.run(&w, "flow.bot", &[]);
+        assert!(
+            out.status.success(),
+            "stderr: {}\nlog: {}",
+            String::from_utf8_lossy(&out.stderr),
+            c.log()
+        );
+        assert_eq!(std::fs::read_to_string(w.join("first.txt")).unwrap(), "1000\n");
+        assert_eq!(std::fs::read_to_string(w.join("second.txt")).unwrap(), "2000\n");
+        let events = c.events();
+        assert_eq!(
+            of_type(&events, "sandbox_workspace_copied").len(),
+            2,
+            "{events:#?}"
+        );
+        c.assert_nothing_left(rt);
+    });
+}

@@ -599,7 +599,12 @@ impl iterion_driver::Driver for K8sDriver {
         let sb = &prepared.sandbox;
         let image = sb.image.clone().unwrap_or_default();
         let owner = self.owner(&req);
-        let node_key = (req.component == Some(DriverComponent::Node)).then_some(req.sandbox_key.as_str());
+        // A node's own sandbox: asked for, or derived from its spec key (the runtime leaves `component` unset).
+        let is_node = match req.component {
+            Some(c) => c == DriverComponent::Node,
+            None => req.sandbox_key != "run",
+        };
+        let node_key = is_node.then_some(req.sandbox_key.as_str());
         let component = if node_key.is_some() {
             Component::Node
         } else {
