@@ -454,13 +454,17 @@ tool second:
     user: "2000:2000"
   command: `id -u > second.txt; echo '{}'`
 
+tool third:
+  command: `echo written by the run pod after the node pod > shared.txt; echo '{}'`
+
 workflow w:
   entry: first
   sandbox:
     image: "iterion-test/busybox:latest"
     user: "1000:1000"
   first -> second
-  second -> done
+  second -> third
+  third -> done
 "#;
 
 #[test]
@@ -468,6 +472,7 @@ fn a_node_with_its_own_sandbox_gets_its_own_pod() {
     on_each_cluster("a_node_with_its_own_sandbox_gets_its_own_pod", |rt, c| {
         let w = c.work();
         std::fs::write(w.join("flow.bot"), c.flow(NODE_POD_FLOW)).unwrap();
+        std::fs::write(w.join("shared.txt"), "from the host\n").unwrap();
         let out = c.run(&w, "flow.bot", &[]);
         assert!(
             out.status.success(),
@@ -477,6 +482,12 @@ fn a_node_with_its_own_sandbox_gets_its_own_pod() {
         );
         assert_eq!(std::fs::read_to_string(w.join("first.txt")).unwrap(), "1000\n");
         assert_eq!(std::fs::read_to_string(w.join("second.txt")).unwrap(), "2000\n");
+        // The node pod still holds the host's copy of shared.txt, unchanged: its copy back (after the run
+        // pod's) must not undo what the run pod wrote.
+        assert_eq!(
+            std::fs::read_to_string(w.join("shared.txt")).unwrap(),
+            "written by the run pod after the node pod\n"
+        );
         let events = c.events();
         assert_eq!(
             of_type(&events, "sandbox_workspace_copied").len(),

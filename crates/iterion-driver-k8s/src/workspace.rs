@@ -8,6 +8,9 @@ use std::io::{self, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use iterion_driver::CopiedEntry;
+use sha2::{Digest, Sha256};
+
 /// What went into an archive.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Stats {
@@ -15,8 +18,9 @@ pub(crate) struct Stats {
     pub files: u64,
     /// Bytes of regular files.
     pub bytes: u64,
-    /// Every entry outside `.git`, relative to the root: what a copy back may delete.
-    pub listing: Vec<PathBuf>,
+    /// Every entry outside `.git`, relative to the root, with the SHA-256 of each regular file as archived:
+    /// what a copy back may delete, and may leave alone when unchanged.
+    pub listing: Vec<CopiedEntry>,
 }
 
 /// Writes the archive of `root` to `out`, leaving out each of `skip` (the run store, the data dir) that lies
@@ -67,9 +71,9 @@ fn walk<W: Write>(
             // A linked worktree's `.git` file points at the host's repository: never copied.
             continue;
         }
-        let in_git = entry.components().any(|c| c.as_os_str() == ".git");
-        if !in_git && (ft.is_dir() || ft.is_symlink() || ft.is_file()) {
-            stats.listing.push(entry.clone());
+        let listed = !entry.components().any(|c| c.as_os_str() == ".git");
+        if listed && (ft.is_dir() || ft.is_symlink()) {
+            stats.listing.push(CopiedEntry::other(entry.clone()));
         }
         if ft.is_dir() {
             let mut h = header(&meta, tar::EntryType::Directory, 0);
@@ -81,14 +85,36 @@ fn walk<W: Write>(
             b.append_link(&mut h, &entry, &target)?;
         } else if ft.is_file() {
             let mut h = header(&meta, tar::EntryType::Regular, meta.len());
-            let file = std::fs::File::open(&path)?;
-            b.append_data(&mut h, &entry, file)?;
+            let mut file = Hashing {
+                inner: std::fs::File::open(&path)?,
+                hash: Sha256::new(),
+            };
+            b.append_data(&mut h, &entry, &mut file)?;
+            if listed {
+                stats
+                    .listing
+                    .push(CopiedEntry::file(entry.clone(), file.hash.finalize().into()));
+            }
             stats.files += 1;
             stats.bytes += meta.len();
         }
         // Sockets, FIFOs and devices are skipped.
     }
     Ok(())
+}
+
+/// A reader that hashes what it reads (the archive's copy of a file, so the digest is of what the pod gets).
+struct Hashing<R> {
+    inner: R,
+    hash: Sha256,
+}
+
+impl<R: io::Read> io::Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hash.update(&buf[..n]);
+        Ok(n)
+    }
 }
 
 /// A blocking writer into an async pipe, for the archive task (which runs on a blocking thread).
@@ -137,8 +163,15 @@ mod tests {
         let mut buf = Vec::new();
         let stats = archive(r, &[r.join(".iterion"), r.join("absent")], &mut buf).unwrap();
         assert_eq!((stats.files, stats.bytes), (2, 5 + 10));
-        let listed: Vec<String> = stats.listing.iter().map(|p| p.display().to_string()).collect();
+        let listed: Vec<String> = stats
+            .listing
+            .iter()
+            .map(|e| e.path.display().to_string())
+            .collect();
         assert_eq!(listed, ["a.txt", "b", "b/sub", "b/sub/x.sh", "link"]);
+        let hello: [u8; 32] = Sha256::digest(b"hello").into();
+        assert_eq!(stats.listing[0].digest, Some(hello));
+        assert_eq!(stats.listing[1].digest, None);
 
         let mut a = tar::Archive::new(&buf[..]);
         let mut seen = Vec::new();

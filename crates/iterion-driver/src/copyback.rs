@@ -12,15 +12,18 @@
 //! - creates a link whose target leaves the destination or enters a `.git` directory;
 //! - mirrors a deletion unless the whole archive was read: a truncated or refused stream keeps every host file.
 //!
-//! Entries refused one by one are skipped and listed in the report; the rest is applied.
+//! A regular file whose content is the one copied in (same SHA-256) is left alone: the sandbox did not change
+//! it, and another sandbox's copy back (or the host) may have since. Entries refused one by one are skipped and
+//! listed in the report; the rest is applied.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use tokio::io::AsyncRead;
 
 use crate::error::Result;
+use crate::types::CopiedEntry;
 use crate::untar::{confined, refuse};
 
 /// How many skipped entries a report names (the count is always complete).
@@ -35,6 +38,8 @@ pub struct MirrorReport {
     pub bytes: u64,
     /// Host paths deleted because the sandbox deleted them.
     pub deleted: u64,
+    /// Regular files left alone: their content is the one copied in.
+    pub unchanged: u64,
     /// Entries left out because they are protected (`.git`, the run store).
     pub protected: u64,
     /// Entries refused, in full.
@@ -132,9 +137,13 @@ fn clear(path: &Path) -> io::Result<()> {
 pub fn mirror_back_sync(
     reader: impl Read,
     dest: &Path,
-    before: &[PathBuf],
+    before: &[CopiedEntry],
     opts: &MirrorOptions,
 ) -> Result<MirrorReport> {
+    let copied_in: HashMap<&Path, [u8; 32]> = before
+        .iter()
+        .filter_map(|e| e.digest.map(|d| (e.path.as_path(), d)))
+        .collect();
     let mut report = MirrorReport::default();
     let mut seen: HashSet<PathBuf> = HashSet::new();
     let mut files: HashSet<PathBuf> = HashSet::new();
@@ -209,7 +218,15 @@ pub fn mirror_back_sync(
                 let mode = entry.header().mode().unwrap_or(0o755) & 0o777 | 0o700;
                 std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
             }),
-            T::Regular | T::Continuous => clear(&path).and_then(|()| entry.unpack(&path).map(|_| ())),
+            T::Regular | T::Continuous => match write_file(&mut entry, &path, copied_in.get(rel.as_path())) {
+                Ok(Written::Unchanged) => {
+                    report.unchanged += 1;
+                    files.insert(rel);
+                    continue;
+                }
+                Ok(Written::Replaced) => Ok(()),
+                Err(e) => Err(e),
+            },
             T::Symlink | T::Link => {
                 let target = match entry.link_name() {
                     Ok(Some(t)) => t.into_owned(),
@@ -275,16 +292,52 @@ pub fn mirror_back_sync(
     Ok(report)
 }
 
+/// What [`write_file`] did.
+enum Written {
+    /// The content is the one copied in: nothing was written.
+    Unchanged,
+    /// The file now has the archive's content.
+    Replaced,
+}
+
+/// Extracts a regular file next to `path` (a fresh name in the same, verified directory), then either drops it
+/// (its SHA-256 is `copied_in`) or moves it over whatever is at `path`.
+fn write_file<R: Read>(
+    entry: &mut tar::Entry<'_, R>,
+    path: &Path,
+    copied_in: Option<&[u8; 32]>,
+) -> io::Result<Written> {
+    use sha2::{Digest, Sha256};
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    // A name no archive entry can predict.
+    let tmp = path.with_file_name(format!(".{name}.iterion-copyback-{:016x}", rand::random::<u64>()));
+    entry.unpack(&tmp)?;
+    if let Some(want) = copied_in {
+        let mut h = Sha256::new();
+        io::copy(&mut std::fs::File::open(&tmp)?, &mut h)?;
+        if h.finalize().as_slice() == want {
+            std::fs::remove_file(&tmp)?;
+            return Ok(Written::Unchanged);
+        }
+    }
+    let moved = clear(path).and_then(|()| std::fs::rename(&tmp, path));
+    if moved.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    moved.map(|()| Written::Replaced)
+}
+
 /// Deletes the paths of `before` the archive did not hold, deepest first; a directory only when it is empty.
 fn mirror_deletions(
     dest: &Path,
-    before: &[PathBuf],
+    before: &[CopiedEntry],
     seen: &HashSet<PathBuf>,
     opts: &MirrorOptions,
     report: &mut MirrorReport,
 ) {
     let mut gone: Vec<&PathBuf> = before
         .iter()
+        .map(|e| &e.path)
         .filter(|p| !seen.contains(*p) && !protected(p, opts) && confined(p).as_ref() == Some(*p))
         .collect();
     gone.sort_by(|a, b| b.components().count().cmp(&a.components().count()).then(b.cmp(a)));
@@ -323,7 +376,7 @@ fn mirror_deletions(
 pub async fn mirror_back(
     stream: impl AsyncRead + Send + Unpin + 'static,
     dest: &Path,
-    before: std::sync::Arc<Vec<PathBuf>>,
+    before: std::sync::Arc<Vec<CopiedEntry>>,
     opts: MirrorOptions,
 ) -> Result<MirrorReport> {
     let (reader, pumping) = crate::untar::blocking_reader(stream);
@@ -395,6 +448,10 @@ mod tests {
         PathBuf::from(s)
     }
 
+    fn l(s: &str) -> CopiedEntry {
+        CopiedEntry::other(s)
+    }
+
     fn opts() -> MirrorOptions {
         MirrorOptions {
             protect: vec![p(".iterion")],
@@ -415,7 +472,7 @@ mod tests {
         std::fs::write(w.join(".git/config"), "[core]\n").unwrap();
         std::fs::create_dir(w.join(".iterion")).unwrap();
         std::fs::write(w.join(".iterion/run.json"), "{}").unwrap();
-        let before = [p("a"), p("b"), p("gone"), p("gone/deep"), p("gone/deep/f")];
+        let before = [l("a"), l("b"), l("gone"), l("gone/deep"), l("gone/deep/f")];
         let tar = archive(
             &[
                 E::Dir("./"),
@@ -461,7 +518,7 @@ mod tests {
         std::fs::write(w.join("real/f"), "f").unwrap();
         // A link the host already had (planted earlier) pointing outside.
         symlink(outside.path(), w.join("planted")).unwrap();
-        let before = [p("real"), p("real/f"), p("planted"), p("planted/victim")];
+        let before = [l("real"), l("real/f"), l("planted"), l("planted/victim")];
         let tar = archive(
             &[
                 E::Sym("esc", "../../etc"),
@@ -515,7 +572,7 @@ mod tests {
         std::fs::write(d.path().join("keep"), "k").unwrap();
         let mut tar = archive(&[E::File("a", &[b'x'; 2000], 0o644)], false);
         tar.truncate(1024);
-        let e = mirror_back_sync(&tar[..], d.path(), &[p("keep")], &opts()).unwrap_err();
+        let e = mirror_back_sync(&tar[..], d.path(), &[l("keep")], &opts()).unwrap_err();
         assert!(e.to_string().contains("no deletion was mirrored"), "{e}");
         assert!(d.path().join("keep").exists());
     }
@@ -530,7 +587,7 @@ mod tests {
             cap: 1000,
             prefix: None,
         };
-        let e = mirror_back_sync(&tar[..], d.path(), &[p("keep")], &o).unwrap_err();
+        let e = mirror_back_sync(&tar[..], d.path(), &[l("keep")], &o).unwrap_err();
         assert!(e.to_string().contains("size cap"), "{e}");
         assert!(d.path().join("keep").exists());
     }
@@ -547,7 +604,7 @@ mod tests {
             ],
             true,
         );
-        let r = mirror_back_sync(&tar[..], d.path(), &[p("x"), p("x/y")], &opts()).unwrap();
+        let r = mirror_back_sync(&tar[..], d.path(), &[l("x"), l("x/y")], &opts()).unwrap();
         assert_eq!(std::fs::read_to_string(d.path().join("g")).unwrap(), "data");
         assert_eq!(std::fs::read_to_string(d.path().join("x")).unwrap(), "now a file");
         assert_eq!((r.written, r.skipped), (3, 0), "{r:?}");
@@ -560,7 +617,7 @@ mod tests {
         std::fs::write(d.path().join("dir/known"), "k").unwrap();
         std::fs::write(d.path().join("dir/unknown"), "u").unwrap();
         let tar = archive(&[], true);
-        let r = mirror_back_sync(&tar[..], d.path(), &[p("dir"), p("dir/known")], &opts()).unwrap();
+        let r = mirror_back_sync(&tar[..], d.path(), &[l("dir"), l("dir/known")], &opts()).unwrap();
         assert!(d.path().join("dir/unknown").exists());
         assert!(!d.path().join("dir/known").exists());
         assert_eq!(r.deleted, 1);
@@ -582,10 +639,41 @@ mod tests {
             prefix: Some(p("workspace")),
             ..opts()
         };
-        let r = mirror_back_sync(&tar[..], d.path(), &[p("gone")], &o).unwrap();
+        let r = mirror_back_sync(&tar[..], d.path(), &[l("gone")], &o).unwrap();
         assert_eq!(std::fs::read_to_string(d.path().join("a")).unwrap(), "a");
         assert!(!d.path().join("elsewhere").exists() && !d.path().join("workspace").exists());
         assert!(!d.path().join("gone").exists());
         assert_eq!((r.written, r.deleted, r.skipped), (1, 1, 1), "{r:?}");
+    }
+
+    #[test]
+    fn a_file_the_sandbox_did_not_change_is_left_as_the_host_has_it_now() {
+        use sha2::{Digest, Sha256};
+        let d = tempfile::tempdir().unwrap();
+        // Copied in as "orig"; since then another sandbox's copy back (or the host) changed both files.
+        let orig: [u8; 32] = Sha256::digest(b"orig").into();
+        std::fs::write(d.path().join("same"), "newer on the host").unwrap();
+        std::fs::write(d.path().join("changed"), "newer on the host").unwrap();
+        let before = [
+            CopiedEntry::file("same", orig),
+            CopiedEntry::file("changed", orig),
+        ];
+        let tar = archive(
+            &[E::File("same", b"orig", 0o644), E::File("changed", b"pod", 0o644)],
+            true,
+        );
+        let r = mirror_back_sync(&tar[..], d.path(), &before, &opts()).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("same")).unwrap(),
+            "newer on the host"
+        );
+        assert_eq!(std::fs::read_to_string(d.path().join("changed")).unwrap(), "pod");
+        assert_eq!((r.unchanged, r.written, r.deleted), (1, 1, 0), "{r:?}");
+        let left: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(left.len(), 2, "no temporary file is left: {left:?}");
     }
 }

@@ -1022,6 +1022,33 @@ pub struct StartReport {
     pub workspace_copy: Option<WorkspaceCopy>,
 }
 
+/// One path of a workspace copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopiedEntry {
+    /// Relative to the work dir.
+    pub path: PathBuf,
+    /// SHA-256 of a regular file's content as copied in; `None` for directories and links.
+    pub digest: Option<[u8; 32]>,
+}
+
+impl CopiedEntry {
+    /// A directory or a link.
+    pub fn other(path: impl Into<PathBuf>) -> Self {
+        CopiedEntry {
+            path: path.into(),
+            digest: None,
+        }
+    }
+
+    /// A regular file with the SHA-256 of its content.
+    pub fn file(path: impl Into<PathBuf>, digest: [u8; 32]) -> Self {
+        CopiedEntry {
+            path: path.into(),
+            digest: Some(digest),
+        }
+    }
+}
+
 /// A copy of the work dir into the sandbox, which the runtime copies back at cleanup.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WorkspaceCopy {
@@ -1032,8 +1059,8 @@ pub struct WorkspaceCopy {
     /// Time taken (the archive, the transfer and the git fixup).
     pub duration: Duration,
     /// Every path copied, relative to the work dir, outside `.git` and the run store: what a copy back may
-    /// delete when the sandbox deleted it.
-    pub listing: Arc<Vec<PathBuf>>,
+    /// delete when the sandbox deleted it, and leaves alone when the sandbox did not change it.
+    pub listing: Arc<Vec<CopiedEntry>>,
     /// Paths relative to the work dir that a copy back never writes (the run store, when inside it).
     pub protect: Vec<PathBuf>,
 }

@@ -12,7 +12,7 @@ use iterion_driver::copyback::{MirrorOptions, MirrorReport, mirror_back};
 pub(super) struct CopyBack {
     pub(super) run: Arc<dyn Run>,
     pub(super) work_dir: PathBuf,
-    pub(super) listing: Arc<Vec<PathBuf>>,
+    pub(super) listing: Arc<Vec<iterion_driver::CopiedEntry>>,
     pub(super) protect: Vec<PathBuf>,
     pub(super) bound: Duration,
 }
@@ -55,7 +55,7 @@ pub(super) async fn copy_back(cb: &CopyBack) -> Result<MirrorReport, String> {
 pub(super) fn describe(id: &str, r: &MirrorReport) -> String {
     let short: String = id.chars().take(63).collect();
     format!(
-        "sandbox: workspace copied back from {short}: {} entries written ({} bytes), {} deleted, {} protected entries left out, {} refused",
-        r.written, r.bytes, r.deleted, r.protected, r.skipped
+        "sandbox: workspace copied back from {short}: {} entries written, {} files unchanged, {} deleted, {} protected entries left out, {} refused",
+        r.written, r.unchanged, r.deleted, r.protected, r.skipped
     )
 }
