@@ -227,51 +227,13 @@ pub fn mirror_back_sync(
                 Ok(Written::Replaced) => Ok(()),
                 Err(e) => Err(e),
             },
-            T::Symlink | T::Link => {
-                let target = match entry.link_name() {
-                    Ok(Some(t)) => t.into_owned(),
-                    _ => {
-                        report.skip(format!("link '{shown}' has no target"));
-                        continue;
-                    }
-                };
-                let base = if kind == T::Symlink {
-                    rel.parent().map(Path::to_path_buf).unwrap_or_default()
-                } else {
-                    PathBuf::new()
-                };
-                let resolved = if target.is_absolute() {
-                    None
-                } else {
-                    confined(&base.join(&target))
-                };
-                let Some(resolved) = resolved else {
-                    report.skip(format!(
-                        "link '{shown}' points to '{}' outside the workspace",
-                        target.display()
-                    ));
-                    continue;
-                };
-                if protected(&resolved, opts) {
-                    report.skip(format!(
-                        "link '{shown}' points into a protected path ('{}')",
-                        target.display()
-                    ));
+            T::Symlink | T::Link => match link(&entry, &rel, &path, dest, &files, opts) {
+                Ok(r) => r,
+                Err(why) => {
+                    report.skip(why);
                     continue;
                 }
-                if kind == T::Symlink {
-                    clear(&path).and_then(|()| std::os::unix::fs::symlink(&target, &path))
-                } else if files.contains(&resolved) {
-                    // A hard link to a file of this archive: a copy of it (never a link to a host file).
-                    clear(&path).and_then(|()| std::fs::copy(dest.join(&resolved), &path).map(|_| ()))
-                } else {
-                    report.skip(format!(
-                        "hard link '{shown}' names '{}', which the archive did not hold before it",
-                        target.display()
-                    ));
-                    continue;
-                }
-            }
+            },
             T::XGlobalHeader | T::XHeader | T::GNULongName | T::GNULongLink => continue,
             _ => {
                 report.skip(format!("'{shown}' is not a file, a directory or a link"));
@@ -290,6 +252,58 @@ pub fn mirror_back_sync(
     }
     mirror_deletions(dest, before, &seen, opts, &mut report);
     Ok(report)
+}
+
+/// Creates a link entry at `path` (`rel` in the workspace): a symbolic link whose target stays inside the
+/// workspace and out of protected paths, or a hard link to a file of this archive, written as a copy of it.
+/// `Err` is the reason the entry is refused.
+fn link<R: Read>(
+    entry: &tar::Entry<'_, R>,
+    rel: &Path,
+    path: &Path,
+    dest: &Path,
+    files: &HashSet<PathBuf>,
+    opts: &MirrorOptions,
+) -> std::result::Result<io::Result<()>, String> {
+    let symbolic = entry.header().entry_type() == tar::EntryType::Symlink;
+    let shown = rel.display();
+    let target = match entry.link_name() {
+        Ok(Some(t)) => t.into_owned(),
+        _ => return Err(format!("link '{shown}' has no target")),
+    };
+    let base = if symbolic {
+        rel.parent().map(Path::to_path_buf).unwrap_or_default()
+    } else {
+        PathBuf::new()
+    };
+    let resolved = if target.is_absolute() {
+        None
+    } else {
+        confined(&base.join(&target))
+    };
+    let Some(resolved) = resolved else {
+        return Err(format!(
+            "link '{shown}' points to '{}' outside the workspace",
+            target.display()
+        ));
+    };
+    if protected(&resolved, opts) {
+        return Err(format!(
+            "link '{shown}' points into a protected path ('{}')",
+            target.display()
+        ));
+    }
+    if symbolic {
+        Ok(clear(path).and_then(|()| std::os::unix::fs::symlink(&target, path)))
+    } else if files.contains(&resolved) {
+        // A hard link to a file of this archive: a copy of it (never a link to a host file).
+        Ok(clear(path).and_then(|()| std::fs::copy(dest.join(&resolved), path).map(|_| ())))
+    } else {
+        Err(format!(
+            "hard link '{shown}' names '{}', which the archive did not hold before it",
+            target.display()
+        ))
+    }
 }
 
 /// What [`write_file`] did.
