@@ -700,7 +700,7 @@ mod tests {
 
     #[test]
     fn the_skip_reason_names_the_real_cause() {
-        let k8s = "no container runtime: none of kubernetes answered (kubernetes: the kubernetes driver is not built in this version of iterion)";
+        let k8s = "no container runtime: none of kubernetes answered (kubernetes: the cluster did not answer within 5s)";
         assert_eq!(
             no_runtime(
                 &env(&[]),
