@@ -20,6 +20,9 @@
 //!   the last one's image (`cache: hit`); median of `BUILD_ITERS` (default 5) each, whole run and
 //!   `sandbox_build_finished.duration_ms`. The images it built are removed at the end.
 //!
+//! `BASELINE_BIN=PATH` adds another iterion binary (an earlier build) to the paired loop as a fourth subject,
+//! with its ratio to this build and its own phase medians: a before/after measured side by side.
+//!
 //! Shelling out to the docker CLI happens only here, as the comparison baseline.
 
 use iterion_test_support::docker_http::{Response, encode_component, request};
@@ -83,21 +86,22 @@ struct Run {
 }
 
 fn iterion_run(dir: &Path, home: &Path) -> Run {
-    iterion_run_with(dir, home, None)
+    iterion_run_with(BIN, dir, home, None)
 }
 
-/// [`iterion_run`], under `strace -f -c -o STRACE_OUT -e trace=fsync,fdatasync` when `strace_out` is given.
-fn iterion_run_with(dir: &Path, home: &Path, strace_out: Option<&Path>) -> Run {
+/// [`iterion_run`] of the binary `bin`, under `strace -f -c -o STRACE_OUT -e trace=fsync,fdatasync` when
+/// `strace_out` is given.
+fn iterion_run_with(bin: &str, dir: &Path, home: &Path, strace_out: Option<&Path>) -> Run {
     let store = dir.join(".iterion");
     let mut cmd = match strace_out {
         Some(o) => {
             let mut c = Command::new("strace");
             c.args(["-f", "-c", "-e", "trace=fsync,fdatasync", "-o"])
                 .arg(o)
-                .arg(BIN);
+                .arg(bin);
             c
         }
-        None => Command::new(BIN),
+        None => Command::new(bin),
     };
     let spawned = now();
     let t = Instant::now();
@@ -177,7 +181,7 @@ fn count_syncs(dir: &Path, home: &Path) -> Option<(Syncs, usize)> {
         .status()
         .ok()
         .filter(|s| s.success())?;
-    let run = iterion_run_with(dir, home, Some(&out));
+    let run = iterion_run_with(BIN, dir, home, Some(&out));
     let summary = std::fs::read_to_string(&out).ok()?;
     std::fs::remove_file(&out).ok();
     let calls = |name: &str| -> usize {
@@ -486,12 +490,25 @@ fn lifecycle(image: &str, n: usize) {
     };
     docker_run(image);
     floor_run(&engine, image, &floor_ws, &floor_store, syncs, usize::MAX);
+    // `BASELINE_BIN`: another iterion binary (an earlier build) as a fourth subject, for before/after
+    let baseline = std::env::var("BASELINE_BIN").ok().filter(|b| !b.is_empty());
+    if let Some(b) = &baseline {
+        iterion_run_with(b, dir.path(), home.path(), None);
+    }
+    let subjects = if baseline.is_some() { 4 } else { 3 };
     let (mut it, mut dk, mut fl, mut runs, mut floor_phases) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut base, mut base_runs) = (Vec::new(), Vec::new());
     for i in 0..n {
-        // the three subjects rotate, so that none always comes first or follows the same one
-        for k in 0..3 {
-            match (i + k) % 3 {
+        // the subjects rotate, so that none always comes first or follows the same one
+        for k in 0..subjects {
+            match (i + k) % subjects {
+                3 => {
+                    let b = baseline.as_deref().unwrap_or(BIN);
+                    let r = iterion_run_with(b, dir.path(), home.path(), None);
+                    base.push(r.wall);
+                    base_runs.push(r);
+                }
                 0 => {
                     let r = iterion_run(dir.path(), home.path());
                     it.push(r.wall);
@@ -545,11 +562,34 @@ fn lifecycle(image: &str, n: usize) {
         let v: Vec<f64> = floor_phases.iter().map(|p| ms(p[k])).collect();
         println!("| {name} | {:.1} |", median(v));
     }
-    println!("\n| phase (from the run's events) | median ms |");
-    println!("|---|---:|");
+    if let Some(b) = &baseline {
+        println!(
+            "\nbaseline `{b}`: {:.0} ms; (of the medians | median of the paired ratios) iterion / baseline \
+             {}, baseline / floor {}",
+            ms(median(base.clone())),
+            ratios(&it, &base),
+            ratios(&base, &fl)
+        );
+    }
+    let phase_header = if baseline.is_some() {
+        "| phase (from the run's events) | median ms | baseline median ms |\n|---|---:|---:|"
+    } else {
+        "| phase (from the run's events) | median ms |\n|---|---:|"
+    };
+    println!("\n{phase_header}");
+    let phase = |runs: &[Run], from: &str, to: &str| {
+        median(runs.iter().map(|r| ms(point(r, to) - point(r, from))).collect())
+    };
     for (name, from, to) in PHASES {
-        let v: Vec<f64> = runs.iter().map(|r| ms(point(r, to) - point(r, from))).collect();
-        println!("| {name} | {:.0} |", median(v));
+        if baseline.is_some() {
+            println!(
+                "| {name} | {:.0} | {:.0} |",
+                phase(&runs, from, to),
+                phase(&base_runs, from, to)
+            );
+        } else {
+            println!("| {name} | {:.0} |", phase(&runs, from, to));
+        }
     }
 }
 
