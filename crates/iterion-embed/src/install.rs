@@ -38,7 +38,7 @@ pub fn install_with_digest(bytes: &[u8], digest: &str, dir: &Path, stem: &str) -
     let short = &digest[..12];
     std::fs::create_dir_all(dir).map_err(io("create directory", dir))?;
     let dest = dir.join(format!("{stem}-{short}"));
-    if std::fs::read(&dest).is_ok_and(|existing| existing == bytes) {
+    if holds_exactly(&dest, bytes) {
         return Ok(dest);
     }
     let tmp = dir.join(format!(".{stem}-{short}.{}", std::process::id()));
@@ -54,6 +54,29 @@ pub fn install_with_digest(bytes: &[u8], digest: &str, dir: &Path, stem: &str) -
         return Err(Error::Mismatch { path: dest });
     }
     Ok(dest)
+}
+
+/// Whether the file at `path` holds exactly `bytes`, compared in 64 KiB chunks: as strict as reading it whole,
+/// without allocating (and faulting in) a copy of a many-megabyte program at every process start.
+fn holds_exactly(path: &Path, bytes: &[u8]) -> bool {
+    use std::io::Read as _;
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return false;
+    };
+    if f.metadata().map(|m| m.len()).ok() != u64::try_from(bytes.len()).ok() {
+        return false;
+    }
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let want = rest.len().min(buf.len());
+        if f.read_exact(&mut buf[..want]).is_err() || buf[..want] != rest[..want] {
+            return false;
+        }
+        rest = &rest[want..];
+    }
+    // nothing after the expected end (the file may have grown since its length was read)
+    matches!(f.read(&mut buf[..1]), Ok(0))
 }
 
 #[cfg(unix)]
@@ -95,6 +118,17 @@ mod tests {
         std::fs::write(&p, b"tampered").expect("tamper");
         let again = install(&bytes, &bin, "iterion-relay").expect("reinstall");
         assert_eq!(std::fs::read(&again).expect("read"), bytes);
+        // the same length with one byte changed, and the right bytes followed by more, are rewritten too
+        let mut flipped = bytes.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 1;
+        let mut longer = bytes.clone();
+        longer.push(0);
+        for wrong in [flipped, longer] {
+            std::fs::write(&p, &wrong).expect("tamper");
+            install(&bytes, &bin, "iterion-relay").expect("reinstall");
+            assert_eq!(std::fs::read(&p).expect("read"), bytes);
+        }
         assert_eq!(
             std::fs::read_dir(&bin).expect("list").count(),
             1,
@@ -104,6 +138,20 @@ mod tests {
             install(b"", &bin, "iterion-probe"),
             Err(Error::Empty { stem }) if stem == "iterion-probe"
         ));
+    }
+
+    #[test]
+    fn a_file_is_compared_across_chunks() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("f");
+        let bytes: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&p, &bytes).expect("write");
+        assert!(holds_exactly(&p, &bytes));
+        let mut other = bytes.clone();
+        other[150_000] ^= 1;
+        assert!(!holds_exactly(&p, &other));
+        assert!(!holds_exactly(&p, &bytes[..199_999]));
+        assert!(!holds_exactly(&dir.path().join("missing"), &bytes));
     }
 
     #[test]

@@ -97,18 +97,29 @@ impl Host {
                 None
             }
         };
-        let claw_runner = match claw_runner_path(&facts.data_dir, claw_runner_override(env)) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                warnings.push(e.to_string());
-                None
-            }
-        };
+        // Checking the installed claw runner reads and compares 8–14 MB: it runs on the blocking pool while
+        // the engines answer the selection's pings instead of before them.
+        let (data_dir, claw_override) = (facts.data_dir.clone(), claw_runner_override(env));
+        let claw_install = tokio::task::spawn_blocking(move || claw_runner_path(&data_dir, claw_override));
         let mut sel_opts = SelectOptions::new(opts.forced_driver.clone());
         sel_opts.ping_timeout = opts.ping_timeout;
         sel_opts.relay_binary = relay.clone();
         sel_opts.argv0 = opts.argv0.clone();
-        let selection = select(env, &sel_opts).await?;
+        let selection = select(env, &sel_opts).await;
+        let claw_runner = match claw_install.await {
+            Ok(Ok(p)) => Some(p),
+            Ok(Err(e)) => {
+                warnings.push(e.to_string());
+                None
+            }
+            Err(e) => {
+                warnings.push(format!(
+                    "claw runner unavailable: the install did not finish: {e}"
+                ));
+                None
+            }
+        };
+        let selection = selection?;
         warnings.extend(selection.warnings.iter().cloned());
         let base: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         Ok(Host {

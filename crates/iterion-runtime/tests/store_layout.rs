@@ -432,6 +432,27 @@ fn runs_are_listed_and_unknown_runs_reported() {
 }
 
 #[test]
+fn an_update_that_changes_nothing_does_not_rewrite_run_json() {
+    let tmp = tempfile::tempdir().unwrap();
+    let st = Store::create(tmp.path()).unwrap();
+    let mut run = create(&st, "same");
+    let path = run.dir().join("run.json");
+    let before = fs::read_to_string(&path).unwrap();
+    let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
+    let ino = inode(&path);
+    std::thread::sleep(Duration::from_millis(2));
+    run.update(|d| d.name = d.name.clone()).unwrap();
+    assert_eq!(fs::read_to_string(&path).unwrap(), before);
+    assert_eq!(inode(&path), ino, "no rename over run.json");
+    // a real change is written, with a new updated_at
+    run.update(|d| d.name = "renamed".into()).unwrap();
+    let after = raw_json(&run);
+    assert_eq!(after["name"], "renamed");
+    let old: serde_json::Value = serde_json::from_str(&before).unwrap();
+    assert_ne!(after["updated_at"], old["updated_at"]);
+}
+
+#[test]
 fn concurrent_appends_get_unique_contiguous_seqs() {
     let tmp = tempfile::tempdir().unwrap();
     let st = Store::create(tmp.path()).unwrap();

@@ -151,10 +151,14 @@ impl OpenRun {
     }
 
     /// Changes the document with `f`, stamps `updated_at` and writes it atomically. On error the in-memory
-    /// document is unchanged.
+    /// document is unchanged. A change that leaves the document as it was writes nothing (a rewrite costs two
+    /// fsyncs and would only move `updated_at`).
     pub fn update(&mut self, f: impl FnOnce(&mut RunDocument)) -> Result<()> {
         let mut next = self.document.clone();
         f(&mut next);
+        if next == self.document {
+            return Ok(());
+        }
         next.updated_at = now_timestamp();
         self.commit(next)
     }
