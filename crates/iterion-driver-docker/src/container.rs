@@ -63,7 +63,7 @@ fn state_of(
                 oom_killed: s.oom_killed,
             }))
         }
-        Err(e) if status_of(&e) == Some(404) => Ok(None),
+        Err(e) if status_of(&e) == Some(404) || reports_podman_vanished(&e) => Ok(None),
         Err(e) if reports_podman_stopped(&e) => Ok(Some(State {
             running: false,
             exit_code: None,
@@ -71,6 +71,16 @@ fn state_of(
         })),
         Err(e) => Err(engine_error(e)),
     }
+}
+
+/// Podman answers an inspect of a container being removed with 500 "… does not exist in database: no such
+/// container" instead of 404.
+fn reports_podman_vanished(e: &bollard::errors::Error) -> bool {
+    matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError { status_code: 500, message }
+            if message.contains("no such container")
+    )
 }
 
 /// The inspect answer failed to decode because of Podman's `stopped` state.
@@ -239,6 +249,16 @@ mod tests {
         assert!(matches!(
             state_of(Err(server_error(404, "no such container"))),
             Ok(None)
+        ));
+        // Podman, while the container is being removed under an in-flight exec.
+        let vanished = server_error(
+            500,
+            "container 2e1a2bfee074 does not exist in database: no such container",
+        );
+        assert!(matches!(state_of(Err(vanished)), Ok(None)));
+        assert!(matches!(
+            state_of(Err(server_error(500, "internal error"))),
+            Err(DError::Engine { .. })
         ));
     }
 
