@@ -119,26 +119,6 @@ pub(crate) async fn run_capture(
 pub const LIST_PIDS_SCRIPT: &str =
     "for d in /proc/[0-9]*; do p=${d#/proc/}; [ \"$p\" = \"$$\" ] || echo \"$p\"; done";
 
-/// SIGKILLs every process of the container whose pid is not an argument (and not the shell itself), in passes
-/// until a pass finds none (at most 10, so processes forked during a pass are caught by the next); zombies are
-/// skipped. Prints how many signals were sent. Only shell builtins.
-pub const KILL_LEFTOVERS_SCRIPT: &str = r#"keep=" $* "; n=0; i=0
-while [ "$i" -lt 10 ]; do
-  i=$((i+1)); found=0
-  for d in /proc/[0-9]*; do
-    p=${d#/proc/}
-    case "$keep" in *" $p "*) continue ;; esac
-    [ "$p" = "$$" ] && continue
-    s=
-    read -r s 2>/dev/null < "$d/stat" || continue
-    case "${s##*) }" in Z*|X*) continue ;; esac
-    kill -9 "$p" 2>/dev/null && found=$((found+1))
-  done
-  [ "$found" -eq 0 ] && break
-  n=$((n+found))
-done
-echo "$n""#;
-
 async fn exit_code_of(inner: &RunInner, exec_id: &str) -> Result<i64, DError> {
     exit_code_polled(inner, exec_id).await.map(|(code, _)| code)
 }

@@ -192,7 +192,7 @@ impl Run for DockerRun {
         let mut cmd = vec![
             "/bin/sh".to_string(),
             "-c".to_string(),
-            dexec::KILL_LEFTOVERS_SCRIPT.to_string(),
+            iterion_driver::KILL_LEFTOVERS_SCRIPT.to_string(),
             "iterion-reap".to_string(),
         ];
         cmd.extend(keep.iter().map(u32::to_string));

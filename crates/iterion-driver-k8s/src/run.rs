@@ -164,12 +164,10 @@ impl Shared {
     }
 }
 
-/// SIGKILLs what steps left behind in the pod (`Run::kill_leftovers`): every process except PID 1 (the pod's
-/// pause process, or the container's init), the earliest-started other process (the container's own
-/// `sleep infinity`, which no exec can predate) and the script itself; in passes until a pass finds none (at
-/// most 10, so a process forked during a pass is caught by the next), zombies skipped. Prints how many signals
-/// were sent. Shell builtins only.
-const KILL_LEFTOVERS: &str = r#"main=; main_t=
+/// Finds the pid `kill_leftovers` spares besides PID 1 (the pod's pause process, or the container's init): the
+/// earliest-started other process, the container's own `sleep infinity`, which no exec can predate; then hands
+/// PID 1 and it to [`iterion_driver::KILL_LEFTOVERS_SCRIPT`] as the pids to keep. Shell builtins only.
+const FIND_MAIN: &str = r#"main=; main_t=
 for d in /proc/[0-9]*; do
   p=${d#/proc/}
   [ "$p" = 1 ] || [ "$p" = "$$" ] && continue
@@ -178,20 +176,8 @@ for d in /proc/[0-9]*; do
   t=${20}
   if [ -z "$main" ] || [ "$t" -lt "$main_t" ]; then main=$p; main_t=$t; fi
 done
-n=0; i=0
-while [ "$i" -lt 10 ]; do
-  i=$((i+1)); found=0
-  for d in /proc/[0-9]*; do
-    p=${d#/proc/}
-    case "$p" in 1|"$$"|"$main") continue ;; esac
-    s=; read -r s 2>/dev/null < "$d/stat" || continue
-    case "${s##*) }" in Z*|X*) continue ;; esac
-    kill -9 "$p" 2>/dev/null && found=$((found+1))
-  done
-  [ "$found" -eq 0 ] && break
-  n=$((n+found))
-done
-echo "$n""#;
+set -- 1 $main
+"#;
 
 /// Sends a signal to the exec's recorded process group, then to its pid (03 §8.9).
 #[derive(Debug)]
@@ -336,7 +322,7 @@ impl Run for K8sRun {
         let argv: Vec<String> = vec![
             "/bin/sh".into(),
             "-c".into(),
-            KILL_LEFTOVERS.into(),
+            format!("{FIND_MAIN}{}", iterion_driver::KILL_LEFTOVERS_SCRIPT),
             "iterion-reap".into(),
         ];
         let (code, out, err) = self.shared.small_out(&argv, None, SMALL_EXEC_BOUND).await?;

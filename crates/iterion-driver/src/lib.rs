@@ -54,7 +54,7 @@ pub use driver::{Driver, Run, Started};
 pub use error::{CopyDirection, Error, FailureCode, Result, SetupPhase, fmt_duration};
 pub use exec::{
     DEFAULT_CAPTURE, DEFAULT_KILL_GRACE, Exec, ExecId, ExecKiller, ExecOutput, ExecParts, ExecRequest,
-    ExecStdin, ExitStatus, KILL_CONFIRM, KillExec, Output, SIGKILL, SIGTERM, Stdin,
+    ExecStdin, ExitStatus, KILL_CONFIRM, KILL_LEFTOVERS_SCRIPT, KillExec, Output, SIGKILL, SIGTERM, Stdin,
 };
 pub use noop::{NoopDriver, NoopRun};
 pub use post_create::{LOG_PREFIX, TAIL_BYTES, run_post_create, run_post_create_with_env};
