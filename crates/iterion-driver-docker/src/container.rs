@@ -23,7 +23,23 @@ pub(crate) struct RunInner {
     /// The processes present right after the start (init, the relay or `sleep`): never killed by
     /// [`Run::kill_leftovers`]. `None` until recorded; without it nothing is killed.
     pub(crate) infrastructure: Mutex<Option<Vec<u32>>>,
+    /// What records [`RunInner::infrastructure`] when the start's checks came from the cache: the first exec.
+    pub(crate) listing: Mutex<Listing>,
 }
+
+/// Who records the sandbox's own processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Listing {
+    /// The start checks did (or tried: a failure there is a warning of the start).
+    AtStart,
+    /// The first exec will, ahead of its command; none has started yet.
+    FirstExec,
+    /// The first exec was given the listing to do.
+    Taken,
+}
+
+/// More processes than this right after the start means the listing cannot be trusted.
+const MAX_INFRASTRUCTURE: usize = 16;
 
 /// Container facts: `None` when the container no longer exists.
 #[derive(Debug, Clone, Copy)]
@@ -138,6 +154,39 @@ impl RunInner {
             finished: tokio::sync::Mutex::new(Vec::new()),
             live: std::sync::atomic::AtomicUsize::new(0),
             infrastructure: Mutex::new(None),
+            listing: Mutex::new(Listing::AtStart),
+        }
+    }
+
+    /// Records the processes running before any command of the workflow or the repository ran: the init and
+    /// the entrypoint (relay or `sleep`), one pid a line as [`crate::dexec::LIST_PIDS_SCRIPT`] prints them
+    /// (or separated by spaces). [`Run::kill_leftovers`] spares them. A listing without pid 1, empty, or
+    /// longer than a fresh sandbox can be is refused (nothing recorded, nothing killed later).
+    pub(crate) fn record_infrastructure(&self, listing: &str) -> Result<Vec<u32>, DError> {
+        let words: Vec<&str> = listing.split_whitespace().collect();
+        let pids: Vec<u32> = words.iter().filter_map(|w| w.parse().ok()).collect();
+        if pids.is_empty()
+            || pids.len() != words.len()
+            || pids.len() > MAX_INFRASTRUCTURE
+            || !pids.contains(&1)
+        {
+            return Err(DError::Engine {
+                status: None,
+                message: format!("listing the processes of the sandbox gave {} pids", words.len()),
+            });
+        }
+        *self.infrastructure.lock().unwrap_or_else(|p| p.into_inner()) = Some(pids.clone());
+        Ok(pids)
+    }
+
+    /// Whether this exec is the first of a run whose start left the listing to it (once per run).
+    pub(crate) fn take_listing(&self) -> bool {
+        let mut l = self.listing.lock().unwrap_or_else(|p| p.into_inner());
+        if *l == Listing::FirstExec {
+            *l = Listing::Taken;
+            true
+        } else {
+            false
         }
     }
 

@@ -37,6 +37,56 @@ pub fn shim_cmd(pid_file: &str, argv: &[String]) -> Vec<String> {
     cmd
 }
 
+/// What the first exec's shim prints ahead of its command when the start left it the listing of the sandbox's
+/// own processes: this, the pids separated by spaces, a newline.
+pub const LISTING_MAGIC: &[u8] = b"iterion-pids:";
+
+/// The longest listing line read before it is given up (a fresh sandbox has a handful of processes).
+const MAX_LISTING_LINE: usize = 4096;
+
+/// The shim of the first exec of a run whose start checks came from the cache: before the command of
+/// [`shim_cmd`] runs, it prints [`LISTING_MAGIC`] and the pids of the sandbox's processes but its own (shell
+/// builtins only), so the listing the start would have made is made before any command of the workflow runs,
+/// without an exec of its own. The command's output follows it on stdout; the driver strips the line.
+pub fn listing_shim_cmd(pid_file: &str, argv: &[String]) -> Vec<String> {
+    let mut cmd = vec![
+        "/bin/sh".to_string(),
+        "-c".to_string(),
+        "printf 'iterion-pids:'; for d in /proc/[0-9]*; do p=${d#/proc/}; [ \"$p\" = \"$$\" ] || printf ' %s' \"$p\"; done; echo; echo $$ > \"$1\" && shift && exec \"$@\"".to_string(),
+        "iterion-exec".to_string(),
+        pid_file.to_string(),
+    ];
+    cmd.extend(argv.iter().cloned());
+    cmd
+}
+
+/// Reads the listing line at the start of the first exec's stdout (see [`listing_shim_cmd`]).
+#[derive(Debug, Default)]
+struct ListingLine {
+    buf: Vec<u8>,
+}
+
+impl ListingLine {
+    /// Feeds stdout bytes. `None`: the line is not complete yet. `Some((line, rest))`: the pids of a complete
+    /// line (`None` when the output does not start with one), and the bytes that belong to the command.
+    fn feed(&mut self, bytes: &[u8]) -> Option<(Option<String>, Vec<u8>)> {
+        self.buf.extend_from_slice(bytes);
+        let n = self.buf.len().min(LISTING_MAGIC.len());
+        if self.buf[..n] != LISTING_MAGIC[..n] {
+            return Some((None, std::mem::take(&mut self.buf)));
+        }
+        if let Some(nl) = self.buf.iter().position(|b| *b == b'\n') {
+            let rest = self.buf.split_off(nl + 1);
+            let line = String::from_utf8_lossy(&self.buf[LISTING_MAGIC.len()..nl]).into_owned();
+            return Some((Some(line), rest));
+        }
+        if self.buf.len() > MAX_LISTING_LINE {
+            return Some((None, std::mem::take(&mut self.buf)));
+        }
+        None
+    }
+}
+
 /// The kill command of 03 §8.9 for a signal number.
 pub fn kill_cmd(pid_file: &str, signal: i32) -> Vec<String> {
     let name = match signal {
@@ -268,7 +318,7 @@ type EngineOutput = Pin<Box<dyn futures::Stream<Item = Result<LogOutput, bollard
 /// end-of-file would not mark the process's end, the end-of-exec inspect would find it running and poll, and
 /// an exec lasting beyond the 2 s polling bound would be reported as an engine failure. Attached, end-of-file
 /// comes when the process's outputs close, as for piped outputs.
-fn exec_config(inner: &RunInner, req: &ExecRequest, pid_file: &str) -> ExecConfig {
+fn exec_config(inner: &RunInner, req: &ExecRequest, pid_file: &str, listing: bool) -> ExecConfig {
     let env: Vec<String> = req.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     ExecConfig {
         attach_stdin: Some(req.stdin == Stdin::Piped),
@@ -276,7 +326,11 @@ fn exec_config(inner: &RunInner, req: &ExecRequest, pid_file: &str) -> ExecConfi
         attach_stderr: Some(true),
         tty: Some(false),
         env: (!env.is_empty()).then_some(env),
-        cmd: Some(shim_cmd(pid_file, &req.argv)),
+        cmd: Some(if listing {
+            listing_shim_cmd(pid_file, &req.argv)
+        } else {
+            shim_cmd(pid_file, &req.argv)
+        }),
         user: req.user.clone().or_else(|| inner.user.clone()),
         working_dir: Some(req.workdir.clone().unwrap_or_else(|| inner.workspace.clone())),
         ..Default::default()
@@ -362,18 +416,41 @@ struct Supervised {
     err_w: Option<tokio::io::DuplexStream>,
     signalled: Arc<AtomicBool>,
     phases: Phases,
+    /// The listing line to take off stdout (the first exec after a start whose checks came from the cache).
+    listing: Option<ListingLine>,
 }
 
-/// Copies the engine's frames to the output pipes until the stream ends; returns the stream's failure.
+/// Copies the engine's frames to the output pipes until the stream ends; returns the stream's failure. With
+/// `listing` (the first exec of a run whose start checks came from the cache), the listing line the shim
+/// prints first is taken off stdout and recorded as the sandbox's own processes.
 async fn pump(
+    inner: &RunInner,
     output: &mut EngineOutput,
     out_w: &mut Option<tokio::io::DuplexStream>,
     err_w: &mut Option<tokio::io::DuplexStream>,
+    mut listing: Option<ListingLine>,
 ) -> Option<String> {
     while let Some(item) = output.next().await {
         match item {
             Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
-                forward(out_w, &message).await
+                match listing.as_mut() {
+                    None => forward(out_w, &message).await,
+                    Some(l) => {
+                        let Some((line, rest)) = l.feed(&message) else {
+                            continue;
+                        };
+                        listing = None;
+                        let recorded = line
+                            .ok_or_else(|| {
+                                "the first exec's output did not start with the listing".to_string()
+                            })
+                            .and_then(|line| inner.record_infrastructure(&line).map_err(|e| e.to_string()));
+                        if let Err(e) = recorded {
+                            tracing::warn!(container = %inner.id, "sandbox processes not recorded: {e}");
+                        }
+                        forward(out_w, &rest).await
+                    }
+                }
             }
             Ok(LogOutput::StdErr { message }) => forward(err_w, &message).await,
             Ok(LogOutput::StdIn { .. }) => {}
@@ -385,7 +462,14 @@ async fn pump(
 
 /// The supervisor of one exec: pumps its output, then decides how it ended.
 async fn supervise(mut s: Supervised) -> Result<ExitStatus, DError> {
-    let failure = pump(&mut s.output, &mut s.out_w, &mut s.err_w).await;
+    let failure = pump(
+        &s.inner,
+        &mut s.output,
+        &mut s.out_w,
+        &mut s.err_w,
+        s.listing.take(),
+    )
+    .await;
     // End-of-file to the readers first, so `wait` (which also waits for them) can finish.
     drop(s.out_w.take());
     drop(s.err_w.take());
@@ -464,8 +548,19 @@ pub(crate) async fn exec(inner: Arc<RunInner>, req: ExecRequest) -> Result<Exec,
     inner.check_open()?;
     let id = ExecId::random();
     let pid_file = format!("{PID_DIR}/{id}.pid");
-    let cfg = exec_config(&inner, &req, &pid_file);
-    let (exec_id, output, input, phases) = create_and_attach(&inner, cfg, Instant::now()).await?;
+    let listing = inner.take_listing();
+    let cfg = exec_config(&inner, &req, &pid_file, listing);
+    let (exec_id, output, input, phases) = match create_and_attach(&inner, cfg, Instant::now()).await {
+        Ok(r) => r,
+        Err(e) => {
+            if listing {
+                // Nothing started: the next exec lists instead.
+                *inner.listing.lock().unwrap_or_else(|p| p.into_inner()) =
+                    crate::container::Listing::FirstExec;
+            }
+            return Err(e);
+        }
+    };
     let (out_w, out_r) = output_pipe(req.stdout == Output::Piped);
     let (err_w, err_r) = output_pipe(req.stderr == Output::Piped);
     let stdin: Option<Pin<Box<dyn AsyncWrite + Send>>> = if req.stdin == Stdin::Piped {
@@ -486,6 +581,7 @@ pub(crate) async fn exec(inner: Arc<RunInner>, req: ExecRequest) -> Result<Exec,
         err_w,
         signalled: Arc::clone(&signalled),
         phases,
+        listing: listing.then(ListingLine::default),
     };
     tokio::spawn(async move {
         let _ = tx.send(supervise(supervised).await);
@@ -532,5 +628,37 @@ mod tests {
         assert_eq!(k[3..], ["iterion-kill", "/run/iterion/exec/ab.pid", "TERM"]);
         assert_eq!(kill_cmd("/p", 9)[5], "KILL");
         assert_eq!(kill_cmd("/p", 10)[5], "10");
+        let l = listing_shim_cmd("/run/iterion/exec/ab.pid", &["echo".into(), "hi there".into()]);
+        assert_eq!(l[..2], ["/bin/sh", "-c"]);
+        assert!(
+            l[2].starts_with("printf 'iterion-pids:'") && l[2].ends_with(&c[2]),
+            "{}",
+            l[2]
+        );
+        assert_eq!(l[3..], c[3..]);
+    }
+
+    #[test]
+    fn the_listing_line_is_taken_off_the_output_in_any_split() {
+        let stream = b"iterion-pids: 1 7\nhello\nworld";
+        for cut in 1..stream.len() {
+            let mut l = ListingLine::default();
+            let got = l.feed(&stream[..cut]).or_else(|| l.feed(&stream[cut..]));
+            let (line, mut rest) = got.expect("complete");
+            assert_eq!(line.as_deref(), Some(" 1 7"), "cut at {cut}");
+            if cut >= 18 {
+                // The part of the first frame past the line came with it; the caller forwards the rest.
+                rest.extend_from_slice(&stream[cut..]);
+            }
+            assert_eq!(rest, b"hello\nworld", "cut at {cut}");
+        }
+        // Output that does not start with the listing is the command's, from the first byte on.
+        let mut l = ListingLine::default();
+        assert_eq!(l.feed(b"iter"), None);
+        assert_eq!(l.feed(b"ation"), Some((None, b"iteration".to_vec())));
+        // A line that never ends is given up (and forwarded) past its bound.
+        let mut l = ListingLine::default();
+        let long = [b"iterion-pids:".as_slice(), &[b'1'; MAX_LISTING_LINE]].concat();
+        assert_eq!(l.feed(&long), Some((None, long.clone())));
     }
 }

@@ -19,8 +19,9 @@
 //!   build secrets and registry credentials; [`auth`]: registry credentials and credential helpers.
 //!
 //! Module order (each imports only modules before it): `error`, `names`, `endpoint`, [`engine_http`], `auth`,
-//! `dockerfile` → `buildkit` → `mounts`, `relay` → `engine` → `image` → `imagebuild` → `buildcache` → `container` (the state a run shares
-//! with its execs) → `dexec` → `run` → `driver` (`settings` → `plan` → `create` → `start`; `network`).
+//! `dockerfile` → `buildkit` → `mounts`, `relay` → `engine` → `image` → `imagebuild` → `buildcache` →
+//! `probecache` → `container` (the state a run shares with its execs) → `dexec` → `run` → `driver`
+//! (`settings` → `plan` → `create` → `start`; `network`).
 //!
 //! ```no_run
 //! # async fn demo() -> iterion_driver_docker::Result<()> {
@@ -51,6 +52,7 @@ pub mod image;
 pub mod imagebuild;
 pub mod mounts;
 pub mod names;
+mod probecache;
 pub mod relay;
 mod run;
 

@@ -35,9 +35,6 @@ impl std::fmt::Debug for DockerRun {
     }
 }
 
-/// More processes than this right after the start means the listing cannot be trusted.
-const MAX_INFRASTRUCTURE: usize = 16;
-
 impl DockerRun {
     pub(crate) fn new(inner: RunInner) -> Self {
         Self {
@@ -46,24 +43,15 @@ impl DockerRun {
         }
     }
 
-    /// Records the processes running right after the start, before any command of the workflow or the
-    /// repository ran: the init and the entrypoint (relay or `sleep`), from the output of
-    /// [`dexec::LIST_PIDS_SCRIPT`] (one pid a line). [`Run::kill_leftovers`] spares them. A listing without
-    /// pid 1, empty, or longer than a fresh sandbox can be is refused (nothing recorded, nothing killed later).
+    /// Records the processes present right after the start (see [`RunInner::record_infrastructure`]).
     pub(crate) fn record_infrastructure(&self, listing: &str) -> Result<Vec<u32>, DError> {
-        let pids: Vec<u32> = listing.lines().filter_map(|l| l.trim().parse().ok()).collect();
-        if pids.is_empty() || pids.len() > MAX_INFRASTRUCTURE || !pids.contains(&1) {
-            return Err(DError::Engine {
-                status: None,
-                message: format!("listing the processes of the sandbox gave {} pids", pids.len()),
-            });
-        }
-        *self
-            .inner
-            .infrastructure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(pids.clone());
-        Ok(pids)
+        self.inner.record_infrastructure(listing)
+    }
+
+    /// Leaves the recording of the sandbox's own processes to the first exec (the start's checks came from
+    /// the cache, so no exec ran at the start).
+    pub(crate) fn defer_listing(&self) {
+        *self.inner.listing.lock().unwrap_or_else(|p| p.into_inner()) = crate::container::Listing::FirstExec;
     }
 }
 
@@ -188,7 +176,20 @@ impl Run for DockerRun {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let Some(keep) = keep else { return Ok(None) };
+        let Some(keep) = keep else {
+            let listing = *self.inner.listing.lock().unwrap_or_else(|p| p.into_inner());
+            return match listing {
+                // No exec has run: nothing of a step can be left.
+                crate::container::Listing::FirstExec => Ok(Some(0)),
+                crate::container::Listing::Taken => Err(DError::Engine {
+                    status: None,
+                    message:
+                        "the sandbox's own processes were not recorded by its first exec; nothing is killed"
+                            .into(),
+                }),
+                crate::container::Listing::AtStart => Ok(None),
+            };
+        };
         let mut cmd = vec![
             "/bin/sh".to_string(),
             "-c".to_string(),

@@ -25,11 +25,15 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
+    fixture_with(support::driver().await)
+}
+
+fn fixture_with(driver: DockerDriver) -> Fixture {
     let image = iterion_test_support::docker_image::ensure_test_image().expect("image");
     let dir = tempfile::tempdir().expect("ws");
     let ws = std::fs::canonicalize(dir.path()).expect("canon");
     Fixture {
-        driver: support::driver().await,
+        driver,
         image,
         ws,
         _dir: dir,
@@ -763,4 +767,101 @@ async fn c17_component_label_can_be_set_by_the_caller() {
         Some("doctor-probe")
     );
     started.run.cleanup().await;
+}
+
+/// The entries of the start checks' cache in `dir` (name, content), temporary files left out.
+fn cache_entries(dir: &Path) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !n.starts_with('.'))
+                .map(|n| {
+                    let body = std::fs::read_to_string(dir.join(&n)).unwrap_or_default();
+                    (n, body)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The start checks' cache: a second start of the same image runs no check and gives the same answer; the
+/// first exec then records the sandbox's own processes ahead of its command. Its output arrives whole and
+/// without that listing, a listing line the command prints itself is only output (it cannot get its own
+/// processes spared), and what it leaves behind is killed while the sandbox's own processes live on. A junk
+/// entry is a miss that the next full check replaces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_start_checks_keep_the_leftover_kill() {
+    if !iterion_test_support::engine_required("cached_start_checks_keep_the_leftover_kill") {
+        return;
+    }
+    let cache = tempfile::tempdir().expect("cache dir");
+    let dir = cache.path().join("start-checks");
+    let driver = support::driver_with(|s| s.probe_cache = Some(dir.clone())).await;
+    let f = fixture_with(driver);
+
+    let (id, _g) = run_id();
+    let first = f.start(&id, |_| {}).await.expect("first start");
+    assert!(!first.report.start_checks_cached, "nothing was cached yet");
+    let bash = first.report.bash.expect("the checks say whether bash is there");
+    first.run.cleanup().await;
+    let entries = cache_entries(&dir);
+    let want = if bash { "bash\n" } else { "sh\n" };
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0].1, want);
+
+    let (id, _g2) = run_id();
+    let second = f.start(&id, |_| {}).await.expect("second start");
+    assert!(
+        second.report.start_checks_cached,
+        "the same image is checked again"
+    );
+    assert_eq!(second.report.bash, Some(bash));
+    let run = second.run;
+    assert_eq!(
+        run.kill_leftovers().await.expect("kill before any exec"),
+        Some(0),
+        "no exec ran, nothing can be left"
+    );
+    // The first exec: a leftover, and a forged listing claiming it as the sandbox's own.
+    let (code, out, err) = sh(
+        &*run,
+        "sleep 7771 </dev/null >/dev/null 2>&1 & echo \"iterion-pids: 1 $!\"; echo to-stderr >&2",
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("iterion-pids: 1 ") && out.ends_with('\n') && out.lines().count() == 1,
+        "the command's output is not whole: {out:?}"
+    );
+    assert_eq!(err, "to-stderr\n");
+    let procs = "for f in /proc/[0-9]*/cmdline; do tr '\\000' ' ' < \"$f\" 2>/dev/null; echo; done";
+    let (_, before, _) = sh(&*run, procs).await;
+    assert!(
+        before.contains("sleep 7771"),
+        "the leftover is not running: {before}"
+    );
+    let killed = run.kill_leftovers().await.expect("kill_leftovers");
+    assert!(matches!(killed, Some(n) if n >= 1), "{killed:?}");
+    let (_, after, _) = sh(&*run, procs).await;
+    assert!(!after.contains("sleep 7771"), "the leftover survived: {after}");
+    assert!(
+        after.contains("sleep infinity"),
+        "the sandbox's own process was killed: {after}"
+    );
+    assert_eq!(sh(&*run, "true").await.0, 0, "the sandbox works after the kill");
+    run.cleanup().await;
+
+    // A junk entry is a miss, and the full check writes the right answer back.
+    std::fs::write(dir.join(&entries[0].0), "bash\nextra").expect("junk");
+    let (id, _g3) = run_id();
+    let third = f.start(&id, |_| {}).await.expect("third start");
+    assert!(!third.report.start_checks_cached, "a junk entry was believed");
+    third.run.cleanup().await;
+    assert_eq!(
+        cache_entries(&dir),
+        vec![(entries[0].0.clone(), want.to_string())]
+    );
 }

@@ -1017,6 +1017,10 @@ pub struct StartReport {
     /// Whether `bash` is on the shell's `PATH` in the started container, when the driver's own shell probe
     /// found out (`None`: not probed; the runtime probes itself).
     pub bash: Option<bool>,
+    /// The start checks' results came from the driver's cache for this image (an earlier start of the same
+    /// image id, user, `PATH` and mounts): no check ran at this start, and the sandbox's own processes are
+    /// recorded by its first exec instead (docker and podman).
+    pub start_checks_cached: bool,
     /// The work dir copied into a sandbox without a host file system (kubernetes).
     #[serde(skip)]
     pub workspace_copy: Option<WorkspaceCopy>,

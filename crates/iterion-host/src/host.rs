@@ -104,6 +104,7 @@ impl Host {
         let mut sel_opts = SelectOptions::new(opts.forced_driver.clone());
         sel_opts.ping_timeout = opts.ping_timeout;
         sel_opts.relay_binary = relay.clone();
+        sel_opts.probe_cache = Some(facts.data_dir.join(crate::START_CHECKS_CACHE));
         sel_opts.argv0 = opts.argv0.clone();
         let selection = select(env, &sel_opts).await;
         let claw_runner = match claw_install.await {

@@ -46,3 +46,8 @@ pub use selection::{
     DEFAULT_PING_TIMEOUT, ForceSource, HostKind, OFF_CLUSTER_RUN, SelectOptions, Selection, Tried,
     forced_driver, host_driver, host_kind, k8s_settings, select,
 };
+
+/// Where, under the data dir, the docker driver keeps what the checks after a container start found out per
+/// image (a shell runs; whether `bash` is there), so that a later start of the same image skips the check's
+/// exec. Deleting it is always safe: the next start of each image checks again.
+pub const START_CHECKS_CACHE: &str = "cache/start-checks";

@@ -191,6 +191,9 @@ pub struct SelectOptions {
     /// Whether the kubernetes driver may be used from outside a cluster on a host that is not `cloud` (the
     /// doctor's checks; `iterion run` refuses it).
     pub off_cluster_kubernetes: bool,
+    /// Where the docker driver keeps the start checks' results per image (see [`crate::START_CHECKS_CACHE`]);
+    /// `None`: every start runs them (the doctor, which checks for real).
+    pub probe_cache: Option<PathBuf>,
 }
 
 impl SelectOptions {
@@ -202,6 +205,7 @@ impl SelectOptions {
             relay_binary: None,
             argv0: None,
             off_cluster_kubernetes: false,
+            probe_cache: None,
         }
     }
 }
@@ -265,6 +269,7 @@ fn docker_settings(env: &BTreeMap<String, String>, family: Family, opts: &Select
     if let Some(r) = &opts.relay_binary {
         s = s.with_relay_binary(r.clone());
     }
+    s.probe_cache = opts.probe_cache.clone();
     s
 }
 

@@ -237,7 +237,14 @@ impl DockerDriver {
             user: user.remap.user.clone(),
             kind,
         };
-        let (run, bash) = start::start_and_check(docker, &facts, &container, req).await?;
+        let (run, checked) = start::start_and_check(
+            docker,
+            &facts,
+            &container,
+            req,
+            self.settings.probe_cache.as_deref(),
+        )
+        .await?;
         let mut report = start::start_report(start::Outcome {
             created: &container,
             node: spec_key.is_some(),
@@ -248,7 +255,8 @@ impl DockerDriver {
             limits: &req.limits,
             limits_ignored,
         });
-        report.bash = Some(bash);
+        report.bash = Some(checked.bash);
+        report.start_checks_cached = checked.cached;
         Ok(Started {
             run: Box::new(run),
             report,

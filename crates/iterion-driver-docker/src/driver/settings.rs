@@ -33,6 +33,9 @@ pub struct DockerSettings {
     pub helper_path: Option<String>,
     /// `ITERION_SANDBOX_BUILDER`: `auto`, `buildkit` or `classic`.
     pub builder: BuilderSetting,
+    /// Where the start checks' results are kept per image (see [`crate::probecache`]); `None`: every start
+    /// runs them.
+    pub probe_cache: Option<PathBuf>,
 }
 
 impl DockerSettings {
@@ -50,6 +53,7 @@ impl DockerSettings {
             docker_config: None,
             helper_path: None,
             builder: BuilderSetting::Auto,
+            probe_cache: None,
         }
     }
 

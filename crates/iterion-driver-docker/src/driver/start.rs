@@ -36,15 +36,29 @@ pub(super) struct Created<'a> {
     pub(super) kind: DriverKind,
 }
 
+/// What the checks after the start found.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Checked {
+    /// `bash` is on the shell's `PATH`.
+    pub(super) bash: bool,
+    /// From the start checks' cache: no check ran.
+    pub(super) cached: bool,
+}
+
 /// Starts the created container and checks it (03 §8.8 steps 4–6): it still runs, a shell answers within
 /// 10 s, and the processes that make up the sandbox itself are recorded (spared when a step's leftovers are
 /// killed; a failure there is only a warning). The shell probe and the listing share one exec.
+///
+/// With a `probe_cache` directory, a start of an image whose checks passed before (same image id, user,
+/// `PATH` and mounts; [`crate::probecache`]) runs no check: the cached answer stands, and the first exec
+/// records the sandbox's processes ahead of its command.
 pub(super) async fn start_and_check(
     docker: &Docker,
     facts: &EngineFacts,
     c: &Created<'_>,
     req: &StartRequest,
-) -> Result<(DockerRun, bool), DError> {
+    probe_cache: Option<&std::path::Path>,
+) -> Result<(DockerRun, Checked), DError> {
     if let Err(e) = docker.start_container(c.id, None).await {
         return Err(DError::StartFailed {
             reason: format!("start {}: {}", c.name, engine_error(e)),
@@ -52,7 +66,7 @@ pub(super) async fn start_and_check(
         });
     }
     let inspected = docker.inspect_container(c.id, None).await.map_err(engine_error)?;
-    let state = inspected.state.unwrap_or_default();
+    let state = inspected.state.clone().unwrap_or_default();
     if state.running != Some(true) {
         let tail = log_tail(docker, c.id).await;
         return Err(DError::StartFailed {
@@ -72,7 +86,29 @@ pub(super) async fn start_and_check(
         c.kind,
     );
     let run = DockerRun::new(inner);
+    let cache =
+        probe_cache.and_then(|dir| Some((dir, crate::probecache::key(&inspected, c.user.as_deref())?)));
+    if let Some(bash) = cache
+        .as_ref()
+        .and_then(|(dir, key)| crate::probecache::lookup(dir, key))
+    {
+        run.defer_listing();
+        req.events.log(
+            LogLevel::Debug,
+            format!(
+                "start checks of {} taken from the cache ({}); the first exec records the sandbox's processes",
+                c.image.reference,
+                if bash { "bash" } else { "sh only" }
+            ),
+        );
+        return Ok((run, Checked { bash, cached: true }));
+    }
     let (bash, listing) = start_checks(&run, c.image).await?;
+    if let Some((dir, key)) = &cache
+        && let Err(e) = crate::probecache::store(dir, key, bash)
+    {
+        tracing::debug!("the start checks' cache is not written: {}: {e}", dir.display());
+    }
     if let Err(e) = run.record_infrastructure(&listing) {
         req.events.log(
             LogLevel::Warn,
@@ -81,7 +117,7 @@ pub(super) async fn start_and_check(
             ),
         );
     }
-    Ok((run, bash))
+    Ok((run, Checked { bash, cached: false }))
 }
 
 /// The checks after the start (03 §8.8 steps 5–6) in ONE exec, as the container's user: the shell probe (a

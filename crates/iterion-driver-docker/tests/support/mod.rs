@@ -8,6 +8,11 @@ use std::time::Duration;
 
 /// A driver on the test engine, with the relay of the current build when it was built.
 pub async fn driver() -> DockerDriver {
+    driver_with(|_| {}).await
+}
+
+/// [`driver`] with settings changed by `f`.
+pub async fn driver_with(f: impl FnOnce(&mut DockerSettings)) -> DockerDriver {
     let socket = iterion_test_support::engine_socket().expect("unix socket");
     let endpoints = EndpointSettings::new(Some(format!("unix://{}", socket.display())), None, None, None);
     let host = hostname();
@@ -15,6 +20,7 @@ pub async fn driver() -> DockerDriver {
     if let Some(r) = relay_binary() {
         s = s.with_relay_binary(r);
     }
+    f(&mut s);
     DockerDriver::connect(s).await.expect("connect")
 }
 
