@@ -414,9 +414,15 @@ type Pinged = (Arc<DockerDriver>, std::result::Result<EngineInfo, String>);
 /// An available candidate: its kind, driver and engine identity (none for noop).
 type Available = (DriverKind, Arc<dyn Driver>, Option<EngineInfo>);
 
-/// Pings Docker and Podman (those `wanted`) concurrently. When docker answers and podman was not forced, the
-/// podman probe is dropped there: docker is preferred, so podman's answer could not change the choice, and
-/// Podman's `/version` alone can take most of a second (measured 0.6–0.9 s on a loaded CI machine).
+/// How long Docker, the preferred engine, has to answer before Podman is asked too.
+const PODMAN_GRACE: Duration = Duration::from_millis(250);
+
+/// Pings Docker and Podman (those `wanted`). Podman is asked only once Docker has failed, or has not answered
+/// within [`PODMAN_GRACE`], or when Podman was forced: docker is preferred, so podman's answer could not change
+/// the choice, and asking costs the machine more than the wait. Podman's `/info` runs its OCI runtime and
+/// helpers to report their versions (0.6–0.9 s of `/version` on a loaded CI machine); asked alongside every
+/// run, that work competed with the run's own container start: a one-node run took 100–200 ms longer with a
+/// Podman service answering beside Docker than with it stopped.
 async fn ping_engines(
     env: &BTreeMap<String, String>,
     opts: &SelectOptions,
@@ -424,25 +430,42 @@ async fn ping_engines(
     podman_forced: bool,
 ) -> (Option<Pinged>, Option<Pinged>) {
     let want = |k| wanted.contains(&k);
-    let (docker_ok, docker_ok_rx) = tokio::sync::watch::channel(false);
+    // `Some(true)`: docker answered; `Some(false)`: it failed (or is not a candidate); `None`: still asking.
+    let (docker_done, docker_done_rx) = tokio::sync::watch::channel(None::<bool>);
     tokio::join!(
         async {
             if !want(DriverKind::Docker) {
+                let _ = docker_done.send(Some(false));
                 return None;
             }
             let r = probe_engine(env, Family::Docker, opts).await;
-            if r.1.is_ok() {
-                let _ = docker_ok.send(true);
-            }
+            let _ = docker_done.send(Some(r.1.is_ok()));
             Some(r)
         },
         async {
             if !want(DriverKind::Podman) {
                 return None;
             }
-            let mut rx = docker_ok_rx.clone();
+            let mut rx = docker_done_rx.clone();
+            let docker_answered = if podman_forced {
+                false
+            } else {
+                match tokio::time::timeout(PODMAN_GRACE, rx.wait_for(|d| d.is_some())).await {
+                    Ok(Ok(d)) => *d == Some(true),
+                    // Docker is slow (or its prober is gone): ask Podman meanwhile.
+                    Ok(Err(_)) | Err(_) => false,
+                }
+            };
+            if docker_answered {
+                return Some((
+                    Arc::new(DockerDriver::new(docker_settings(env, Family::Podman, opts))),
+                    Err("not asked: docker, which is preferred, answered".to_string()),
+                ));
+            }
+            // Asked: still dropped if docker answers first after all.
+            let mut rx = docker_done_rx.clone();
             let cut = async move {
-                if podman_forced || rx.wait_for(|ok| *ok).await.is_err() {
+                if podman_forced || rx.wait_for(|d| *d == Some(true)).await.is_err() {
                     std::future::pending::<()>().await;
                 }
             };
@@ -550,6 +573,7 @@ fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write as _;
 
     fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -609,6 +633,61 @@ mod tests {
             s.candidates_tried
                 .iter()
                 .any(|t| t.candidate == DriverKind::Podman)
+        );
+    }
+
+    /// Podman is not even asked when Docker, the preferred engine, answers: its service would otherwise do the
+    /// work of `/version` and `/info` (running its OCI runtime and helpers) while the run starts its container.
+    #[tokio::test]
+    async fn podman_is_not_asked_when_docker_answers() {
+        if !iterion_test_support::engine_required("podman_is_not_asked_when_docker_answers") {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("podman.sock");
+        let listener = tokio::net::UnixListener::bind(&sock).unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = Arc::clone(&accepted);
+        let server = tokio::spawn(async move {
+            while let Ok((conn, _)) = listener.accept().await {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                drop(conn);
+            }
+        });
+        let home = dir.path().display().to_string();
+        let podman = format!("unix://{}", sock.display());
+        let e = env(&[
+            ("HOME", &home),
+            ("CONTAINER_HOST", &podman),
+            ("ITERION_MODE", "local"),
+        ]);
+        let s = select(&e, &SelectOptions::new(None)).await.unwrap();
+        if s.kind != DriverKind::Docker {
+            // The test engine answers only where its default socket is not (DOCKER_HOST): nothing to compare.
+            let _ = writeln!(
+                std::io::stderr(),
+                "podman_is_not_asked_when_docker_answers: docker is not on its default socket here ({})",
+                s.reason
+            );
+            server.abort();
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        server.abort();
+        assert_eq!(
+            accepted.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "podman was asked"
+        );
+        let podman_tried = s
+            .candidates_tried
+            .iter()
+            .find(|t| t.candidate == DriverKind::Podman)
+            .expect("podman is listed");
+        assert!(
+            matches!(&podman_tried.outcome, Err(m) if m.starts_with("not asked")),
+            "{:?}",
+            podman_tried.outcome
         );
     }
 
