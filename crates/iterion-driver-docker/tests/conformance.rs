@@ -10,8 +10,29 @@ async fn conformance_suite_against_docker() {
     if !iterion_test_support::engine_required("conformance_suite_against_docker") {
         return;
     }
+    suite(support::driver().await).await;
+}
+
+/// The same suite with the start checks' cache: the first start checks and fills it, every later start of the
+/// image takes its answer from it, and each run's first exec records the sandbox's processes ahead of its
+/// command (so every case's first exec goes through that shim).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conformance_suite_against_docker_with_cached_start_checks() {
+    if !iterion_test_support::engine_required("conformance_suite_against_docker_with_cached_start_checks") {
+        return;
+    }
+    let cache = tempfile::tempdir().expect("cache dir");
+    let dir = cache.path().join("start-checks");
+    let d = dir.clone();
+    suite(support::driver_with(|s| s.probe_cache = Some(d)).await).await;
+    // The suite's starts share one image and sandbox: the first filled the cache, the others read it.
+    let entries = std::fs::read_dir(&dir).map(|rd| rd.count()).unwrap_or(0);
+    assert!(entries >= 1, "the start checks were never cached");
+}
+
+async fn suite(driver: iterion_driver_docker::DockerDriver) {
     let image = iterion_test_support::docker_image::ensure_test_image().expect("test image");
-    let driver = Arc::new(support::driver().await);
+    let driver = Arc::new(driver);
     let dir = tempfile::tempdir().expect("tempdir");
     let ws = std::fs::canonicalize(dir.path()).expect("canonical");
     let sandbox = conformance::sandbox_for(Some(&image), &ws);

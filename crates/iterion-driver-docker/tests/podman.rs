@@ -27,6 +27,11 @@ async fn conformance_suite_against_podman() {
     if let Some(r) = support::relay_binary() {
         settings = settings.with_relay_binary(r);
     }
+    // With the start checks' cache, as `iterion run` has it: the first start checks (the spec's exec) and
+    // fills it; the later ones take its answer, and each run's first exec records the sandbox's processes
+    // ahead of its command. The docker suite runs both ways.
+    let cache = tempfile::tempdir().expect("cache dir");
+    settings.probe_cache = Some(cache.path().join("start-checks"));
     let driver = Arc::new(DockerDriver::connect(settings).await.expect("connect to podman"));
     assert_eq!(driver.kind(), iterion_driver::DriverKind::Podman);
     let dir = tempfile::tempdir().expect("tempdir");
