@@ -20,22 +20,22 @@ pub(crate) struct RunInner {
     pub(crate) closed: AtomicBool,
     finished: tokio::sync::Mutex<Vec<String>>,
     pub(crate) live: std::sync::atomic::AtomicUsize,
-    /// The processes present right after the start (init, the relay or `sleep`): never killed by
-    /// [`Run::kill_leftovers`]. `None` until recorded; without it nothing is killed.
-    pub(crate) infrastructure: Mutex<Option<Vec<u32>>>,
-    /// What records [`RunInner::infrastructure`] when the start's checks came from the cache: the first exec.
-    pub(crate) listing: Mutex<Listing>,
+    /// The sandbox's own processes, which [`Run::kill_leftovers`] spares, and who records them.
+    pub(crate) infrastructure: Mutex<Infrastructure>,
 }
 
-/// Who records the sandbox's own processes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Listing {
-    /// The start checks did (or tried: a failure there is a warning of the start).
-    AtStart,
-    /// The first exec will, ahead of its command; none has started yet.
+/// The processes present right after the start (init, the relay or `sleep`), and who records them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Infrastructure {
+    /// Not recorded: the start checks' listing failed (a warning of the start). Nothing is killed.
+    Unknown,
+    /// The start checks came from the cache: the first exec records them ahead of its command, and none has
+    /// started yet.
     FirstExec,
-    /// The first exec was given the listing to do.
+    /// The first exec was given the listing and has not recorded it (yet, or it could not).
     Taken,
+    /// Recorded.
+    Recorded(Vec<u32>),
 }
 
 /// More processes than this right after the start means the listing cannot be trusted.
@@ -153,15 +153,18 @@ impl RunInner {
             closed: AtomicBool::new(false),
             finished: tokio::sync::Mutex::new(Vec::new()),
             live: std::sync::atomic::AtomicUsize::new(0),
-            infrastructure: Mutex::new(None),
-            listing: Mutex::new(Listing::AtStart),
+            infrastructure: Mutex::new(Infrastructure::Unknown),
         }
     }
 
+    fn infrastructure(&self) -> std::sync::MutexGuard<'_, Infrastructure> {
+        self.infrastructure.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Records the processes running before any command of the workflow or the repository ran: the init and
-    /// the entrypoint (relay or `sleep`), one pid a line as [`crate::dexec::LIST_PIDS_SCRIPT`] prints them
-    /// (or separated by spaces). [`Run::kill_leftovers`] spares them. A listing without pid 1, empty, or
-    /// longer than a fresh sandbox can be is refused (nothing recorded, nothing killed later).
+    /// the entrypoint (relay or `sleep`), as [`crate::dexec::LIST_PIDS_SCRIPT`] prints them.
+    /// [`Run::kill_leftovers`] spares them. A listing without pid 1, empty, or longer than a fresh sandbox can
+    /// be is refused (nothing recorded, nothing killed later).
     pub(crate) fn record_infrastructure(&self, listing: &str) -> Result<Vec<u32>, DError> {
         let words: Vec<&str> = listing.split_whitespace().collect();
         let pids: Vec<u32> = words.iter().filter_map(|w| w.parse().ok()).collect();
@@ -175,19 +178,37 @@ impl RunInner {
                 message: format!("listing the processes of the sandbox gave {} pids", words.len()),
             });
         }
-        *self.infrastructure.lock().unwrap_or_else(|p| p.into_inner()) = Some(pids.clone());
+        *self.infrastructure() = Infrastructure::Recorded(pids.clone());
         Ok(pids)
+    }
+
+    /// Leaves the recording of the sandbox's own processes to the first exec (the start's checks came from
+    /// the cache, so no exec ran at the start).
+    pub(crate) fn defer_listing(&self) {
+        *self.infrastructure() = Infrastructure::FirstExec;
     }
 
     /// Whether this exec is the first of a run whose start left the listing to it (once per run).
     pub(crate) fn take_listing(&self) -> bool {
-        let mut l = self.listing.lock().unwrap_or_else(|p| p.into_inner());
-        if *l == Listing::FirstExec {
-            *l = Listing::Taken;
-            true
-        } else {
-            false
+        let mut i = self.infrastructure();
+        let first = *i == Infrastructure::FirstExec;
+        if first {
+            *i = Infrastructure::Taken;
         }
+        first
+    }
+
+    /// Gives the listing back when the exec that took it did not start: the next exec lists instead.
+    pub(crate) fn untake_listing(&self) {
+        let mut i = self.infrastructure();
+        if *i == Infrastructure::Taken {
+            *i = Infrastructure::FirstExec;
+        }
+    }
+
+    /// A copy of the current state (for [`Run::kill_leftovers`]).
+    pub(crate) fn infrastructure_now(&self) -> Infrastructure {
+        self.infrastructure().clone()
     }
 
     pub(crate) fn check_open(&self) -> Result<(), DError> {

@@ -24,35 +24,35 @@ pub const OUTPUT_BUFFER: usize = 256 * 1024;
 /// Pid files are removed in batches of this many finished execs.
 pub const PID_BATCH: usize = 64;
 
+/// The script of the exec shim of 03 §8.9: records its pid in `$1`, then becomes the command.
+const SHIM_SCRIPT: &str = "echo $$ > \"$1\" && shift && exec \"$@\"";
+
 /// The shim command of 03 §8.9.
 pub fn shim_cmd(pid_file: &str, argv: &[String]) -> Vec<String> {
-    let mut cmd = vec![
-        "/bin/sh".to_string(),
-        "-c".to_string(),
-        "echo $$ > \"$1\" && shift && exec \"$@\"".to_string(),
-        "iterion-exec".to_string(),
-        pid_file.to_string(),
-    ];
-    cmd.extend(argv.iter().cloned());
-    cmd
+    shim_with(SHIM_SCRIPT.to_string(), pid_file, argv)
 }
 
 /// What the first exec's shim prints ahead of its command when the start left it the listing of the sandbox's
-/// own processes: this, the pids separated by spaces, a newline.
-pub const LISTING_MAGIC: &[u8] = b"iterion-pids:";
+/// own processes: this, the pids as [`LIST_PIDS_SCRIPT`] prints them, a newline.
+pub const LISTING_MAGIC: &str = "iterion-pids:";
 
 /// The longest listing line read before it is given up (a fresh sandbox has a handful of processes).
 const MAX_LISTING_LINE: usize = 4096;
 
 /// The shim of the first exec of a run whose start checks came from the cache: before the command of
-/// [`shim_cmd`] runs, it prints [`LISTING_MAGIC`] and the pids of the sandbox's processes but its own (shell
-/// builtins only), so the listing the start would have made is made before any command of the workflow runs,
-/// without an exec of its own. The command's output follows it on stdout; the driver strips the line.
+/// [`shim_cmd`] runs, it prints [`LISTING_MAGIC`] and the pids of the sandbox's processes but its own, so the
+/// listing the start would have made is made before any command of the workflow runs, without an exec of its
+/// own. The command's output follows it on stdout; the driver strips the line.
 pub fn listing_shim_cmd(pid_file: &str, argv: &[String]) -> Vec<String> {
+    let script = format!("printf '{LISTING_MAGIC}'; {LIST_PIDS_SCRIPT}; echo; {SHIM_SCRIPT}");
+    shim_with(script, pid_file, argv)
+}
+
+fn shim_with(script: String, pid_file: &str, argv: &[String]) -> Vec<String> {
     let mut cmd = vec![
         "/bin/sh".to_string(),
         "-c".to_string(),
-        "printf 'iterion-pids:'; for d in /proc/[0-9]*; do p=${d#/proc/}; [ \"$p\" = \"$$\" ] || printf ' %s' \"$p\"; done; echo; echo $$ > \"$1\" && shift && exec \"$@\"".to_string(),
+        script,
         "iterion-exec".to_string(),
         pid_file.to_string(),
     ];
@@ -71,8 +71,9 @@ impl ListingLine {
     /// line (`None` when the output does not start with one), and the bytes that belong to the command.
     fn feed(&mut self, bytes: &[u8]) -> Option<(Option<String>, Vec<u8>)> {
         self.buf.extend_from_slice(bytes);
-        let n = self.buf.len().min(LISTING_MAGIC.len());
-        if self.buf[..n] != LISTING_MAGIC[..n] {
+        let magic = LISTING_MAGIC.as_bytes();
+        let n = self.buf.len().min(magic.len());
+        if self.buf[..n] != magic[..n] {
             return Some((None, std::mem::take(&mut self.buf)));
         }
         if let Some(nl) = self.buf.iter().position(|b| *b == b'\n') {
@@ -164,10 +165,10 @@ pub(crate) async fn run_capture(
     Ok((exit_code_of(inner, &created.id).await?, out))
 }
 
-/// Lists the processes of the container (one pid a line), leaving out the listing shell itself. Only shell
-/// builtins: it works in any image with a POSIX `sh`.
+/// Lists the processes of the container (each pid after a space, on one line), leaving out the listing shell
+/// itself. Only shell builtins: it works in any image with a POSIX `sh`.
 pub const LIST_PIDS_SCRIPT: &str =
-    "for d in /proc/[0-9]*; do p=${d#/proc/}; [ \"$p\" = \"$$\" ] || echo \"$p\"; done";
+    "for d in /proc/[0-9]*; do p=${d#/proc/}; [ \"$p\" = \"$$\" ] || printf ' %s' \"$p\"; done";
 
 async fn exit_code_of(inner: &RunInner, exec_id: &str) -> Result<i64, DError> {
     exit_code_polled(inner, exec_id).await.map(|(code, _)| code)
@@ -554,9 +555,7 @@ pub(crate) async fn exec(inner: Arc<RunInner>, req: ExecRequest) -> Result<Exec,
         Ok(r) => r,
         Err(e) => {
             if listing {
-                // Nothing started: the next exec lists instead.
-                *inner.listing.lock().unwrap_or_else(|p| p.into_inner()) =
-                    crate::container::Listing::FirstExec;
+                inner.untake_listing();
             }
             return Err(e);
         }
@@ -658,7 +657,7 @@ mod tests {
         assert_eq!(l.feed(b"ation"), Some((None, b"iteration".to_vec())));
         // A line that never ends is given up (and forwarded) past its bound.
         let mut l = ListingLine::default();
-        let long = [b"iterion-pids:".as_slice(), &[b'1'; MAX_LISTING_LINE]].concat();
+        let long = [LISTING_MAGIC.as_bytes(), &[b'1'; MAX_LISTING_LINE]].concat();
         assert_eq!(l.feed(&long), Some((None, long.clone())));
     }
 }

@@ -16,6 +16,7 @@
 
 use bollard::models::ContainerInspectResponse;
 use sha2::{Digest, Sha256};
+use std::os::unix::fs::DirBuilderExt as _;
 use std::path::{Path, PathBuf};
 
 /// Version of the key's layout: a change of what the key covers changes every key.
@@ -89,16 +90,14 @@ fn entry(dir: &Path, key: &str) -> PathBuf {
 }
 
 /// The cached result for `key`: `Some(true)` when `bash` is there, `Some(false)` for `sh` only, `None` for no
-/// entry (or one that does not read as either, or is not a regular file: a symlink is not followed).
+/// entry (or one that does not read as either, or is not a small regular file: a symlink is not followed).
 pub(crate) fn lookup(dir: &Path, key: &str) -> Option<bool> {
     let path = entry(dir, key);
-    if !std::fs::symlink_metadata(&path).ok()?.is_file() {
+    let meta = std::fs::symlink_metadata(&path).ok()?;
+    if !meta.is_file() || meta.len() > 8 {
         return None;
     }
-    let mut f = iterion_spec::source::open_regular(&path).ok()?.0;
-    let mut buf = [0u8; 8];
-    let n = std::io::Read::read(&mut f, &mut buf).ok()?;
-    match &buf[..n] {
+    match std::fs::read(&path).ok()?.as_slice() {
         b"bash\n" => Some(true),
         b"sh\n" => Some(false),
         _ => None,
@@ -111,7 +110,7 @@ pub(crate) fn lookup(dir: &Path, key: &str) -> Option<bool> {
 pub(crate) fn store(dir: &Path, key: &str, bash: bool) -> std::io::Result<()> {
     std::fs::DirBuilder::new()
         .recursive(true)
-        .mode_private()
+        .mode(0o700)
         .create(dir)?;
     let tmp = dir.join(format!(".tmp-{}", hex::encode(rand::random::<[u8; 8]>())));
     let written = std::fs::OpenOptions::new()
@@ -124,22 +123,6 @@ pub(crate) fn store(dir: &Path, key: &str, bash: bool) -> std::io::Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     written
-}
-
-/// `0700` for a directory created on Unix.
-trait PrivateDir {
-    fn mode_private(&mut self) -> &mut Self;
-}
-
-impl PrivateDir for std::fs::DirBuilder {
-    #[cfg(unix)]
-    fn mode_private(&mut self) -> &mut Self {
-        std::os::unix::fs::DirBuilderExt::mode(self, 0o700)
-    }
-    #[cfg(not(unix))]
-    fn mode_private(&mut self) -> &mut Self {
-        self
-    }
 }
 
 #[cfg(test)]

@@ -48,10 +48,10 @@ impl DockerRun {
         self.inner.record_infrastructure(listing)
     }
 
-    /// Leaves the recording of the sandbox's own processes to the first exec (the start's checks came from
-    /// the cache, so no exec ran at the start).
+    /// Leaves the recording of the sandbox's own processes to the first exec (see
+    /// [`RunInner::defer_listing`]).
     pub(crate) fn defer_listing(&self) {
-        *self.inner.listing.lock().unwrap_or_else(|p| p.into_inner()) = crate::container::Listing::FirstExec;
+        self.inner.defer_listing();
     }
 }
 
@@ -170,25 +170,20 @@ impl Run for DockerRun {
 
     async fn kill_leftovers(&self) -> Result<Option<u64>, DError> {
         self.inner.check_open()?;
-        let keep = self
-            .inner
-            .infrastructure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let Some(keep) = keep else {
-            let listing = *self.inner.listing.lock().unwrap_or_else(|p| p.into_inner());
-            return match listing {
-                // No exec has run: nothing of a step can be left.
-                crate::container::Listing::FirstExec => Ok(Some(0)),
-                crate::container::Listing::Taken => Err(DError::Engine {
+        use crate::container::Infrastructure;
+        let keep = match self.inner.infrastructure_now() {
+            Infrastructure::Recorded(pids) => pids,
+            // No exec has run: nothing of a step can be left.
+            Infrastructure::FirstExec => return Ok(Some(0)),
+            Infrastructure::Taken => {
+                return Err(DError::Engine {
                     status: None,
                     message:
                         "the sandbox's own processes were not recorded by its first exec; nothing is killed"
                             .into(),
-                }),
-                crate::container::Listing::AtStart => Ok(None),
-            };
+                });
+            }
+            Infrastructure::Unknown => return Ok(None),
         };
         let mut cmd = vec![
             "/bin/sh".to_string(),

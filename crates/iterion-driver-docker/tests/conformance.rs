@@ -21,12 +21,10 @@ async fn conformance_suite_against_docker_with_cached_start_checks() {
     if !iterion_test_support::engine_required("conformance_suite_against_docker_with_cached_start_checks") {
         return;
     }
-    let cache = tempfile::tempdir().expect("cache dir");
-    let dir = cache.path().join("start-checks");
-    let d = dir.clone();
-    suite(support::driver_with(|s| s.probe_cache = Some(d)).await).await;
+    let (driver, cache) = support::driver_with_start_checks_cache().await;
+    suite(driver).await;
     // The suite's starts share one image and sandbox: the first filled the cache, the others read it.
-    let entries = std::fs::read_dir(&dir).map(|rd| rd.count()).unwrap_or(0);
+    let entries = std::fs::read_dir(&cache.dir).map(|rd| rd.count()).unwrap_or(0);
     assert!(entries >= 1, "the start checks were never cached");
 }
 

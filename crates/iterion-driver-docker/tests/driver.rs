@@ -797,9 +797,8 @@ async fn cached_start_checks_keep_the_leftover_kill() {
     if !iterion_test_support::engine_required("cached_start_checks_keep_the_leftover_kill") {
         return;
     }
-    let cache = tempfile::tempdir().expect("cache dir");
-    let dir = cache.path().join("start-checks");
-    let driver = support::driver_with(|s| s.probe_cache = Some(dir.clone())).await;
+    let (driver, cache) = support::driver_with_start_checks_cache().await;
+    let dir = &cache.dir;
     let f = fixture_with(driver);
 
     let (id, _g) = run_id();
@@ -807,7 +806,7 @@ async fn cached_start_checks_keep_the_leftover_kill() {
     assert!(!first.report.start_checks_cached, "nothing was cached yet");
     let bash = first.report.bash.expect("the checks say whether bash is there");
     first.run.cleanup().await;
-    let entries = cache_entries(&dir);
+    let entries = cache_entries(dir);
     let want = if bash { "bash\n" } else { "sh\n" };
     assert_eq!(entries.len(), 1, "{entries:?}");
     assert_eq!(entries[0].1, want);
@@ -860,8 +859,5 @@ async fn cached_start_checks_keep_the_leftover_kill() {
     let third = f.start(&id, |_| {}).await.expect("third start");
     assert!(!third.report.start_checks_cached, "a junk entry was believed");
     third.run.cleanup().await;
-    assert_eq!(
-        cache_entries(&dir),
-        vec![(entries[0].0.clone(), want.to_string())]
-    );
+    assert_eq!(cache_entries(dir), vec![(entries[0].0.clone(), want.to_string())]);
 }

@@ -456,11 +456,15 @@ async fn ping_engines(
                     Ok(Err(_)) | Err(_) => false,
                 }
             };
-            if docker_answered {
-                return Some((
+            // Podman's outcome when its answer is not used: a driver that was never connected.
+            let unused = |why: &str| -> Pinged {
+                (
                     Arc::new(DockerDriver::new(docker_settings(env, Family::Podman, opts))),
-                    Err("not asked: docker, which is preferred, answered".to_string()),
-                ));
+                    Err(why.to_string()),
+                )
+            };
+            if docker_answered {
+                return Some(unused("not asked: docker, which is preferred, answered"));
             }
             // Asked: still dropped if docker answers first after all.
             let mut rx = docker_done_rx.clone();
@@ -471,10 +475,7 @@ async fn ping_engines(
             };
             tokio::select! {
                 r = probe_engine(env, Family::Podman, opts) => Some(r),
-                _ = cut => Some((
-                    Arc::new(DockerDriver::new(docker_settings(env, Family::Podman, opts))),
-                    Err("not waited for: docker, which is preferred, answered first".to_string()),
-                )),
+                _ = cut => Some(unused("not waited for: docker, which is preferred, answered first")),
             }
         }
     )

@@ -31,6 +31,22 @@ pub fn hostname() -> String {
         .unwrap_or_default()
 }
 
+/// A start checks' cache directory for one test, removed with it.
+pub struct StartChecksCache {
+    _root: tempfile::TempDir,
+    /// The directory the driver keeps its entries in (created by the first full check).
+    pub dir: PathBuf,
+}
+
+/// [`driver`] with the start checks' cache in a fresh temporary directory.
+pub async fn driver_with_start_checks_cache() -> (DockerDriver, StartChecksCache) {
+    let root = tempfile::tempdir().expect("cache dir");
+    let dir = root.path().join("start-checks");
+    let d = dir.clone();
+    let driver = driver_with(|s| s.probe_cache = Some(d)).await;
+    (driver, StartChecksCache { _root: root, dir })
+}
+
 /// This process's uid.
 pub fn uid() -> u32 {
     std::fs::read_to_string("/proc/self/status")
