@@ -16,21 +16,29 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
     ("iterion-netpolicy", 0, &[]),
     ("iterion-envdeny", 0, &[]),
     ("iterion-envelope", 0, &[]),
+    // the host side of the boundary: spawning, host git, store files (impure, no workspace dependency)
+    ("iterion-boundary", 0, &[]),
     // the one L0 → L0 edge: compile-time rule validation uses the enforcing compiler
     ("iterion-spec", 0, &["iterion-netpolicy"]),
     (
         "iterion-driver",
         1,
-        &["iterion-spec", "iterion-envdeny", "iterion-netpolicy"],
+        &[
+            "iterion-boundary",
+            "iterion-spec",
+            "iterion-envdeny",
+            "iterion-netpolicy",
+        ],
     ),
     ("iterion-netproxy", 1, &["iterion-netpolicy", "iterion-spec"]),
-    ("iterion-claw", 1, &["iterion-envelope"]),
+    ("iterion-claw", 1, &["iterion-boundary", "iterion-envelope"]),
     // the runner program, built statically by iterion-host's build script and mounted into sandboxes
     ("iterion-claw-runner", 2, &["iterion-claw"]),
     (
         "iterion-driver-docker",
         2,
         &[
+            "iterion-boundary",
             "iterion-embed",
             "iterion-driver",
             "iterion-spec",
@@ -42,6 +50,7 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
         "iterion-driver-k8s",
         2,
         &[
+            "iterion-boundary",
             "iterion-driver",
             "iterion-spec",
             "iterion-envdeny",
@@ -52,6 +61,7 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
         "iterion-host",
         3,
         &[
+            "iterion-boundary",
             "iterion-spec",
             "iterion-embed",
             "iterion-driver",
@@ -63,6 +73,7 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
         "iterion-runtime",
         4,
         &[
+            "iterion-boundary",
             "iterion-spec",
             "iterion-envdeny",
             "iterion-envelope",
@@ -77,6 +88,7 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
         "iterion-doctor",
         5,
         &[
+            "iterion-boundary",
             "iterion-embed",
             "iterion-probe",
             "iterion-host",
@@ -94,6 +106,7 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
         "iterion-cli",
         6,
         &[
+            "iterion-boundary",
             "iterion-probe",
             "iterion-claw",
             "iterion-doctor",
@@ -114,6 +127,7 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
         "iterion-test-support",
         9,
         &[
+            "iterion-boundary",
             "iterion-spec",
             "iterion-envdeny",
             "iterion-netpolicy",

@@ -2,13 +2,15 @@
 //! `crates/*/src` and `xtask/src`.
 //!
 //! - no function over [`LIMIT`] lines;
-//! - no import circle between the modules of one crate.
+//! - no import circle between the modules of one crate;
+//! - no process started outside `iterion-boundary` (no `process::Command`, std or tokio, in another crate).
 //!
 //! Violations that exist today are listed in `xtask/tidy-allow.txt`; the list can only shrink.
 
 mod allow;
 mod cycles;
 mod long_fn;
+mod spawn;
 mod tree;
 
 #[cfg(test)]
@@ -64,6 +66,19 @@ fn violations(trees: &[CrateTree]) -> Vec<allow::Violation> {
             out.push(allow::Violation {
                 key: format!("long-fn {file}::{}", f.name),
                 message: format!("{file}:{} {}: {} lines (limit {LIMIT})", f.line, f.name, f.lines),
+            });
+        }
+    }
+    for tree in trees {
+        for s in spawn::find(tree) {
+            let file = s.file.display();
+            out.push(allow::Violation {
+                key: format!("spawn {file}"),
+                message: format!(
+                    "{file}:{} `{}` starts a process directly; start host programs through \
+                     iterion_boundary::HostCommand (an explicit environment, trusted PATH only)",
+                    s.line, s.path
+                ),
             });
         }
     }

@@ -151,18 +151,14 @@ pub fn helper_server(registry: &str) -> String {
     }
 }
 
-/// Finds `docker-credential-<name>` in the directories of `path` (a `PATH` value).
+/// Finds `docker-credential-<name>` in the absolute directories of `path` (a `PATH` value; empty and relative
+/// entries are skipped, the working directory would resolve them).
 pub fn find_helper(name: &str, path: Option<&str>) -> Option<std::path::PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
     if name.is_empty() || name.contains('/') {
         return None;
     }
     let file = format!("docker-credential-{name}");
-    path?
-        .split(':')
-        .filter(|d| !d.is_empty())
-        .map(|d| std::path::Path::new(d).join(&file))
-        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+    iterion_boundary::find_program(file.as_ref(), path.map(std::ffi::OsStr::new), &[]).ok()
 }
 
 /// Parses a helper's answer.
@@ -196,61 +192,33 @@ pub fn run_helper(
     path: Option<&str>,
     timeout: std::time::Duration,
 ) -> HelperOutcome {
-    use std::io::{Read, Write};
-    use std::process::{Command, Stdio};
     let helper = format!("docker-credential-{name}");
     let Some(bin) = find_helper(name, path) else {
         return HelperOutcome::Failed(format!("credential helper {helper} is not on the PATH"));
     };
-    let child = Command::new(&bin)
+    // the helper gets the PATH it was found in and nothing else of the environment
+    let env = iterion_boundary::Env::new().with("PATH", path.unwrap_or_default());
+    let bounds = iterion_boundary::Bounds::new(timeout).max_stdout(1024 * 1024);
+    let out = iterion_boundary::HostCommand::new(&bin, env)
         .arg("get")
-        .env("PATH", path.unwrap_or_default())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn();
-    let mut child = match child {
-        Ok(c) => c,
-        Err(e) => return HelperOutcome::Failed(format!("credential helper {helper} could not be run: {e}")),
-    };
-    if let Some(mut stdin) = child.stdin.take() {
-        // a helper that exits without reading is judged by its exit status below
-        let _ = stdin.write_all(helper_server(registry).as_bytes());
-    }
-    let mut stdout = child.stdout.take();
-    let reader = std::thread::spawn(move || {
-        let mut out = Vec::new();
-        if let Some(s) = stdout.as_mut() {
-            let _ = s.take(1024 * 1024).read_to_end(&mut out);
-        }
-        out
-    });
-    let deadline = std::time::Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-        }
-    };
-    let out = reader.join().unwrap_or_default();
-    match status {
-        None => HelperOutcome::Failed(format!(
+        .run_bounded(Some(helper_server(registry).into_bytes()), bounds);
+    match out {
+        Err(iterion_boundary::Error::TimedOut { .. }) => HelperOutcome::Failed(format!(
             "credential helper {helper} did not answer within {}s",
             timeout.as_secs()
         )),
-        Some(s) if s.success() => match parse_helper_answer(&out) {
+        Err(iterion_boundary::Error::OutputTooLarge { .. }) => {
+            HelperOutcome::Failed(format!("credential helper {helper} gave an unreadable answer"))
+        }
+        Err(e) => HelperOutcome::Failed(format!("credential helper {helper} could not be run: {e}")),
+        Ok(c) if c.status.success() => match parse_helper_answer(&c.stdout) {
             Some(a) => HelperOutcome::Found(a),
             None => HelperOutcome::Failed(format!("credential helper {helper} gave an unreadable answer")),
         },
-        Some(_) if String::from_utf8_lossy(&out).contains("credentials not found") => HelperOutcome::NotFound,
-        Some(s) => HelperOutcome::Failed(format!("credential helper {helper} failed ({s})")),
+        Ok(c) if String::from_utf8_lossy(&c.stdout).contains("credentials not found") => {
+            HelperOutcome::NotFound
+        }
+        Ok(c) => HelperOutcome::Failed(format!("credential helper {helper} failed ({})", c.status)),
     }
 }
 

@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,6 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
+use iterion_boundary::{HostCommand, Pipe};
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::{Group, Pid, User};
@@ -402,26 +402,24 @@ impl Run for NoopRun {
                 reason: format!("the working directory {workdir} does not exist"),
             });
         }
-        let mut cmd = tokio::process::Command::new(&req.argv[0]);
-        cmd.args(&req.argv[1..])
-            .env_clear()
-            .envs(self.inner.env.iter().map(|(k, v)| (k, v)))
-            .envs(req.env.iter().map(|(k, v)| (k, v)))
+        let mut env = iterion_boundary::Env::from_map(self.inner.env.iter().map(|(k, v)| (k, v)));
+        env.extend(req.env.iter().map(|(k, v)| (k, v)));
+        // A PATH entry that is relative, empty or inside the workspace would let the repository name the
+        // programs a host process runs (its own `git`, `make`…): the process gets the trusted entries only.
+        let untrusted = [PathBuf::from(&self.inner.workspace), PathBuf::from(&workdir)];
+        match iterion_boundary::trusted_path(env.get("PATH"), &untrusted) {
+            Some(p) => env.set("PATH", p),
+            None => env.remove("PATH"),
+        };
+        let pipe = |piped: bool| if piped { Pipe::Piped } else { Pipe::Null };
+        let mut host = HostCommand::new(&req.argv[0], env)
+            .args(&req.argv[1..])
             .current_dir(&workdir)
-            .process_group(0)
-            .kill_on_drop(false)
-            .stdin(match req.stdin {
-                Stdin::Piped => Stdio::piped(),
-                Stdin::Closed => Stdio::null(),
-            })
-            .stdout(match req.stdout {
-                Output::Piped => Stdio::piped(),
-                Output::Discard => Stdio::null(),
-            })
-            .stderr(match req.stderr {
-                Output::Piped => Stdio::piped(),
-                Output::Discard => Stdio::null(),
-            });
+            .untrusted_dir(&self.inner.workspace)
+            .untrusted_dir(&workdir)
+            .stdin(pipe(req.stdin == Stdin::Piped))
+            .stdout(pipe(req.stdout == Output::Piped))
+            .stderr(pipe(req.stderr == Output::Piped));
         if let Some(u) = &req.user {
             let (uid, gid) = resolve_user(u)?;
             let (me, my_gid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
@@ -431,10 +429,25 @@ impl Run for NoopRun {
                         "running as user {u} (iterion is not root, so host processes keep its uid)"
                     )));
                 }
-                cmd.uid(uid).gid(gid);
+                host = host.user(uid, gid);
             }
         }
-        let mut child = match cmd.spawn() {
+        let spawned = match host.into_tokio() {
+            Ok(mut cmd) => cmd.kill_on_drop(false).spawn(),
+            Err(iterion_boundary::Error::NotFound { .. }) => {
+                return Ok(not_found_exec(
+                    &req,
+                    127,
+                    format!("{}: command not found\n", req.argv[0]),
+                ));
+            }
+            Err(e) => {
+                return Err(Error::ExecStart {
+                    reason: e.to_string(),
+                });
+            }
+        };
+        let mut child = match spawned {
             Ok(c) => c,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Ok(not_found_exec(

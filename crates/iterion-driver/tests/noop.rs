@@ -391,3 +391,52 @@ async fn cleanup_ends_background_children_of_finished_execs() {
     }
     assert!(gone, "the orphaned background process survived cleanup");
 }
+
+/// A repository that plants `git` in `bin/` and an operator PATH that names `bin` (relative), an empty entry
+/// and the workspace's own `bin/`: no host process finds the planted program, by its own name or through the
+/// shell's lookups, and the PATH a host process gets has only the trusted entries.
+#[tokio::test]
+async fn host_processes_never_find_programs_the_workspace_plants() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    std::fs::create_dir_all(ws.join("bin")).unwrap();
+    let marker = ws.join("planted-ran");
+    let planted = ws.join("bin/git");
+    std::fs::write(&planted, format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("bin::{}:/usr/bin:/bin", ws.join("bin").display());
+    let d = NoopDriver::new(vec![("PATH".into(), path)]);
+    let p = d
+        .prepare(PrepareRequest::new(sandbox_for(None, &ws)))
+        .await
+        .unwrap();
+    let req = StartRequest::new("r1", &ws, owner::current_owner(&ws));
+    let run = d.start(p, None, req).await.unwrap().run;
+    let direct = exec_collect(
+        &*run,
+        ExecRequest::new(vec!["git".to_string(), "--version".to_string()]),
+        OutputLimits::default(),
+    )
+    .await
+    .unwrap();
+    let via_shell = exec_collect(
+        &*run,
+        ExecRequest::new(vec![
+            "/bin/sh".to_string(),
+            "-c".to_string(),
+            "git --version >/dev/null 2>&1; printf %s \"$PATH\"".to_string(),
+        ]),
+        OutputLimits::default(),
+    )
+    .await
+    .unwrap();
+    assert!(!marker.exists(), "the planted git ran on the host");
+    // the operator's own git answers (the test machines have one in /usr/bin)
+    assert!(
+        String::from_utf8_lossy(&direct.stdout).starts_with("git version"),
+        "{direct:?}"
+    );
+    assert_eq!(String::from_utf8_lossy(&via_shell.stdout), "/usr/bin:/bin");
+    run.cleanup().await;
+}

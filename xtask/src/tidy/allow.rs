@@ -34,9 +34,9 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, usize>> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        if !(line.starts_with("long-fn ") || line.starts_with("cycle ")) {
+        if !(line.starts_with("long-fn ") || line.starts_with("cycle ") || line.starts_with("spawn ")) {
             bail!(
-                "{FILE}:{}: expected `long-fn PATH::NAME` or `cycle CRATE: MODULES`, got `{line}`",
+                "{FILE}:{}: expected `long-fn PATH::NAME`, `cycle CRATE: MODULES` or `spawn PATH`, got `{line}`",
                 i + 1
             );
         }

@@ -167,3 +167,41 @@ fn a_missing_module_file_is_an_error_naming_both_candidates() {
         "src/lib.rs: `mod gone;` has neither src/gone.rs nor src/gone/mod.rs"
     );
 }
+
+#[test]
+fn a_process_started_outside_the_boundary_crate_is_reported_wherever_it_is_named() {
+    let lib = "mod a;\nmod b;\nuse std::process::{Command, Stdio};\n\
+               fn f() { let _ = Command::new(\"git\"); }\n";
+    let a = "fn g() -> tokio::process::Command { todo() }\n";
+    let b = "use std::process as p;\nfn h() { let _ = p::Stdio::null(); }\n\
+             fn i() { let _ = vec![std::process::Command::new(\"x\")]; }\n";
+    let tests = "#[cfg(test)]\nmod t { fn j() { std::process::Command::new(\"true\"); } }\n";
+    let lib = format!("{lib}{tests}");
+    let files = [("src/lib.rs", lib.as_str()), ("src/a.rs", a), ("src/b.rs", b)];
+    let p = problems(&files, "");
+    assert_eq!(p.len(), 3, "{p:#?}");
+    assert!(
+        p[0].starts_with("src/lib.rs:3 `std::process::Command` starts a process directly"),
+        "{}",
+        p[0]
+    );
+    assert!(
+        p[1].starts_with("src/a.rs:1 `tokio::process::Command`"),
+        "{}",
+        p[1]
+    );
+    assert!(p[2].starts_with("src/b.rs:3 `process::Command`"), "{}", p[2]);
+    // allowlisted by file
+    let allow = "spawn src/lib.rs\nspawn src/a.rs\nspawn src/b.rs\n";
+    assert_eq!(problems(&files, allow), Vec::<String>::new());
+}
+
+#[test]
+fn the_boundary_crate_may_start_processes() {
+    let mem = Mem(BTreeMap::from([(
+        PathBuf::from("src/lib.rs"),
+        "fn f() { let _ = std::process::Command::new(\"git\"); }\n".to_string(),
+    )]));
+    let t = CrateTree::load("iterion-boundary", Path::new("src/lib.rs"), &mem).expect("loads");
+    assert_eq!(check(&[t], "").expect("parses").problems, Vec::<String>::new());
+}

@@ -1,0 +1,60 @@
+//! The crate's one error type.
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What can go wrong on the host side of the boundary.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A bare program name was not found in any trusted directory of the program's `PATH`.
+    #[error("{program}: command not found in the trusted directories of PATH")]
+    NotFound {
+        /// The name as asked for.
+        program: String,
+    },
+    /// A program was named by a relative path, which the working directory would resolve.
+    #[error("{program}: a host program must be named by an absolute path or a bare name")]
+    RelativeProgram {
+        /// The name as asked for.
+        program: String,
+    },
+    /// The program could not be started.
+    #[error("cannot run {program}")]
+    Spawn {
+        /// The program.
+        program: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The program ran past its time limit and was killed with its process group.
+    #[error("{program} did not finish within {}s and was killed", after.as_secs())]
+    TimedOut {
+        /// The program.
+        program: PathBuf,
+        /// The limit.
+        after: Duration,
+    },
+    /// The program wrote more than its limit on a stream and was killed with its process group.
+    #[error("{program} wrote more than {limit} bytes on {stream} and was killed")]
+    OutputTooLarge {
+        /// The program.
+        program: PathBuf,
+        /// `stdout` or `stderr`.
+        stream: &'static str,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// Reading the program's output or waiting for it failed.
+    #[error("lost track of {program}")]
+    Wait {
+        /// The program.
+        program: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
