@@ -12,6 +12,7 @@ mod credentials;
 mod full_disk;
 mod git_paths;
 mod harness;
+mod host_programs;
 mod host_state;
 mod quoting;
 mod worktree;
