@@ -772,29 +772,14 @@ impl<'w, 'i> Resolver<'w, 'i> {
             "merge" | "append" if parent_undeclared && !n.names_base() => {
                 self.run_network(Some(n), false, Some(node), label)
             }
-            "merge" => Ok(NetworkPolicySpec {
+            // `append` behaves as `merge` (the reference reserves it for a later nuance)
+            "merge" | "append" => Ok(NetworkPolicySpec {
                 mode: mode.unwrap_or(parent.mode),
                 preset: preset.unwrap_or(parent.preset),
                 rules: all,
                 defaulted: false,
                 source: label.to_owned(),
             }),
-            "append" => {
-                if n.names_base() {
-                    return Err(self.invalid(
-                        "C098",
-                        Some(node),
-                        "inherit: append cannot set mode or preset".to_owned(),
-                    ));
-                }
-                Ok(NetworkPolicySpec {
-                    mode: parent.mode,
-                    preset: parent.preset,
-                    rules: all,
-                    defaulted: false,
-                    source: label.to_owned(),
-                })
-            }
             "replace" => self.run_network(Some(n), false, Some(node), label),
             other => Err(self.invalid(
                 "C098",

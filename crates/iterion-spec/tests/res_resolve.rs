@@ -555,18 +555,10 @@ fn node_network() {
         "allowlist / iterion-default / [a.com, b.com] / false",
     );
     check_node_net(B::node().preset("none"), "allowlist / - / [a.com] / false");
-    let w = workflow(
-        Some(B::wf().image("a").done()),
-        vec![(
-            "n",
-            NodeKind::Agent,
-            Some(B::node().inherit("append").net_mode("denylist").done()),
-        )],
-    );
-    let e = run(&w, &MemReader::new(), nothing).unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "node 'n': inherit: append cannot set mode or preset"
+    // `append` is `merge`, also beside a mode or preset of the node's own (the reference's behaviour)
+    check_node_net(
+        B::node().inherit("append").net_mode("denylist").rule("b.com"),
+        "denylist / iterion-default / [a.com, b.com] / false",
     );
 }
 

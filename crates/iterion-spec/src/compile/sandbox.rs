@@ -277,8 +277,6 @@ impl Compiler<'_> {
                         inh.value
                     ),
                 );
-            } else if inh.value == "append" && n.names_base() {
-                self.err("C098", inh.span, "inherit: append cannot set mode or preset");
             }
         }
         if n.mode.as_ref().is_some_and(|m| m.value == "open")
