@@ -13,6 +13,7 @@ mod full_disk;
 mod git_paths;
 mod harness;
 mod host_state;
+mod placement;
 mod quoting;
 mod worktree;
 
