@@ -6,6 +6,7 @@
 //! The threat model and what each module proves are in docs/security.md. One module per escape class; the
 //! shared workspace and assertions live in `harness`.
 
+mod attachments;
 mod bad_input;
 mod builds;
 mod credentials;
