@@ -13,7 +13,8 @@
 //!   descriptor: a regular file, not on a pseudo file system, at the path the resolution reached (the
 //!   kernel's own name for the descriptor, `/proc/self/fd/<n>`), which is neither a system, engine or
 //!   credential location (the list of the mount checks, [`iterion_driver::mount_safety`]) nor inside
-//!   iterion's data directory or the agent home.
+//!   iterion's data directory or the agent home, by name and by device and inode (a bind-mounted alias of
+//!   one of them under another name keeps its identity).
 use std::ffi::OsString;
 use std::fs::{File, Metadata};
 use std::os::unix::fs::MetadataExt;
@@ -280,7 +281,11 @@ fn protected(p: &Path, bounds: &AttachmentBounds) -> Result<(), String> {
             .iter()
             .any(|d| p.starts_with(d))
         {
-            return Err(format!("{} is inside {what} {}", p.display(), dir.display()));
+            return Err(format!(
+                "{} is inside {what} {}, which attachments may not come from",
+                p.display(),
+                dir.display()
+            ));
         }
     }
     let facts = HostFacts {
@@ -303,8 +308,79 @@ fn protected(p: &Path, bounds: &AttachmentBounds) -> Result<(), String> {
     };
     policy
         .check_bind_source(&p.to_string_lossy())
-        .map(|_| ())
-        .map_err(|r| format!("{r}, which attachments may not come from"))
+        .map_err(|r| format!("{r}, which attachments may not come from"))?;
+    // the same places under another name (a bind mount keeps the device and inode of what it shows)
+    let places = protected_places(bounds);
+    for a in p.ancestors() {
+        let Ok(m) = std::fs::symlink_metadata(a) else {
+            continue;
+        };
+        if let Some((place, what)) = places
+            .iter()
+            .find(|(id, _, _)| *id == (m.dev(), m.ino()))
+            .map(|(_, p, w)| (p, w))
+        {
+            return Err(format!(
+                "{} is {what} {} (reached as {}), which attachments may not come from",
+                p.display(),
+                place.display(),
+                a.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The device and inode of every protected place that exists, with its path and what it is: the data dir,
+/// the agent home, the credential locations under each home root, and the system and engine paths of the
+/// mount checks.
+fn protected_places(bounds: &AttachmentBounds) -> Vec<((u64, u64), PathBuf, &'static str)> {
+    use iterion_driver::mount_safety::{CREDENTIAL_NAMES, CREDENTIAL_PAIRS, ENGINE_PATHS, SYSTEM_PATHS};
+    let mut named: Vec<(PathBuf, &'static str)> = Vec::new();
+    named.extend(
+        bounds
+            .data_dir
+            .iter()
+            .map(|d| (d.clone(), "inside iterion's data directory")),
+    );
+    named.extend(
+        bounds
+            .agent_home
+            .iter()
+            .map(|d| (d.clone(), "inside the agent home")),
+    );
+    let mut homes: Vec<PathBuf> = bounds.home.iter().cloned().collect();
+    homes.push(PathBuf::from("/root"));
+    for root in ["/home", "/Users"] {
+        if let Ok(rd) = std::fs::read_dir(root) {
+            homes.extend(rd.flatten().map(|e| e.path()));
+        }
+    }
+    for h in &homes {
+        named.extend(
+            CREDENTIAL_NAMES
+                .iter()
+                .map(|c| (h.join(c), "inside the credential location")),
+        );
+        named.extend(
+            CREDENTIAL_PAIRS
+                .iter()
+                .map(|(a, b)| (h.join(a).join(b), "inside the credential location")),
+        );
+    }
+    named.extend(
+        SYSTEM_PATHS
+            .iter()
+            .chain(ENGINE_PATHS)
+            .map(|p| (PathBuf::from(p), "inside the sensitive path")),
+    );
+    named
+        .into_iter()
+        .filter_map(|(p, what)| {
+            let m = std::fs::metadata(&p).ok()?;
+            Some(((m.dev(), m.ino()), p, what))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -460,6 +536,20 @@ mod tests {
             let e = fx.check(&fx.p(p)).unwrap_err();
             assert!(e.contains(want), "{p}: {e}");
         }
+    }
+
+    #[test]
+    fn a_protected_place_under_another_name_is_known_by_its_inode() {
+        let fx = Fx::new();
+        // a hard link keeps the inode, as a bind mount keeps the directory's: `.netrc` under another name
+        std::fs::write(fx.p("home/.netrc"), b"machine x password p\n").unwrap();
+        std::fs::hard_link(fx.p("home/.netrc"), fx.p("mine/notes.txt")).unwrap();
+        let e = fx.check(&fx.p("mine/notes.txt")).unwrap_err();
+        assert!(
+            e.contains("is inside the credential location") && e.contains(".netrc (reached as "),
+            "{e}"
+        );
+        assert!(e.ends_with("which attachments may not come from"), "{e}");
     }
 
     #[test]
