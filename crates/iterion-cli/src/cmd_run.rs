@@ -822,6 +822,35 @@ fn printer(json: bool, p: &Prepared, timeout: Option<String>) -> Arc<Printer> {
     })
 }
 
+/// The `--attach` pairs, relative paths joined to the current directory: usage errors (undeclared, required
+/// and missing, unreadable, refused type, reached through a link of the repository, from a place attachments
+/// may not come from) before anything starts; the runtime checks them again when it prepares the launch.
+fn check_attachments(
+    args: &RunArgs,
+    p: &Prepared,
+    compiled: &iterion_runtime::api::Compiled,
+    (work_dir, anchor, store_dir, host): (&Path, &Path, &Path, &HostFacts),
+) -> Result<Vec<(String, PathBuf)>, Early> {
+    let mut attachments = Vec::new();
+    for a in &args.attachments {
+        let (name, path) = iterion_runtime::attachments::parse_attach(a).map_err(|e| usage(e.to_string()))?;
+        // joined, not cleaned: `..` after a link means what the kernel makes of it
+        attachments.push((name, p.cwd.join(path)));
+    }
+    if let Some(wf) = &compiled.workflow {
+        let bounds = iterion_runtime::attachments::AttachmentBounds::of_launch(
+            work_dir,
+            Some(anchor),
+            store_dir,
+            host.home.as_deref(),
+            &host.data_dir,
+        );
+        iterion_runtime::attachments::check_supplied(wf, &attachments, &p.cwd, &bounds)
+            .map_err(|e| usage(e.to_string()))?;
+    }
+    Ok(attachments)
+}
+
 /// `iterion run`.
 pub fn run(args: RunArgs, env: &BTreeMap<String, String>) -> ExitCode {
     let json = args.json;
@@ -873,17 +902,6 @@ fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, 
     for v in &args.vars {
         vars.push(parse_var(v).map_err(|e| usage(e.to_string()))?);
     }
-    // Attachments: usage errors (undeclared, required and missing, unreadable, refused type) before anything
-    // starts; the runtime checks them again when it prepares the launch.
-    let mut attachments = Vec::new();
-    for a in &args.attachments {
-        let (name, path) = iterion_runtime::attachments::parse_attach(a).map_err(|e| usage(e.to_string()))?;
-        attachments.push((name, store::absolutize(&path, &p.cwd)));
-    }
-    if let Some(wf) = &compiled.workflow {
-        iterion_runtime::attachments::check_supplied(wf, &attachments, &p.cwd)
-            .map_err(|e| usage(e.to_string()))?;
-    }
     // Checked here so that a bad id is a usage error before anything starts.
     if let Some(id) = &args.run_id {
         RunId::parse(id).map_err(|e| usage(e.to_string()))?;
@@ -898,6 +916,7 @@ fn run_inner(args: RunArgs, env: &BTreeMap<String, String>) -> Result<ExitCode, 
         cwd: &p.cwd,
         data_dir: &host.data_dir,
     });
+    let attachments = check_attachments(&args, &p, &compiled, (&work_dir, &anchor, &store_dir, &host))?;
     let host_only = args.sandbox.sandbox == Some(ModeArg::None);
     if !anchor.join(".git").exists() && !args.dry_run && !args.json && !host_only {
         eprintln!(

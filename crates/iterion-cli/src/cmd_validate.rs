@@ -4,7 +4,9 @@
 //! Checks, in order: the language (lexing, parsing, compiling); the MCP server names a workflow uses, which
 //! may also come from the `.mcp.json` next to the file (not read when `ITERION_MCP_AUTOLOAD` is `0` or
 //! `false`); then, when the file is valid, the executability check `iterion run` applies (`X…`: constructs
-//! the language has but this version does not execute). `--syntax-only` stops after the language.
+//! the language has but this version does not execute), and the refusal a plain `iterion run FILE` gives a
+//! codex node that its sandbox settings place in a container (`X011`; `--sandbox none` or the node's
+//! `sandbox: none` lifts it). `--syntax-only` stops after the language.
 //!
 //! Exit codes: 0 when no file has an error-severity diagnostic, 1 when any has, 2 when a file cannot be read
 //! (usage errors are exit 2 through clap). Every file is processed even when an earlier one fails.
@@ -74,6 +76,13 @@ pub(crate) fn check_file(
     }
     if !syntax_only {
         add_refusals(&mut checked, env);
+        // the launch refusal of a codex node placed in a container, for a run without flags
+        for w in &checked.workflows {
+            checked
+                .diagnostics
+                .extend(iterion_runtime::exec::codex::placement_diagnostics(w, env));
+        }
+        iterion_spec::diag::sort(&mut checked.diagnostics);
     }
     checked
 }

@@ -163,6 +163,81 @@ fn at4_attach_usage_errors_exit_2_without_a_run_directory() {
     }
 }
 
+/// A repository's links are never followed, whatever they lead to; `/proc`, `/sys`, `/dev` and the
+/// operator's credential locations are refused whatever the spelling; each is a usage error naming the
+/// attachment (exit 2, no run directory), in a run and a dry run. An operator link outside the repository
+/// still works.
+#[test]
+fn attachments_never_follow_repository_links_nor_reach_protected_places() {
+    let ws = Ws::new(&workflow("cat {{attachments.spec}}", ""));
+    let home = ws.dir.path().join("home");
+    std::fs::create_dir_all(home.join(".aws")).unwrap();
+    std::fs::write(
+        home.join(".aws/credentials"),
+        "[default]\naws_secret_access_key = s3cr3t\n",
+    )
+    .unwrap();
+    let link = |target: &str, at: &str| std::os::unix::fs::symlink(target, ws.path().join(at)).unwrap();
+    link("/proc/self/environ", "spec.pdf");
+    link("../home/.aws/credentials", "creds");
+    link("spec.pdf", "chain.pdf");
+    link("..", "up");
+    link("../a.pdf", "fine.pdf");
+    // the operator's own link, outside the repository, to an ordinary file
+    std::os::unix::fs::symlink(ws.pdf(), home.join("report.pdf")).unwrap();
+    let refused = [
+        (
+            "spec.pdf".to_string(),
+            "spec.pdf is a symbolic link inside the repository",
+        ),
+        ("creds".into(), "creds is a symbolic link inside the repository"),
+        (
+            "chain.pdf".into(),
+            "chain.pdf is a symbolic link inside the repository",
+        ),
+        ("up/a.pdf".into(), "up is a symbolic link inside the repository"),
+        (
+            "fine.pdf".into(),
+            "fine.pdf is a symbolic link inside the repository",
+        ),
+        (
+            "/proc/self/../self/environ".into(),
+            "leads into /proc, which attachments may not come from",
+        ),
+        ("//proc/self/environ".into(), "leads into /proc"),
+        ("/dev/fd/0".into(), "leads into /dev"),
+        ("/sys/kernel/hostname".into(), "leads into /sys"),
+        (
+            home.join(".aws/credentials").display().to_string(),
+            "is a credential location (.aws), which attachments may not come from",
+        ),
+    ];
+    for (path, want) in &refused {
+        for dry in [false, true] {
+            let arg = format!("spec={path}");
+            let mut args = vec!["run", "w.bot", "--sandbox", "none", "--attach", &arg];
+            if dry {
+                args.push("--dry-run");
+            }
+            let out = ws.run(&args);
+            assert_eq!(out.status.code(), Some(2), "{path}: {}", stderr(&out));
+            let err = stderr(&out);
+            assert!(err.contains("attachment 'spec': "), "{path}: {err}");
+            assert!(err.contains(want), "{path}: {err}");
+            assert!(!err.contains("s3cr3t"), "{path}: {err}");
+            assert!(ws.run_ids().is_empty(), "{path} created a run");
+        }
+    }
+    let arg = format!("spec={}", home.join("report.pdf").display());
+    let out = ws.run(&["run", "w.bot", "--sandbox", "none", "--attach", &arg]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = ws.run_ids().pop().unwrap();
+    assert_eq!(
+        node_result(&ws.events(&id), "t"),
+        json!(String::from_utf8_lossy(PDF).trim_end())
+    );
+}
+
 #[test]
 fn at1_at5_attach_on_the_host_stores_and_renders_the_file() {
     let ws = Ws::new(&workflow(

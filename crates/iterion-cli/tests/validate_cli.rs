@@ -113,11 +113,100 @@ fn validate_reports_what_run_refuses_at_its_position() {
     assert!(stdout(&o).contains("error[X002]"), "{}", stdout(&o));
     assert_eq!(code(&iterion(&["validate", "--syntax-only", agent], &[])), 0);
     // codex runs (on the host only): the compiler's discouragement is a warning
-    std::fs::write(agent, src.replace("BACKEND", "codex")).expect("write");
+    let on_host = src
+        .replace("BACKEND", "codex")
+        .replace("  entry: a\n", "  entry: a\n  sandbox: none\n");
+    std::fs::write(agent, on_host).expect("write");
     let o = iterion(&["validate", agent], &[]);
     assert_eq!(code(&o), 0, "{}", stdout(&o));
     assert!(stdout(&o).contains("warning[C030]"), "{}", stdout(&o));
     assert!(!stdout(&o).contains("X002"), "{}", stdout(&o));
+}
+
+/// A codex node that a plain `iterion run` would place in a container is refused by that run; `validate`
+/// reports the same refusal (`X011`, at the node's backend, with the run's message and hint) for every kind
+/// of node that can run codex, and `sandbox doctor --strict` fails `spec_valid` with it.
+#[test]
+fn validate_and_doctor_refuse_a_codex_node_placed_in_a_container() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let agent = "schema r:\n  ok: bool\n\nagent a:\n  backend: \"codex\"\n  output: r\n\nworkflow w:\n  entry: a\nSANDBOX  a -> done\n";
+    let router = "tool x:\n  command: \"true\"\n\ntool y:\n  command: \"true\"\n\nrouter r:\n  mode: llm\n  backend: \"codex\"\n\nworkflow w:\n  entry: r\nSANDBOX  r -> x\n  r -> y\n  x -> done\n  y -> done\n";
+    let cases = [
+        (agent, "a", "5:12"),
+        (router, "r", "9:12"),
+        (
+            &*router
+                .replace("  backend: \"codex\"\n", "")
+                .replace("workflow w:\n", "workflow w:\n  default_backend: \"codex\"\n"),
+            "r",
+            "11:20",
+        ),
+    ];
+    for (src, node, at) in cases {
+        let file = dir.path().join(format!("{node}.bot"));
+        let path = file.to_str().expect("utf-8");
+        for sandbox in ["", "  sandbox: auto\n"] {
+            std::fs::write(&file, src.replace("SANDBOX", sandbox)).expect("write");
+            let o = iterion(&["validate", path], &[]);
+            assert_eq!(code(&o), 1, "{}", stdout(&o));
+            let out = stdout(&o);
+            assert!(
+                out.contains(&format!(
+                    "{node}.bot:{at}: error[X011]: backend codex cannot run inside the iterion sandbox (it runs the host codex CLI with its own sandbox), and node '{node}' would run in a container"
+                )),
+                "{out}"
+            );
+            assert!(out.contains("hint: run with --sandbox none"), "{out}");
+        }
+        // on the host (the workflow's `sandbox: none`, or the machine default none): accepted
+        std::fs::write(&file, src.replace("SANDBOX", "  sandbox: none\n")).expect("write");
+        assert_eq!(code(&iterion(&["validate", path], &[])), 0);
+        std::fs::write(&file, src.replace("SANDBOX", "")).expect("write");
+        let o = iterion(&["validate", path], &[("ITERION_SANDBOX_DEFAULT", "none")]);
+        assert_eq!(code(&o), 0, "{}", stdout(&o));
+    }
+    // the doctor resolves the plan as the run does, flags included
+    let sock = format!("unix://{}", dir.path().join("absent.sock").display());
+    let home = dir.path().display().to_string();
+    let env = [
+        ("DOCKER_HOST", sock.as_str()),
+        ("CONTAINER_HOST", sock.as_str()),
+        ("XDG_RUNTIME_DIR", home.as_str()),
+        ("HOME", home.as_str()),
+    ];
+    let file = dir.path().join("r.bot");
+    std::fs::write(&file, router.replace("SANDBOX", "  sandbox: auto\n")).expect("write");
+    let doctor = |extra: &[&str]| {
+        let mut args = vec![
+            "sandbox",
+            "doctor",
+            "--strict",
+            file.to_str().expect("utf-8"),
+            "--json",
+        ];
+        args.extend(["--target", "local"]);
+        args.extend(extra);
+        let o = iterion(&args, &env);
+        let doc: serde_json::Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("json ({e}): {}", stdout(&o)));
+        let check = doc["checks"]
+            .as_array()
+            .expect("checks")
+            .iter()
+            .find(|c| c["id"] == "spec_valid")
+            .expect("spec_valid")
+            .clone();
+        (code(&o), check)
+    };
+    let (c, check) = doctor(&[]);
+    assert_eq!(c, 1, "{check}");
+    assert_eq!(check["status"], "fail", "{check}");
+    assert!(
+        check.to_string().contains("node 'r' would run in a container"),
+        "{check}"
+    );
+    let (_, check) = doctor(&["--sandbox", "none"]);
+    assert_ne!(check["status"], "fail", "{check}");
 }
 
 #[test]

@@ -430,8 +430,6 @@ impl Runtime {
             }
         };
         let path = compiled.path;
-        // Attachments are usage errors before anything exists: undeclared, missing, unreadable, refused type.
-        let attachments = crate::attachments::check_supplied(&workflow, &opts.attachments, &opts.work_dir)?;
         // The project anchor: the repository root of the work dir decides the store and the devcontainer.
         let repo_root = iterion_host::repo_root(&opts.work_dir);
         let store_dir = match &self.store_dir {
@@ -443,6 +441,17 @@ impl Runtime {
                 data_dir: &self.cfg.host.data_dir,
             }),
         };
+        // Attachments are usage errors before anything exists: undeclared, missing, unreadable, refused type,
+        // reached through a link of the repository, or from a place attachments may not come from.
+        let bounds = crate::attachments::AttachmentBounds::of_launch(
+            &opts.work_dir,
+            Some(&repo_root),
+            &store_dir,
+            self.cfg.host.home.as_deref(),
+            &self.cfg.host.data_dir,
+        );
+        let attachments =
+            crate::attachments::check_supplied(&workflow, &opts.attachments, &opts.work_dir, &bounds)?;
         let mut launch = Launch::new(workflow, path, compiled.source, store_dir, opts.work_dir);
         launch.repo_root = Some(repo_root);
         launch.vars = opts.vars;

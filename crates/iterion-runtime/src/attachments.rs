@@ -1,9 +1,12 @@
 //! Attachments: files supplied at launch under a name the workflow declares (`attachments:`).
 //!
 //! 1. [`check_supplied`] — before the run record exists: every supplied name is declared, no name is given
-//!    twice, every `required: true` attachment is supplied, every path is a readable regular file (symlinks
-//!    resolved, then opened with `O_NOFOLLOW | O_NONBLOCK`, its type checked on the open descriptor) of at most
-//!    [`MAX_BYTES`], whose sniffed MIME type ([`sniff_mime`]) the declaration's `accept_mime` accepts.
+//!    twice, every `required: true` attachment is supplied, every path is a readable regular file of at most
+//!    [`MAX_BYTES`], whose sniffed MIME type ([`sniff_mime`]) the declaration's `accept_mime` accepts. The path
+//!    is resolved one component at a time without following a symbolic link the repository controls, never
+//!    into `/proc`, `/sys`, `/dev` or a pseudo file system, then opened with `O_NOFOLLOW | O_NONBLOCK` and
+//!    checked on the open descriptor: its type, its file system, the kernel's name for it, and that name is no
+//!    system, credential, data-dir or agent-home location ([`AttachmentBounds`]).
 //! 2. [`stage`] then [`Staged::commit`] — at run creation: each file is copied (streamed, SHA-256 computed
 //!    while copying) to `<run dir>/attachments/<name>/<file name>` next to a `meta.json`; files 0600,
 //!    directories 0700. The copy is staged next to `runs/` first, so a source that changed since the check
@@ -33,6 +36,10 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::store::{AttachmentRecord, create_private_dir, names, validate_component, write_atomic};
+
+mod source;
+
+pub use source::AttachmentBounds;
 
 /// Where the run's attachments directory is mounted (read-only) in containers.
 pub const CONTAINER_DIR: &str = "/run/iterion/attachments";
@@ -97,11 +104,13 @@ fn declared_list(workflow: &Workflow) -> String {
 }
 
 /// Checks the supplied `(NAME, PATH)` pairs against the workflow's declarations (relative paths are taken
-/// from `base`). Every refusal is [`Error::InvalidAttachment`]; nothing is created.
+/// from `base`), each path resolved within `bounds`. Every refusal is [`Error::InvalidAttachment`]; nothing
+/// is created.
 pub fn check_supplied(
     workflow: &Workflow,
     supplied: &[(String, PathBuf)],
     base: &Path,
+    bounds: &AttachmentBounds,
 ) -> Result<Vec<CheckedAttachment>> {
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
@@ -115,8 +124,13 @@ pub fn check_supplied(
         if !seen.insert(name.as_str()) {
             return Err(invalid(name, "supplied more than once"));
         }
-        let abs = crate::store::absolutize(path, base);
-        let c = check_file(name, &abs)?;
+        // joined, not cleaned: `..` after a link is the link target's parent, as the kernel has it
+        let abs = if path.is_absolute() {
+            path.clone()
+        } else {
+            base.join(path)
+        };
+        let c = check_file(name, &abs, bounds)?;
         if !decl.accept_mime.is_empty() && !mime_accepted(&c.mime, &decl.accept_mime) {
             return Err(invalid(
                 name,
@@ -196,7 +210,7 @@ fn head(f: &mut impl Read) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-fn check_file(name: &str, abs: &Path) -> Result<CheckedAttachment> {
+fn check_file(name: &str, abs: &Path, bounds: &AttachmentBounds) -> Result<CheckedAttachment> {
     let shown = abs.display();
     let original_filename = abs
         .file_name()
@@ -205,18 +219,21 @@ fn check_file(name: &str, abs: &Path) -> Result<CheckedAttachment> {
         .to_owned();
     validate_component("attachment file name", &original_filename)
         .map_err(|_| invalid(name, format!("{shown}: unusable file name '{original_filename}'")))?;
-    let source =
-        std::fs::canonicalize(abs).map_err(|e| invalid(name, format!("cannot read {shown}: {e}")))?;
+    let resolved = source::resolve(abs, bounds).map_err(|r| invalid(name, r))?;
+    let source = resolved.path;
     // The type before opening (never open a device or a FIFO), and again on the descriptor.
-    let meta = std::fs::metadata(&source).map_err(|e| invalid(name, format!("cannot read {shown}: {e}")))?;
-    if !meta.is_file() {
-        return Err(invalid(name, format!("{shown} is {}", kind_of(meta.file_type()))));
+    if !resolved.meta.is_file() {
+        return Err(invalid(
+            name,
+            format!("{shown} is {}", kind_of(resolved.meta.file_type())),
+        ));
     }
     let (mut f, meta) =
         open_regular_nofollow(&source).map_err(|e| invalid(name, format!("cannot read {shown}: {e}")))?;
     if !meta.is_file() {
         return Err(invalid(name, format!("{shown} is {}", kind_of(meta.file_type()))));
     }
+    source::check_opened(&f, &meta, &source, bounds).map_err(|r| invalid(name, r))?;
     if meta.len() > MAX_BYTES {
         return Err(invalid(
             name,
@@ -680,6 +697,15 @@ mod tests {
         }
     }
 
+    /// [`check_supplied`] with no repository and no home.
+    fn check_any(
+        w: &Workflow,
+        supplied: &[(String, PathBuf)],
+        base: &Path,
+    ) -> Result<Vec<CheckedAttachment>> {
+        check_supplied(w, supplied, base, &AttachmentBounds::new())
+    }
+
     fn reason(r: Result<Vec<CheckedAttachment>>) -> String {
         match r {
             Err(Error::InvalidAttachment { name, reason }) => format!("{name}: {reason}"),
@@ -698,45 +724,89 @@ mod tests {
         std::fs::create_dir(base.join("dir")).unwrap();
         let s = |n: &str, p: &str| (n.to_string(), PathBuf::from(p));
 
-        let ok = check_supplied(&w, &[s("spec", "link.pdf")], base).unwrap();
+        let ok = check_any(&w, &[s("spec", "link.pdf")], base).unwrap();
         assert_eq!(ok.len(), 1);
         assert_eq!(ok[0].original_filename, "link.pdf");
         assert_eq!(ok[0].source, std::fs::canonicalize(base.join("a.pdf")).unwrap());
         assert_eq!((ok[0].mime.as_str(), ok[0].size), ("application/pdf", 13));
 
         assert_eq!(
-            reason(check_supplied(&w, &[s("nope", "a.pdf")], base)),
+            reason(check_any(&w, &[s("nope", "a.pdf")], base)),
             "nope: not declared (workflow 'w' declares: spec, logo)"
         );
         assert_eq!(
-            reason(check_supplied(
-                &w,
-                &[s("spec", "a.pdf"), s("spec", "a.pdf")],
-                base
-            )),
+            reason(check_any(&w, &[s("spec", "a.pdf"), s("spec", "a.pdf")], base)),
             "spec: supplied more than once"
         );
-        let r = reason(check_supplied(&w, &[s("spec", "a.png")], base));
+        let r = reason(check_any(&w, &[s("spec", "a.png")], base));
         assert!(
             r.ends_with("a.png is image/png, which is not accepted (accept_mime: application/pdf, text/*)"),
             "{r}"
         );
-        let r = reason(check_supplied(&w, &[s("spec", "dir")], base));
+        let r = reason(check_any(&w, &[s("spec", "dir")], base));
         assert!(r.ends_with("dir is a directory"), "{r}");
-        let r = reason(check_supplied(&w, &[s("spec", "missing.pdf")], base));
+        let r = reason(check_any(&w, &[s("spec", "missing.pdf")], base));
         assert!(r.contains("cannot read"), "{r}");
-        let r = reason(check_supplied(&w, &[s("logo", "/dev/null")], base));
-        assert!(r.ends_with("/dev/null is a device"), "{r}");
+        let r = reason(check_any(&w, &[s("logo", "/dev/null")], base));
+        assert!(
+            r.ends_with("/dev/null leads into /dev, which attachments may not come from"),
+            "{r}"
+        );
         // over the size limit (a sparse file: nothing is written)
         let big = std::fs::File::create(base.join("big.pdf")).unwrap();
         big.set_len(MAX_BYTES + 1).unwrap();
-        let r = reason(check_supplied(&w, &[s("logo", "big.pdf")], base));
+        let r = reason(check_any(&w, &[s("logo", "big.pdf")], base));
         assert!(
             r.ends_with("big.pdf is larger than 1 GiB (1073741825 bytes)"),
             "{r}"
         );
         // no accept_mime: anything regular goes
-        assert_eq!(check_supplied(&w, &[s("logo", "a.pdf")], base).unwrap().len(), 1);
+        assert_eq!(check_any(&w, &[s("logo", "a.pdf")], base).unwrap().len(), 1);
+    }
+
+    /// A repository that ships `spec.pdf -> /proc/self/environ` and `creds -> ../home/.aws/credentials`:
+    /// both refused, naming the attachment and why; the operator's own link outside it still works.
+    #[test]
+    fn repository_links_are_refused_and_operator_links_followed() {
+        let w = wf(DECL);
+        let d = tempfile::tempdir().unwrap();
+        let (repo, home) = (d.path().join("repo"), d.path().join("home"));
+        std::fs::create_dir_all(repo.join("docs")).unwrap();
+        std::fs::create_dir_all(home.join(".aws")).unwrap();
+        std::fs::write(home.join(".aws/credentials"), b"[default]\n").unwrap();
+        std::fs::write(d.path().join("a.pdf"), b"%PDF-1.7\n").unwrap();
+        std::os::unix::fs::symlink("/proc/self/environ", repo.join("spec.pdf")).unwrap();
+        std::os::unix::fs::symlink("../home/.aws/credentials", repo.join("creds")).unwrap();
+        std::os::unix::fs::symlink(d.path().join("a.pdf"), home.join("doc.pdf")).unwrap();
+        let bounds = AttachmentBounds::of_launch(
+            &repo,
+            Some(&repo),
+            &d.path().join("store"),
+            Some(&home),
+            &d.path().join("data"),
+        );
+        let check =
+            |n: &str, p: &str| check_supplied(&w, &[(n.to_string(), PathBuf::from(p))], &repo, &bounds);
+        let r = reason(check("spec", "spec.pdf"));
+        assert!(r.starts_with("spec: "), "{r}");
+        assert!(
+            r.contains("spec.pdf is a symbolic link inside the repository"),
+            "{r}"
+        );
+        let r = reason(check("logo", "creds"));
+        assert!(
+            r.contains("creds is a symbolic link inside the repository"),
+            "{r}"
+        );
+        // named by its own path, the credential file is refused for what it is
+        let r = reason(check("logo", &home.join(".aws/credentials").to_string_lossy()));
+        assert!(r.contains("is a credential location (.aws)"), "{r}");
+        let ok = check("spec", &home.join("doc.pdf").to_string_lossy()).unwrap();
+        assert_eq!(
+            ok[0].source,
+            std::fs::canonicalize(d.path().join("a.pdf")).unwrap()
+        );
+        assert_eq!(ok[0].original_filename, "doc.pdf");
     }
 
     #[test]
@@ -745,7 +815,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let fifo = d.path().join("f.pdf");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-        let r = reason(check_supplied(&w, &[("spec".into(), fifo.clone())], d.path()));
+        let r = reason(check_any(&w, &[("spec".into(), fifo.clone())], d.path()));
         assert!(r.ends_with("f.pdf is a FIFO"), "{r}");
     }
 
@@ -755,12 +825,12 @@ mod tests {
             "attachments:\n  spec: file\n    required: true\n\ntool t:\n  command: `true`\n\nworkflow w:\n  entry: t\n  t -> done\n",
         );
         assert_eq!(
-            reason(check_supplied(&w, &[], Path::new("/"))),
+            reason(check_any(&w, &[], Path::new("/"))),
             "spec: required and not supplied (--attach spec=PATH)"
         );
         let none = wf("tool t:\n  command: `true`\n\nworkflow w:\n  entry: t\n  t -> done\n");
         assert_eq!(
-            reason(check_supplied(
+            reason(check_any(
                 &none,
                 &[("x".into(), "/etc/hostname".into())],
                 Path::new("/")
@@ -777,7 +847,7 @@ mod tests {
         let src = d.path().join("a.pdf");
         let body = b"%PDF-1.7\nhello attachment\n".repeat(5000);
         std::fs::write(&src, &body).unwrap();
-        let checked = check_supplied(&w, &[("spec".into(), src.clone())], d.path()).unwrap();
+        let checked = check_any(&w, &[("spec".into(), src.clone())], d.path()).unwrap();
         let store = d.path().join("store");
         std::fs::create_dir_all(store.join("runs/r1")).unwrap();
         let staged = stage(&store, "r1", &checked, "2026-01-01T00:00:00Z").unwrap();
@@ -819,7 +889,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let src = d.path().join("a.pdf");
         std::fs::write(&src, b"%PDF-1.7\n").unwrap();
-        let checked = check_supplied(&w, &[("spec".into(), src.clone())], d.path()).unwrap();
+        let checked = check_any(&w, &[("spec".into(), src.clone())], d.path()).unwrap();
         // another file renamed over it (the original kept alive by a link, so its inode is not reused)
         std::fs::hard_link(&src, d.path().join("keep")).unwrap();
         std::fs::write(d.path().join("b.pdf"), b"%PDF-1.7\nother").unwrap();
@@ -830,7 +900,7 @@ mod tests {
         assert!(e.to_string().contains("was replaced since it was checked"), "{e}");
         assert_eq!(std::fs::read_dir(&store).unwrap().count(), 0);
         // same file, new type
-        let checked = check_supplied(&w, &[("spec".into(), src.clone())], d.path()).unwrap();
+        let checked = check_any(&w, &[("spec".into(), src.clone())], d.path()).unwrap();
         std::fs::write(&src, b"plain text now").unwrap();
         let e = stage(&store, "r1", &checked, "t").unwrap_err();
         assert!(e.to_string().contains("changed type since it was checked"), "{e}");
@@ -843,7 +913,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let src = d.path().join("a.pdf");
         std::fs::write(&src, b"%PDF-1.7\nv1").unwrap();
-        let checked = check_supplied(&w, &[("spec".into(), src)], d.path()).unwrap();
+        let checked = check_any(&w, &[("spec".into(), src)], d.path()).unwrap();
         let run_dir = d.path().join("store/runs/r1");
         std::fs::create_dir_all(&run_dir).unwrap();
         let records = stage(&d.path().join("store"), "r1", &checked, "t")

@@ -695,3 +695,61 @@ fn cl3_second_signal_during_a_hanging_cleanup_force_removes() {
         "{stopped:?}"
     );
 }
+
+/// An `llm` router calls a model through its backend, so it is placed like an agent: in a sandboxed run its
+/// call runs in the run container, with a proxy credential of its own under the run's egress policy, and the
+/// resolution, the record and its `node_started` say so. It used to run on the host, outside the policy.
+#[test]
+fn an_llm_router_is_placed_in_the_run_container_with_its_own_credential() {
+    let fx = Fixture::new(
+        "router r:\n  mode: llm\n  backend: \"claude_code\"\n\ntool x:\n  command: \"echo '{}'\"\n\ntool y:\n  command: \"echo '{}'\"\n\nworkflow greet:\n  entry: r\n  sandbox:\n    image: \"alpine:3\"\n    network:\n      mode: allowlist\n      rules: [\"github.com\"]\n  r -> x\n  r -> y\n  x -> done\n  y -> done\n",
+    );
+    let reply = serde_json::json!({
+        "type": "result", "is_error": false,
+        "result": "{\"selected_route\": \"y\", \"reasoning\": \"r\"}",
+        "usage": {"input_tokens": 1, "output_tokens": 1}
+    });
+    let cli = fx.dir.path().join("claude");
+    std::fs::write(
+        &cli,
+        format!(
+            "#!/bin/sh\nenv | grep '^HTTPS_PROXY=' > '{}'\ncat > /dev/null\necho '{reply}'\n",
+            fx.work.join("router-env.txt").display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&cli, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let fake = FakeDriver::new(Faults::default());
+    let bin = path_str(&cli);
+    let o = rt()
+        .block_on(
+            fx.runtime(container(&fake), &[("ITERION_CLAUDE_BIN", bin.as_str())], true)
+                .launch(fx.launch()),
+        )
+        .unwrap();
+    assert_eq!(o.status, RunStatus::Finished, "{o:?}");
+    let ev = fx.events(&o);
+    let started = ev
+        .iter()
+        .find(|e| e.event_type == "node_started" && e.node_id.as_deref() == Some("r"))
+        .unwrap();
+    assert_eq!(started.data["placement"], json!("run"));
+    assert_eq!(
+        first(&ev, "sandbox_resolved").data["placements"]["r"],
+        json!("run")
+    );
+    let delegate = first(&ev, "delegate_started");
+    assert_eq!(delegate.node_id.as_deref(), Some("r"));
+    assert_eq!(delegate.data["placement"], json!("run"));
+    // the call went through the run's proxy with the router's own credential
+    let env = std::fs::read_to_string(fx.work.join("router-env.txt")).unwrap();
+    assert!(env.starts_with("HTTPS_PROXY=http://r:"), "{env}");
+    let record = &fx.doc(&o).sandbox.nodes["r"];
+    assert_eq!(serde_json::to_value(record.placement).unwrap(), json!("run"));
+    let edge = ev
+        .iter()
+        .find(|e| e.event_type == "edge_selected" && e.data["from"] == json!("r"))
+        .unwrap();
+    assert_eq!(edge.data["to"], json!("y"));
+}

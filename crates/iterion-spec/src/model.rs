@@ -858,6 +858,13 @@ impl Node {
             sandbox: None,
         }
     }
+
+    /// A router's mode: its `mode:`, else `fan_out_all`.
+    pub fn router_mode_name(&self) -> &str {
+        self.router_mode
+            .as_ref()
+            .map_or("fan_out_all", |m| m.value.as_str())
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1057,6 +1064,41 @@ impl Workflow {
         self.nodes
             .iter()
             .filter(|n| n.kind.allows_sandbox())
+            .map(|n| (n, n.sandbox.as_deref()))
+    }
+
+    /// The interaction mode of a human node: its own, else the workflow's when not `none`, else `human`.
+    pub fn human_mode<'w>(&'w self, node: &'w Node) -> &'w str {
+        if let Some(i) = &node.interaction {
+            return &i.value;
+        }
+        match &self.interaction {
+            Some(i) if i.value != "none" => &i.value,
+            _ => "human",
+        }
+    }
+
+    /// Whether `node` calls a model through a backend: agents and judges, `llm` routers, and human nodes that a
+    /// model answers (`interaction: llm` or `llm_or_human`). The backend runs where the node is placed, so
+    /// each of them is placed like an agent ([`Workflow::placed_nodes`]).
+    pub fn calls_model(&self, node: &Node) -> bool {
+        match node.kind {
+            NodeKind::Agent | NodeKind::Judge => true,
+            NodeKind::Router => node.router_mode_name() == "llm",
+            NodeKind::Human => matches!(self.human_mode(node), "llm" | "llm_or_human"),
+            NodeKind::Tool | NodeKind::Compute => false,
+        }
+    }
+
+    /// The nodes the sandbox resolution places, with their declaration if any: agent, judge and tool nodes,
+    /// and the other nodes that call a model ([`Workflow::calls_model`]: `llm` routers, human nodes a model
+    /// answers). Those carry no declaration and run where an agent without one would: in the run container
+    /// when the run is sandboxed, else on the host. Condition, round-robin and fan-out routers, compute nodes
+    /// and human pauses run nothing anywhere and have no placement.
+    pub fn placed_nodes(&self) -> impl Iterator<Item = (&Node, Option<&SandboxDecl>)> {
+        self.nodes
+            .iter()
+            .filter(|n| n.kind.allows_sandbox() || self.calls_model(n))
             .map(|n| (n, n.sandbox.as_deref()))
     }
 }

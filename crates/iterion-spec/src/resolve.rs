@@ -862,7 +862,9 @@ fn decl_mode(d: &SandboxDecl) -> Option<ScopeMode> {
     }
 }
 
-/// Resolves the sandbox of a run and the placement of every agent, judge and tool node (01 §8).
+/// Resolves the sandbox of a run and the placement of every agent, judge and tool node (01 §8), and of every
+/// other node that calls a model (an `llm` router, a human node a model answers: placed like an agent without
+/// a declaration, 09 §8).
 ///
 /// `wf` must come from a compile without errors: a declaration of kind [`SandboxKind::Invalid`] is refused
 /// with [`ResolveError::InvalidDeclaration`].
@@ -902,7 +904,7 @@ pub fn resolve_sandbox(wf: &Workflow, inputs: &ResolveInputs<'_>) -> Result<Sand
 
     // Nodes (01 §8.8).
     let mut nodes = BTreeMap::new();
-    for (n, decl) in wf.sandboxable_nodes() {
+    for (n, decl) in wf.placed_nodes() {
         let id = n.name.value.as_str();
         let placement = place_node(
             &mut r,

@@ -6,7 +6,7 @@ use iterion_spec::devcontainer::MemReader;
 use iterion_spec::model::{NodeKind, Workflow};
 use iterion_spec::resolve::{ModeChoice, ResolveError, ResolveInputs, default_image, resolve_sandbox};
 use iterion_spec::resolved::{HostState, NetworkPolicySpec, NodePlacement, SandboxPlan};
-use res_common::{B, inputs, repo_with, set_env, wf, workflow};
+use res_common::{B, inputs, repo_with, s, set_env, wf, workflow};
 
 type Setup = fn(&mut ResolveInputs<'_>);
 
@@ -781,6 +781,43 @@ fn placements() {
         nothing,
         &[],
     );
+}
+
+/// An `llm` router and a human node a model answers call a model through a backend: they are placed like an
+/// agent without a declaration (the run container, or the host when the run is unsandboxed), whatever
+/// the workflow's network policy; other routers and human pauses are not.
+#[test]
+fn nodes_that_call_a_model_are_placed_like_an_agent() {
+    let w = |mode: Option<&str>, interaction: Option<&str>, wf_interaction: Option<&str>| {
+        let mut w = workflow(
+            Some(B::wf().image("a").done()),
+            vec![
+                ("a", NodeKind::Agent, None),
+                ("r", NodeKind::Router, None),
+                ("h", NodeKind::Human, None),
+            ],
+        );
+        w.nodes[1].router_mode = mode.map(s);
+        w.nodes[2].interaction = interaction.map(s);
+        w.interaction = wf_interaction.map(s);
+        w
+    };
+    let all = [("a", "run"), ("h", "run"), ("r", "run")];
+    check_place(w(Some("llm"), Some("llm"), None), nothing, &all);
+    check_place(w(Some("llm"), None, Some("llm_or_human")), nothing, &all);
+    check_place(
+        w(Some("llm"), Some("llm"), None),
+        |i| i.cli_mode = Some(ModeChoice::None),
+        &[
+            ("a", "host (run is unsandboxed)"),
+            ("h", "host (run is unsandboxed)"),
+            ("r", "host (run is unsandboxed)"),
+        ],
+    );
+    for mode in [None, Some("fan_out_all"), Some("condition"), Some("round_robin")] {
+        check_place(w(mode, Some("human"), None), nothing, &[("a", "run")]);
+    }
+    check_place(w(None, None, Some("none")), nothing, &[("a", "run")]);
 }
 
 #[test]

@@ -6,6 +6,7 @@
 //! The threat model and what each module proves are in docs/security.md. One module per escape class; the
 //! shared workspace and assertions live in `harness`.
 
+mod attachments;
 mod bad_input;
 mod builds;
 mod credentials;
@@ -14,6 +15,7 @@ mod git_paths;
 mod harness;
 mod host_programs;
 mod host_state;
+mod placement;
 mod quoting;
 mod worktree;
 

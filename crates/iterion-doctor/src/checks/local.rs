@@ -246,6 +246,13 @@ pub(super) fn spec_valid(ctx: &Ctx<'_>) -> Check {
             );
         }
     }
+    // the launch refusal of a codex node (agent, judge, llm router) placed in a container
+    if let (Ok(plan), Some(wf)) = (&ctx.plan, &ctx.workflow) {
+        let codex = iterion_runtime::exec::codex::codex_nodes(wf, &ctx.inputs.env);
+        if let Some(why) = iterion_runtime::exec::codex::plan_refusal(plan, &codex) {
+            return fail(ID, why, iterion_runtime::exec::codex::CODEX_SANDBOX_HINT);
+        }
+    }
     let nodes = ctx.specs.len() - usize::from(ctx.specs.iter().any(|(l, _)| l == "run"));
     pass(ID, format!("run spec and {nodes} node specs are valid"))
 }

@@ -31,12 +31,13 @@ use iterion_spec::template::{EnvContext, expand_env};
 use super::backends::at;
 pub use super::backends::{EXECUTABLE_BACKENDS, node_backend};
 
-/// Agent and judge nodes whose backend (after `${…}` expansion) is `claw`.
+/// The nodes that call a model ([`Workflow::calls_model`]: agents, judges, `llm` routers, human nodes a model
+/// answers) whose backend (after `${…}` expansion) is `claw`: they need the runner where they are placed.
 pub fn claw_nodes(workflow: &Workflow, env: &BTreeMap<String, String>) -> std::collections::BTreeSet<String> {
     workflow
         .nodes
         .iter()
-        .filter(|n| matches!(n.kind, NodeKind::Agent | NodeKind::Judge))
+        .filter(|n| workflow.calls_model(n))
         .filter(|n| node_backend(workflow, n, env).0 == "claw")
         .map(|n| n.name.value.clone())
         .collect()

@@ -9,13 +9,7 @@ use super::topology::{branch_nodes, convergence_point, is_mutating, mutating_bra
 
 /// The interaction mode of a human node: its own, else the workflow's when not `none`, else `human`.
 pub fn human_mode<'w>(workflow: &'w Workflow, node: &'w Node) -> &'w str {
-    if let Some(i) = &node.interaction {
-        return &i.value;
-    }
-    match &workflow.interaction {
-        Some(i) if i.value != "none" => &i.value,
-        _ => "human",
-    }
+    workflow.human_mode(node)
 }
 
 /// The interaction mode of an agent or judge: its own, else the workflow's, else `none`.
@@ -47,9 +41,7 @@ pub(super) fn human(workflow: &Workflow, node: &Node, out: &mut Vec<Diagnostic>)
 }
 
 pub(crate) fn mode(node: &Node) -> &str {
-    node.router_mode
-        .as_ref()
-        .map_or("fan_out_all", |m| m.value.as_str())
+    node.router_mode_name()
 }
 
 /// Routers: `llm` is refused; a `fan_out_all` is checked statically (duplicate targets, what its branches hold,

@@ -1,9 +1,11 @@
-//! Agent and judge nodes with `backend: codex`: the host `codex` CLI (`ITERION_CODEX_BIN`, else `codex` on
+//! Agent, judge and `llm` router nodes with `backend: codex`: the host `codex` CLI (`ITERION_CODEX_BIN`, else `codex` on
 //! the PATH) runs `codex exec --json` with the prompt on stdin. Codex cannot run inside the iterion sandbox (it
 //! brings its own sandbox and cannot be routed through the sandbox's command path), so a codex node only runs
 //! where the run is not sandboxed: on the host, partially sandboxed by codex itself (`--sandbox read-only` for
-//! a `readonly` node, else `workspace-write`). A launch whose codex node would run in a container is refused
-//! before the run starts ([`sandboxed_codex_refusal`]); each execution logs a warning that it runs on the host.
+//! a `readonly` node, else `workspace-write`). A launch whose codex node (any node that calls a model:
+//! [`codex_nodes`]) would run in a container is refused before the run starts ([`plan_refusal`]), by the dry
+//! run and `sandbox doctor --strict` alike, and `iterion validate` reports it for a run without flags
+//! ([`placement_diagnostics`]); each execution logs a warning that it runs on the host.
 //!
 //! Sessions follow the `claude_code` rules: `_session_id` is codex's thread id, continued with
 //! `codex exec … resume <thread id> -` (codex cannot fork a thread: `session: fork` runs fresh with a warning).
@@ -12,7 +14,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use iterion_spec::model::{Node, NodeKind, Workflow};
+use iterion_spec::model::{Node, Workflow};
 use iterion_spec::template::{EnvContext, expand_env};
 use serde_json::Value;
 
@@ -27,7 +29,7 @@ use crate::store::LogLevel;
 const BACKEND: &str = "codex";
 
 /// What the launch refusal of a sandboxed codex node tells the operator to do.
-pub const CODEX_SANDBOX_HINT: &str = "run with --sandbox none (or give the codex node 'sandbox: none'), or use backend claw, which runs inside the sandbox";
+pub const CODEX_SANDBOX_HINT: &str = "run with --sandbox none, or set 'sandbox: none' on the workflow (an agent or judge may set it on itself; a router follows the workflow), or use backend claw, which runs inside the sandbox";
 
 /// The codex CLI program: `ITERION_CODEX_BIN` when set and non-empty, else `codex`.
 pub fn codex_program(host_env: &BTreeMap<String, String>) -> String {
@@ -38,16 +40,13 @@ pub fn codex_program(host_env: &BTreeMap<String, String>) -> String {
         .unwrap_or_else(|| "codex".into())
 }
 
-/// Agent, judge and `llm` router nodes whose backend (after `${…}` expansion) is `codex`.
+/// Every node that can run codex: the nodes that call a model ([`Workflow::calls_model`]: agents, judges,
+/// `llm` routers, human nodes a model answers) whose backend (after `${…}` expansion) is `codex`.
 pub fn codex_nodes(workflow: &Workflow, env: &BTreeMap<String, String>) -> BTreeSet<String> {
     workflow
         .nodes
         .iter()
-        .filter(|n| match n.kind {
-            NodeKind::Agent | NodeKind::Judge => true,
-            NodeKind::Router => super::check_flow::mode(n) == "llm",
-            _ => false,
-        })
+        .filter(|n| workflow.calls_model(n))
         .filter(|n| super::backends::node_backend(workflow, n, env).0 == BACKEND)
         .map(|n| n.name.value.clone())
         .collect()
@@ -78,6 +77,42 @@ pub fn plan_refusal(plan: &iterion_spec::resolved::SandboxPlan, codex: &BTreeSet
             .filter(|(id, p)| codex.contains(*id) && !matches!(p, NodePlacement::Host { .. }))
             .map(|(id, _)| id.as_str()),
     )
+}
+
+/// The refusal a plain `iterion run FILE` gives a codex node, as `iterion validate` reports it: the sandbox is
+/// resolved as that run would resolve it (no flags, the `ITERION_SANDBOX_*` settings of `env`, the built-in
+/// `auto` default), assuming a container engine answers; each codex node it places in a container is an
+/// `X011` error at the node's backend, with the message and hint of the launch refusal. Nothing is read: the
+/// placement does not depend on what a `devcontainer.json` holds. A resolution that fails reports nothing
+/// here (`run` says why).
+pub fn placement_diagnostics(
+    workflow: &Workflow,
+    env: &BTreeMap<String, String>,
+) -> Vec<iterion_spec::diag::Diagnostic> {
+    use iterion_spec::resolve::{ModeChoice, ResolveInputs, resolve_sandbox};
+    let codex = codex_nodes(workflow, env);
+    if codex.is_empty() {
+        return Vec::new();
+    }
+    let reader = iterion_spec::source::MemReader::new();
+    let mut inputs = ResolveInputs::new("/", &reader);
+    inputs.env = env.clone();
+    inputs.builtin_default_mode = ModeChoice::Auto;
+    inputs.binary_version = Some(env!("CARGO_PKG_VERSION").to_owned());
+    let Ok(plan) = resolve_sandbox(workflow, &inputs) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for node in workflow.nodes.iter().filter(|n| codex.contains(&n.name.value)) {
+        let id = node.name.value.as_str();
+        if plan_refusal(&plan, &BTreeSet::from([id.to_owned()])).is_none() {
+            continue;
+        }
+        let (_, span) = super::backends::node_backend(workflow, node, env);
+        let message = sandboxed_codex_refusal([id]).unwrap_or_default();
+        out.push(super::backends::at("X011", &workflow.file, span, message).with_hint(CODEX_SANDBOX_HINT));
+    }
+    out
 }
 
 /// The session fingerprint of a codex call: `openai-direct` without `OPENAI_BASE_URL`, else
