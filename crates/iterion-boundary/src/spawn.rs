@@ -230,7 +230,9 @@ impl HostCommand {
     pub fn into_std(self) -> Result<std::process::Command> {
         let program = self.resolve()?;
         let mut cmd = std::process::Command::new(&program);
-        cmd.args(&self.args)
+        // the program sees the name it was asked for as argv[0] (`$0` of a shell), as an exec by name gives it
+        cmd.arg0(&self.program)
+            .args(&self.args)
             .env_clear()
             .envs(self.env.iter())
             .stdin(self.stdin.stdio())
