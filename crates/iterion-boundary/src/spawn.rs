@@ -410,11 +410,14 @@ pub fn find_program(program: &OsStr, path: Option<&OsStr>, untrusted: &[PathBuf]
     Err(Error::NotFound { program: shown() })
 }
 
-/// The absolute entries of `path` that are not inside one of `untrusted`, in order.
+/// The search path of a program whose environment has no `PATH` (the C library's `_CS_PATH`).
+pub const DEFAULT_PATH: &str = "/bin:/usr/bin";
+
+/// The absolute entries of `path` (without one, [`DEFAULT_PATH`]) that are not inside one of `untrusted`, in
+/// order.
 pub fn trusted_path_dirs(path: Option<&OsStr>, untrusted: &[PathBuf]) -> Vec<PathBuf> {
-    let Some(path) = path else {
-        return Vec::new();
-    };
+    // no PATH at all: the C library's default search path, as an exec by name would use it
+    let path = path.unwrap_or(OsStr::new(DEFAULT_PATH));
     let untrusted: Vec<PathBuf> = untrusted
         .iter()
         .flat_map(|u| [u.clone(), std::fs::canonicalize(u).unwrap_or_else(|_| u.clone())])
