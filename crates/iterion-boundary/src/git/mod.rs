@@ -280,8 +280,12 @@ impl HostGit {
     /// `user.name` and `user.email` of the operator's own global configuration (through `HOME`,
     /// `XDG_CONFIG_HOME` or `GIT_CONFIG_GLOBAL` of `operator`, with its includes; `includeIf "gitdir:…"`
     /// evaluated against `repo` when given), else [`Identity::fallback`] for each. Read-only: `git config
-    /// --get` runs nothing the configuration names.
-    pub fn operator_identity(&self, operator: &BTreeMap<String, String>, repo: Option<&Path>) -> Identity {
+    /// --global --get` reads no repository configuration and runs nothing a configuration names.
+    pub fn operator_identity(
+        &self,
+        operator: &BTreeMap<String, String>,
+        repo: Option<Pinned<'_>>,
+    ) -> Identity {
         let fallback = Identity::fallback();
         let get = |key: &str| {
             let mut env = Env::new()
@@ -294,8 +298,17 @@ impl HostGit {
                     env.set(name, v);
                 }
             }
-            let git_dir = repo.unwrap_or(Path::new("/nonexistent/iterion-no-repository"));
-            env.set("GIT_DIR", git_dir);
+            match repo {
+                Some(at) => {
+                    env.set("GIT_DIR", at.git_dir);
+                    if let Some(w) = at.work_tree {
+                        env.set("GIT_WORK_TREE", w);
+                    }
+                }
+                None => {
+                    env.set("GIT_DIR", "/nonexistent/iterion-no-repository");
+                }
+            }
             let out = HostCommand::new(&self.program, env)
                 .current_dir("/")
                 .args(["config", "--global", "--includes", "--get", key])

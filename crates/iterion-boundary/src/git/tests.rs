@@ -241,6 +241,36 @@ fn the_operator_identity_comes_from_the_global_config_only() {
             email: "op@example.com".into()
         }
     );
+    // an include for the repository's directory is followed, and the repository's core.worktree is not
+    let work = t.path().join("work");
+    let repo = work.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    plain(&repo, &home, &["init", "-q"]);
+    plain(
+        &repo,
+        &home,
+        &["config", "core.worktree", "/nonexistent/elsewhere"],
+    );
+    std::fs::write(
+        t.path().join("work.gitconfig"),
+        "[user]\n\temail = op@work.example\n",
+    )
+    .unwrap();
+    std::fs::write(
+        home.join(".gitconfig"),
+        format!(
+            "[user]\n\tname = Op Erator\n\temail = op@example.com\n[includeIf \"gitdir:{}/\"]\n\tpath = {}\n",
+            work.display(),
+            t.path().join("work.gitconfig").display()
+        ),
+    )
+    .unwrap();
+    let gd = repo.join(".git");
+    assert_eq!(
+        git.operator_identity(&env, Some(Pinned::foreign(&gd, t.path())))
+            .email,
+        "op@work.example"
+    );
     // and the runner's own commands never see it
     let out = git
         .outside(t.path())

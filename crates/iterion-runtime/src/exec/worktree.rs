@@ -423,7 +423,8 @@ fn commit_work_tree(
     if tree == parent_tree {
         return Ok((parent.to_owned(), false));
     }
-    let who = git.operator_identity(env, Some(&wt.repo.git_dir));
+    let scratch = wt.scratch();
+    let who = git.operator_identity(env, Some(Pinned::foreign(&wt.repo.git_dir, &scratch)));
     let message = format!("iterion: {workflow} run {friendly_name}");
     let mut call =
         git.at(Pinned::bare(&wt.git_dir))
