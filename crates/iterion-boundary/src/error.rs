@@ -54,6 +54,24 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A host git command exited with an error (or was not run: a relative path was given).
+    #[error("git {verb} failed ({status}): {stderr}")]
+    Git {
+        /// The git subcommand.
+        verb: String,
+        /// How it ended (`exit status 128`, `killed by a signal`, `not run`).
+        status: String,
+        /// What git said on stderr (bounded).
+        stderr: String,
+    },
+    /// A file of a sandbox's `.git` that the host will not read (a link, a FIFO, past a size limit).
+    #[error("{path} {reason}")]
+    SandboxGit {
+        /// The file.
+        path: PathBuf,
+        /// Why, as a clause after the path.
+        reason: String,
+    },
 }
 
 /// The crate's result type.

@@ -8,6 +8,10 @@
 //!   trusted `PATH` directories (never the working directory, never a directory a repository controls), runs it
 //!   in its own process group, and can bound it in time, output and memory. `cargo xtask tidy` fails on any
 //!   `Command::new` (std or tokio) outside this crate.
+//! - [`git`]: [`HostGit`], the one way to run git on the host: no system or global configuration, hooks,
+//!   filters, fsmonitor or submodule recursion, every repository location pinned, bounded; with the discovery
+//!   of a checkout's git directories that never trusts a pointer on its own, and the reading of a sandbox's
+//!   `.git` as data.
 //!
 //! The crate names no container library and reads no process environment: callers hand it every value.
 //!
@@ -26,8 +30,10 @@
 
 mod env;
 mod error;
+pub mod git;
 pub mod spawn;
 
 pub use env::Env;
 pub use error::{Error, Result};
+pub use git::HostGit;
 pub use spawn::{Bounds, Captured, HostCommand, Limits, Pipe, find_program, trusted_path, trusted_path_dirs};

@@ -157,7 +157,7 @@ pub fn run(args: RunsArgs, env: &BTreeMap<String, String>) -> ExitCode {
             json,
         } => {
             let store = Store::at(resolve_store(store_dir.as_deref(), env, &cwd));
-            remove(&store, &runs, env, json, &mut out)
+            remove(&store, &runs, json, &mut out)
         }
         RunsCommand::Prune {
             older_than,
@@ -168,7 +168,7 @@ pub fn run(args: RunsArgs, env: &BTreeMap<String, String>) -> ExitCode {
         } => {
             let store = Store::at(resolve_store(store_dir.as_deref(), env, &cwd));
             match prune_filter(older_than.as_deref(), &status) {
-                Ok(f) => prune(&store, &f, yes, env, json, &mut out),
+                Ok(f) => prune(&store, &f, yes, json, &mut out),
                 Err(m) => fail(2, &m),
             }
         }
@@ -261,20 +261,14 @@ fn removal_line(r: &RunRemoval) -> String {
     clean(&line).into_owned()
 }
 
-fn remove(
-    store: &Store,
-    queries: &[String],
-    env: &BTreeMap<String, String>,
-    json: bool,
-    out: &mut impl Write,
-) -> ExitCode {
+fn remove(store: &Store, queries: &[String], json: bool, out: &mut impl Write) -> ExitCode {
     let mut code = ExitCode::SUCCESS;
     for q in queries {
         if let Err(e) = store::validate_component("run id", q) {
             return fail(2, &e.to_string());
         }
         let removed =
-            find_run(store, q).and_then(|id| remove_run(store, &id, env).map_err(|e| (1, error_chain(&e))));
+            find_run(store, q).and_then(|id| remove_run(store, &id).map_err(|e| (1, error_chain(&e))));
         match removed {
             Ok(r) if json => {
                 let _ = writeln!(out, "{}", serde_json::to_value(&r).unwrap_or_default());
@@ -290,14 +284,7 @@ fn remove(
     code
 }
 
-fn prune(
-    store: &Store,
-    filter: &PruneFilter,
-    yes: bool,
-    env: &BTreeMap<String, String>,
-    json: bool,
-    out: &mut impl Write,
-) -> ExitCode {
+fn prune(store: &Store, filter: &PruneFilter, yes: bool, json: bool, out: &mut impl Write) -> ExitCode {
     let selected = match prune_candidates(store, filter, std::time::SystemTime::now()) {
         Ok(s) => s,
         Err(e) => return fail(1, &error_chain(&e)),
@@ -306,7 +293,7 @@ fn prune(
     let mut removed = Vec::new();
     if yes {
         for r in &selected {
-            match remove_run(store, &r.id, env) {
+            match remove_run(store, &r.id) {
                 Ok(done) => removed.push(done),
                 Err(e) => errors.push(format!("{}: {}", r.id, error_chain(&e))),
             }

@@ -556,23 +556,19 @@ fn prune_lists_by_default_and_removes_with_yes() {
 fn rm_removes_the_worktree_a_run_kept() {
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    let git = |args: &[&str]| {
-        let o = Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-            .args(args)
-            .current_dir(&repo)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
-    git(&["init", "-q"]);
-    git(&["commit", "-q", "--allow-empty", "-m", "init"]);
+    std::fs::create_dir_all(repo.join(".git")).unwrap();
     let root = tmp.path().join("store");
     let store = Store::create(&root).unwrap();
+    // a kept workspace (with a link out of it, never followed) and its host git dir
     let wt = root.join("worktrees/wt1");
-    git(&["worktree", "add", "-q", "--detach", wt.to_str().unwrap()]);
+    let gd = root.join("gitdirs/wt1");
+    let precious = tmp.path().join("precious");
+    for d in [&wt, &gd, &precious] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(precious.join("f"), "keep").unwrap();
+    std::os::unix::fs::symlink(&precious, wt.join("link")).unwrap();
+    std::fs::write(gd.join("iterion-run"), "wt1\n").unwrap();
     let mut r = store
         .create_run(
             &RunId::parse("wt1").unwrap(),
@@ -598,7 +594,8 @@ fn rm_removes_the_worktree_a_run_kept() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stdout(&o).contains("(worktree "), "{}", stdout(&o));
     assert!(!wt.exists(), "the worktree is still there");
-    assert!(!git(&["worktree", "list"]).contains("wt1"), "still registered");
+    assert!(!gd.exists(), "its host git dir is still there");
+    assert_eq!(std::fs::read_to_string(precious.join("f")).unwrap(), "keep");
 }
 
 #[test]

@@ -1,6 +1,5 @@
 //! The crate's error type. Engine (bollard) errors are translated here and never leave the crate.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// Errors of the docker driver's own operations (engine connection, images, builds, relay checks).
@@ -152,23 +151,7 @@ fn hint_for(phase: &str) -> &'static str {
     }
 }
 
-/// A git pointer of the workspace that iterion does not follow: the repository's content names a host path
-/// that is not verifiably its own git directory, or a protected path is a symbolic link leading out of it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GitRefusal {
-    /// The file or directory of the workspace that holds the pointer.
-    pub pointer: PathBuf,
-    /// Why, as a clause after the pointer's path.
-    pub reason: String,
-    /// What the operator can do.
-    pub remedy: String,
-}
-
-impl std::fmt::Display for GitRefusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}", self.pointer.display(), self.reason)
-    }
-}
+pub use iterion_boundary::git::GitRefusal;
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

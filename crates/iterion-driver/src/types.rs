@@ -529,6 +529,8 @@ pub enum AuxMountKind {
     IterionBinary,
     /// The git common directory of a worktree.
     GitCommonDir,
+    /// The operator's object directory, read-only, that a run's private repository borrows objects from.
+    GitObjects,
     /// The TLS trust bundle.
     TlsBundle,
     /// The doctor's probe binary.
@@ -614,6 +616,10 @@ pub struct StartRequest {
     pub workspace_host_path: PathBuf,
     /// Repository root, when any.
     pub repo_root: Option<PathBuf>,
+    /// The workspace's `.git` is a private repository the runtime made for this run (`worktree: auto`): it
+    /// stays writable inside the sandbox. Otherwise the workspace's git metadata is the operator's repository
+    /// and is mounted read-only (the work tree stays writable).
+    pub private_git: bool,
     /// Container scope, sorted (from iterion-envdeny).
     pub container_env: Vec<(String, String)>,
     /// Runtime-owned mounts.
@@ -646,6 +652,7 @@ impl StartRequest {
             sandbox_key: "run".into(),
             workspace_host_path: workspace_host_path.into(),
             repo_root: None,
+            private_git: false,
             container_env: Vec::new(),
             aux_mounts: Vec::new(),
             host_state: HostStatePlan::disabled(),

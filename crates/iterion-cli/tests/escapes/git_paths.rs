@@ -123,7 +123,8 @@ fn a_commondir_in_the_repository_is_not_mounted() {
     assert_untouched(&h, &fake);
 }
 
-/// (c) A node of run 1 plants `.git/commondir`; run 2 does not mount what it names.
+/// (c) A node of run 1 tries to plant `.git/commondir` (the operator's `.git` is read-only, so it cannot); run 2
+/// does not mount what it names.
 #[test]
 fn a_commondir_planted_by_a_node_is_not_mounted_by_the_next_run() {
     if !engine_ready("escapes::git_paths::planted") {
@@ -133,27 +134,21 @@ fn a_commondir_planted_by_a_node_is_not_mounted_by_the_next_run() {
     let fake = fake_repo(&h, "planted");
     let repo = canon(&h.repo());
     let plant = format!(
-        "echo {} > {}/.git/commondir && echo '{{\"planted\": true}}'",
+        "(echo {} > {}/.git/commondir) 2>/dev/null; echo '{{\"planted\": true}}'",
         fake.display(),
         repo.display()
     );
     let out = h.run_workflow("plant.bot", &one_node(&plant));
     assert!(out.status.success(), "{}", show(&out));
+    // The operator's `.git` is read-only inside the sandbox: the pointer is never planted.
     assert!(
-        repo.join(".git/commondir").is_file(),
-        "run 1 could not plant the pointer"
+        !repo.join(".git/commondir").exists(),
+        "run 1 planted a pointer in the operator's git dir"
     );
     h.write("wf.bot", &one_node(&attack(&fake)));
     let out = h.iterion(&["run", "wf.bot", "--json"]);
-    assert!(!out.status.success(), "{}", show(&out));
-    let ids = h.run_ids();
-    assert_eq!(ids.len(), 2, "{}", show(&out));
-    let second = ids
-        .iter()
-        .find(|id| h.doc(id)["status"] != "finished")
-        .expect("the second run did not finish");
-    let f = first(&h.events(second), "run_failed").clone();
-    assert_eq!(f["data"]["code"], "SANDBOX_SPEC_INVALID", "{f}");
+    assert!(out.status.success(), "{}", show(&out));
+    assert_eq!(h.run_ids().len(), 2, "{}", show(&out));
     assert_untouched(&h, &fake);
 }
 
@@ -334,4 +329,83 @@ fn doctor_strict_fails_a_hostile_git_pointer() {
         "{check}"
     );
     assert!(!fake.join("hooks").exists());
+}
+
+fn git_out(dir: &Path, args: &[&str]) -> String {
+    let o = Command::new("git").args(args).current_dir(dir).output().unwrap();
+    assert!(
+        o.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+}
+
+/// What a node runs to destroy every git object, ref and file it can reach under `dir`.
+fn destroy_git(dir: &str) -> String {
+    format!(
+        "rm -rf {d}/objects/* {d}/objects {d}/refs {d}/packed-refs {d}/HEAD {d}/index {d}/worktrees {d}/* 2>/dev/null; echo '{{\"ran\": true}}'",
+        d = dir
+    )
+}
+
+/// The repository at `dir` still has its history: `main` where it was, every object intact.
+fn assert_history_intact(dir: &Path, main: &str) {
+    assert_eq!(git_out(dir, &["rev-parse", "main"]), main, "the branch was lost");
+    git_out(dir, &["fsck", "--full", "--no-dangling"]);
+    assert_eq!(git_out(dir, &["cat-file", "-t", main]), "commit");
+}
+
+/// In a run without a worktree the workspace is the operator's checkout: a node that deletes everything git it
+/// can see leaves the repository's objects and refs intact (its `.git` is read-only inside the sandbox).
+#[test]
+fn an_in_place_run_cannot_delete_the_operators_history() {
+    if !engine_ready("escapes::git_paths::in_place_history") {
+        return;
+    }
+    let h = Hostile::new();
+    h.write("README.md", "hello\n");
+    git(&h.repo(), &["add", "-A"]);
+    git(&h.repo(), &["commit", "-q", "-m", "init"]);
+    let main = git_out(&h.repo(), &["rev-parse", "main"]);
+    let out = h.run_workflow("wf.bot", &one_node(&destroy_git(".git")));
+    assert!(out.status.success(), "{}", show(&out));
+    assert_history_intact(&h.repo(), &main);
+}
+
+/// The same from a linked worktree of the operator's: the common dir it is mounted with is read-only.
+#[test]
+fn an_in_place_linked_worktree_cannot_delete_the_operators_history() {
+    if !engine_ready("escapes::git_paths::linked_history") {
+        return;
+    }
+    let h = Hostile::new();
+    let main = canon(&h.outside()).join("main");
+    std::fs::create_dir_all(main.join(".devcontainer")).unwrap();
+    std::fs::copy(
+        h.repo().join(".devcontainer/devcontainer.json"),
+        main.join(".devcontainer/devcontainer.json"),
+    )
+    .unwrap();
+    git(&main, &["init", "-q"]);
+    git(&main, &["add", "-A"]);
+    git(&main, &["commit", "-q", "-m", "init"]);
+    let head = git_out(&main, &["rev-parse", "main"]);
+    std::fs::remove_dir_all(h.repo()).unwrap();
+    git(
+        &main,
+        &["worktree", "add", "-q", "--detach", h.repo().to_str().unwrap()],
+    );
+    let script = format!(
+        "{}; {}",
+        destroy_git(&main.join(".git").display().to_string()),
+        destroy_git(".git")
+    );
+    let out = h.run_workflow("wf.bot", &one_node(&script));
+    assert!(out.status.success(), "{}", show(&out));
+    assert_history_intact(&main, &head);
+    assert!(
+        h.repo().join(".git").is_file(),
+        "the worktree's .git file is gone"
+    );
 }

@@ -68,7 +68,7 @@ pub(super) fn plan_mounts(
         ));
     }
     let skipped = host_state_mounts(&req.host_state, &ws_host, &mut planned);
-    let protected = protected_mounts(&ws_host, &workspace, &mut planned)?;
+    let protected = protected_mounts(&ws_host, &workspace, req.private_git, &mut planned)?;
     user_mounts(sandbox, &workspace, &mut planned)?;
     mounts::unique_targets(&planned).map_err(|reason| DError::InvalidSpec {
         field: "mounts".into(),
@@ -141,7 +141,8 @@ fn workspace_mounts(
                 mount: format!("type=bind,source={c},target={c}"),
                 reason: format!("source {reason} (the git common directory of this linked worktree)"),
             })?;
-        planned.push(Planned::bind(c.clone(), c, false, Origin::Git));
+        // the operator's repository: readable (git inside works), never writable from the sandbox
+        planned.push(Planned::bind(c.clone(), c, true, Origin::Git));
     }
     for m in &sandbox.mounts {
         let text = mount_text(m);
@@ -168,23 +169,28 @@ fn workspace_mounts(
     Ok((ws_host, workspace, planned))
 }
 
-/// The run's attachments directory is a bind of a host path like any other: its source goes through mount
-/// safety, and it is only ever mounted read-only.
+/// The run's attachments directory and the operator's git objects are binds of host paths like any other:
+/// their sources go through mount safety, and they are only ever mounted read-only.
 fn check_attachments_mounts(
     policy: &MountPolicy<'_>,
     aux: &[iterion_driver::AuxMount],
 ) -> Result<(), DError> {
-    for a in aux
-        .iter()
-        .filter(|a| a.kind == iterion_driver::AuxMountKind::Attachments)
-    {
+    use iterion_driver::AuxMountKind::{Attachments, GitObjects};
+    for a in aux.iter().filter(|a| matches!(a.kind, Attachments | GitObjects)) {
         let src = a.host_path.to_string_lossy();
         let refuse = |reason: String| DError::UnsafeMount {
             mount: format!("type=bind,source={src},target={}", a.container_path),
             reason,
         };
         if !a.read_only {
-            return Err(refuse("attachments are only mounted read-only".into()));
+            return Err(refuse(format!(
+                "{} are only mounted read-only",
+                if a.kind == Attachments {
+                    "attachments"
+                } else {
+                    "git objects"
+                }
+            )));
         }
         policy
             .check_bind_source(&src)
@@ -263,15 +269,17 @@ fn host_state_mounts(hs: &HostStatePlan, ws_host: &Path, planned: &mut Vec<Plann
     skipped
 }
 
-/// The protected paths: pinned ones read-write, the rest read-only, unless a mount already has the
-/// target.
+/// The protected paths, read-only, unless a mount already has the target. The pinned ones (the workspace
+/// `.git`, a linked worktree's git dir) are read-only too when they are the operator's repository; only a
+/// private repository the runtime made for the run (`private_git`) stays writable under its overlays.
 fn protected_mounts(
     ws_host: &Path,
     workspace: &str,
+    private_git: bool,
     planned: &mut Vec<Planned>,
 ) -> Result<mounts::Protected, DError> {
     let protected = mounts::protect(ws_host)?;
-    let pinned = protected.pinned.iter().map(|p| (p, false));
+    let pinned = protected.pinned.iter().map(|p| (p, !private_git));
     for (p, read_only) in pinned.chain(protected.paths.iter().map(|p| (p, true))) {
         let s = p.to_string_lossy().into_owned();
         // a path inside the workspace is seen at the workspace folder (which need not be the host path);

@@ -121,7 +121,7 @@ impl From<Failure> for Refusal {
 pub fn dry_run(cfg: &Config, launch: &Launch) -> Result<DryRun> {
     let requested = requested_of(&launch.sandbox, &cfg.env, cfg.builtin_default_mode);
     let id = launch.run_id.clone().unwrap_or_else(RunId::new_v7);
-    let planned = Planned::of(cfg, &launch.workflow, &launch.work_dir, &launch.store_dir, &id);
+    let planned = Planned::of(&launch.workflow, &launch.work_dir, &launch.store_dir, &id);
     let (work_dir, repo_root) = planned.dirs(&launch.work_dir, launch.repo_root.as_deref());
     let resolved = super::resolve_with(cfg, &launch.workflow, &requested, &work_dir, repo_root.as_deref())?;
     let pdir = super::project_dir(&resolved, &work_dir);

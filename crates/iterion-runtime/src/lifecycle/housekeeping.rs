@@ -1,7 +1,6 @@
 //! Removing runs from a store: `iterion runs rm` and `iterion runs prune`. A run is removed with its directory
 //! and, when it worked in a worktree under this store that still exists, that worktree; a run a live process
 //! holds (its lock is taken) is never removed.
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
@@ -89,9 +88,9 @@ fn kept_worktree(store: &Store, id: &str, doc: &RunDocument) -> Option<PathBuf> 
     (doc.worktree && std::path::Path::new(&doc.work_dir) == expected && expected.is_dir()).then_some(expected)
 }
 
-/// Removes run `id` (an exact id) and its kept worktree. [`Error::Locked`] when a process holds the run;
-/// git is run with `env` (the library never reads the process environment).
-pub fn remove_run(store: &Store, id: &str, env: &BTreeMap<String, String>) -> Result<RunRemoval> {
+/// Removes run `id` (an exact id) with its kept worktree and that worktree's host git dir (no git runs: both
+/// are directories of the store). [`Error::Locked`] when a process holds the run.
+pub fn remove_run(store: &Store, id: &str) -> Result<RunRemoval> {
     let dir = store.run_dir(id)?;
     if !dir.join(names::RUN_JSON).is_file() {
         return Err(Error::RunNotFound {
@@ -103,8 +102,8 @@ pub fn remove_run(store: &Store, id: &str, env: &BTreeMap<String, String>) -> Re
     let removal = match RunDocument::load(&dir.join(names::RUN_JSON)) {
         Ok(doc) => {
             let r = describe(store, id, &doc);
-            if let (Some(wt), Some(root)) = (&r.worktree, &doc.repo_root) {
-                crate::exec::remove_worktree(std::path::Path::new(root), wt, env)?;
+            if let Some(wt) = &r.worktree {
+                crate::exec::remove_worktree(wt, &crate::exec::host_git_dir(store.root(), id))?;
             }
             r
         }

@@ -193,8 +193,7 @@ pub(crate) async fn launch_with(
 ) -> Result<Outcome> {
     let requested = requested_of(&launch.sandbox, &cfg.env, cfg.builtin_default_mode);
     let id = launch.run_id.clone().unwrap_or_else(RunId::new_v7);
-    let planned_worktree =
-        worktree::Planned::of(cfg, &launch.workflow, &launch.work_dir, &launch.store_dir, &id);
+    let planned_worktree = worktree::Planned::of(&launch.workflow, &launch.work_dir, &launch.store_dir, &id);
     let (work_dir, repo_root) = planned_worktree.dirs(&launch.work_dir, launch.repo_root.as_deref());
     let plan =
         resolve_cancellable(cfg, &launch.workflow, &requested, &work_dir, repo_root.as_deref()).await?;
@@ -327,9 +326,15 @@ pub async fn resume(cfg: &Config, req: Resume) -> Result<Outcome> {
     let work_dir = PathBuf::from(&doc.work_dir);
     let repo_root = doc.repo_root.as_ref().map(PathBuf::from);
     let worktree = if doc.worktree {
-        let wt = worktree::reopen(cfg, repo_root.as_deref(), &work_dir, doc.base_commit.as_deref()).map_err(
-            |reason| resume_invalid(&req, format!("the run's worktree cannot be reused: {reason}")),
-        )?;
+        let wt = worktree::reopen(
+            cfg,
+            repo_root.as_deref(),
+            &work_dir,
+            &req.store_dir,
+            &req.run_id,
+            doc.base_commit.as_deref(),
+        )
+        .map_err(|reason| resume_invalid(&req, format!("the run's worktree cannot be reused: {reason}")))?;
         Some(wt)
     } else {
         None
@@ -569,6 +574,7 @@ async fn drive(
         run_dir: run_dir.clone(),
         work_dir: input.work_dir.clone(),
         repo_root: input.repo_root.clone(),
+        worktree: input.worktree.clone(),
         operator_env: input.operator_env.clone(),
         owner,
         claw_nodes: crate::exec::check::claw_nodes(&input.workflow, &cfg.env),
@@ -607,10 +613,10 @@ async fn drive(
     let report = resources.cleanup(&em, cfg.cancel.force_token()).await;
     em.emit(report);
     // The worktree is committed once the sandbox that wrote it is gone.
-    if let (Some(wt), Some(root)) = (&input.worktree, &input.repo_root)
+    if let Some(wt) = &input.worktree
         && em.run().document().status == RunStatus::Finished
     {
-        worktree::finish(cfg, &em, wt, root, &input.workflow.name.value);
+        worktree::finish(cfg, &em, wt, &input.workflow.name.value);
     }
     let doc = em.run().document().clone();
     let mut out = Outcome {

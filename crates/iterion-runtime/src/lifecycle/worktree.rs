@@ -1,18 +1,21 @@
-//! `worktree: auto` in the lifecycle (05 §4.1, §9 item 8, §10.11): where the run's worktree goes, creating it
-//! once the run record exists, reopening it on resume, and committing it when the run finishes.
+//! `worktree: auto` in the lifecycle (05 §4.1, §9 item 8, §10.11): where the run's workspace and host git dir
+//! go, creating them once the run record exists, reopening them on resume, and committing the result when the
+//! run finishes (the git side is `exec/worktree.rs`).
 use std::path::{Path, PathBuf};
 
 use iterion_spec::model::{Workflow, Worktree as WorktreeMode};
 
-use crate::exec::{Worktree, create_worktree, finish_worktree, reopen_worktree, source_repo};
+use crate::exec::{
+    SourceRepo, Worktree, create_worktree, finish_worktree, host_git_dir, reopen_worktree, source_repo,
+};
 use crate::failure::FailureCode;
 use crate::lifecycle::config::Config;
 use crate::lifecycle::sink::Emitter;
 use crate::lifecycle::step_failure::Failure;
 use crate::store::{LogLevel, RunId};
 
-const NOT_A_REPOSITORY_HINT: &str = "'worktree: auto' runs in a new git worktree of the repository that holds the \
-work dir: run from inside a git repository with at least one commit (or --work-dir one), or remove \
+const NOT_A_REPOSITORY_HINT: &str = "'worktree: auto' runs in a new workspace made from the git repository that \
+holds the work dir: run from inside a git repository with at least one commit (or --work-dir one), or remove \
 'worktree: auto' to run in the directory itself";
 
 /// What a launch does about the worktree, decided before the sandbox is resolved (the resolution binds the
@@ -21,37 +24,43 @@ work dir: run from inside a git repository with at least one commit (or --work-d
 pub(super) enum Planned {
     /// The workflow runs in place.
     InPlace,
-    /// The worktree goes to `path`, a worktree of `repo_root`.
-    At { repo_root: PathBuf, path: PathBuf },
-    /// The work dir is not in a git repository: the run fails `WORKTREE_FAILED` once its record exists.
+    /// The workspace goes to `path` (its host git dir to `git_dir`), made from `repo`.
+    At {
+        repo: SourceRepo,
+        path: PathBuf,
+        git_dir: PathBuf,
+        run_id: String,
+    },
+    /// The work dir is not in a usable git repository: the run fails `WORKTREE_FAILED` once its record exists.
     Refused(String),
 }
 
 impl Planned {
-    /// `<store>/worktrees/<run id>` for a `worktree: auto` workflow whose work dir is inside a repository.
-    pub(super) fn of(cfg: &Config, wf: &Workflow, work_dir: &Path, store_dir: &Path, id: &RunId) -> Planned {
+    /// `<store>/worktrees/<run id>` (and `<store>/gitdirs/<run id>`) for a `worktree: auto` workflow whose
+    /// work dir is inside a repository.
+    pub(super) fn of(wf: &Workflow, work_dir: &Path, store_dir: &Path, id: &RunId) -> Planned {
         if wf.worktree != WorktreeMode::Auto {
             return Planned::InPlace;
         }
-        match source_repo(work_dir, &cfg.env) {
-            Ok(repo_root) => Planned::At {
-                repo_root,
+        match source_repo(work_dir) {
+            Ok(Some(repo)) => Planned::At {
+                repo,
                 // a RunId is always a valid path component
                 path: crate::store::Store::at(store_dir)
                     .worktree_dir(id.as_str())
                     .unwrap_or_else(|_| store_dir.join("worktrees").join(id.to_string())),
+                git_dir: host_git_dir(store_dir, id.as_str()),
+                run_id: id.to_string(),
             },
-            Err(e) => Planned::Refused(format!(
-                "{} is not inside a git repository ({e})",
-                work_dir.display()
-            )),
+            Ok(None) => Planned::Refused(format!("{} is not inside a git repository", work_dir.display())),
+            Err(e) => Planned::Refused(format!("{}: {e}", work_dir.display())),
         }
     }
 
     /// The work dir and repository root the run uses (the worktree's, when there is one).
     pub(super) fn dirs(&self, work_dir: &Path, repo_root: Option<&Path>) -> (PathBuf, Option<PathBuf>) {
         match self {
-            Planned::At { repo_root, path } => (path.clone(), Some(repo_root.clone())),
+            Planned::At { repo, path, .. } => (path.clone(), Some(repo.root.clone())),
             _ => (work_dir.to_path_buf(), repo_root.map(Path::to_path_buf)),
         }
     }
@@ -64,18 +73,25 @@ impl Planned {
                 em.update(|d| d.worktree = true);
                 Err(refusal(reason))
             }
-            Planned::At { repo_root, path } => {
+            Planned::At {
+                repo,
+                path,
+                git_dir,
+                run_id,
+            } => {
                 em.update(|d| d.worktree = true);
-                let wt = create_worktree(&repo_root, &path, &cfg.env).map_err(|e| refusal(e.to_string()))?;
+                let wt = create_worktree(&repo, &path, &git_dir, &run_id, &cfg.env)
+                    .map_err(|e| refusal(e.to_string()))?;
                 let base = wt.base_commit.clone();
                 em.update(|d| d.base_commit = Some(base));
                 em.log(
                     LogLevel::Info,
                     &format!(
-                        "worktree: {} at {} (detached HEAD {})",
+                        "worktree: {} from {} at {} (its git dir {} stays on the host)",
                         wt.path.display(),
-                        repo_root.display(),
-                        short(&wt.base_commit)
+                        repo.root.display(),
+                        short(&wt.base_commit),
+                        wt.git_dir.display()
                     ),
                 );
                 Ok(Some(wt))
@@ -89,33 +105,33 @@ pub(super) fn refusal(reason: String) -> Failure {
     Failure::new(FailureCode::WorktreeFailed, reason).hint(Some(NOT_A_REPOSITORY_HINT.to_owned()))
 }
 
-/// The recorded worktree of a run being resumed (`Err` with the reason when it is gone or no longer a
-/// worktree of the repository).
+/// The recorded workspace of run `run_id` being resumed (`Err` with the reason when it or its host git dir is
+/// gone, or the host git dir is not the one iterion made for the run).
 pub(super) fn reopen(
     cfg: &Config,
     repo_root: Option<&Path>,
     work_dir: &Path,
+    store_dir: &Path,
+    run_id: &str,
     base: Option<&str>,
 ) -> Result<Worktree, String> {
     let (Some(root), Some(base)) = (repo_root, base) else {
         return Err("the run record names no repository or base commit for its worktree".into());
     };
-    reopen_worktree(root, work_dir, base, &cfg.env).map_err(|e| e.to_string())
+    let git_dir = host_git_dir(store_dir, run_id);
+    reopen_worktree(root, work_dir, &git_dir, run_id, base, &cfg.env).map_err(|e| e.to_string())
 }
 
-/// After a `finished` run's sandbox is gone: commit what the run changed, branch it, remove the worktree, and
-/// record `final_commit` / `final_branch`. A git failure keeps the worktree (nothing is lost) and is logged as
-/// an error. Returns the branch, when one was created.
-pub(super) fn finish(
-    cfg: &Config,
-    em: &Emitter,
-    wt: &Worktree,
-    repo_root: &Path,
-    workflow: &str,
-) -> Option<String> {
+/// After a `finished` run's sandbox is gone: take over its commits, commit what else it changed, branch it,
+/// remove the workspace, and record `final_commit` / `final_branch`. A git failure keeps the workspace and its
+/// host git dir (nothing is lost) and is logged as an error. Returns the branch, when one was created.
+pub(super) fn finish(cfg: &Config, em: &Emitter, wt: &Worktree, workflow: &str) -> Option<String> {
     let name = em.run().document().name.clone();
-    match finish_worktree(repo_root, wt, workflow, &name, &cfg.env) {
+    match finish_worktree(wt, workflow, &name, &cfg.env) {
         Ok(done) => {
+            for note in &done.notes {
+                em.log(LogLevel::Warn, &format!("worktree: {note}"));
+            }
             let message = match &done.final_branch {
                 Some(b) => format!(
                     "worktree: the run's changes are on branch {b} ({}); worktree removed",
@@ -134,7 +150,11 @@ pub(super) fn finish(
         Err(e) => {
             em.log(
                 LogLevel::Error,
-                &format!("{e}; the worktree is kept at {}", wt.path.display()),
+                &format!(
+                    "{e}; the worktree is kept at {} (its git dir at {})",
+                    wt.path.display(),
+                    wt.git_dir.display()
+                ),
             );
             None
         }

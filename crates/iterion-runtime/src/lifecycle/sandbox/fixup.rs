@@ -1,5 +1,5 @@
 //! After a driver copied the work dir into a sandbox without a host file system (kubernetes): the git fixup of
-//! a linked worktree, `sandbox_workspace_copied`, and the copy back registered for cleanup (05 §4.10).
+//! a linked worktree or a run workspace, `sandbox_workspace_copied`, and the copy back registered for cleanup (05 §4.10).
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -33,7 +33,10 @@ impl Starter {
     ) -> Result<(), Failure> {
         let bound = self.cfg.settings.workspace_copy_timeout.duration;
         let began = Instant::now();
-        if std::fs::symlink_metadata(self.work_dir.join(".git")).is_ok_and(|m| m.is_file()) {
+        // a linked worktree's `.git` file names a host directory; a run workspace's private `.git` borrows its
+        // objects from a bind the pod does not have: either way the pod needs a repository of its own
+        let linked = std::fs::symlink_metadata(self.work_dir.join(".git")).is_ok_and(|m| m.is_file());
+        if linked || self.worktree.is_some() {
             let left = bound.saturating_sub(copy.duration);
             match tokio::time::timeout(left, self.git_fixup(run.as_ref())).await {
                 Err(_) => {
@@ -62,16 +65,24 @@ impl Starter {
         Ok(())
     }
 
-    /// A linked worktree's `.git` file names a directory of the host, which the pod cannot see: the pod gets a
-    /// standalone repository holding HEAD instead (a bundle streamed from host git, fetched inside the pod),
-    /// with the index at HEAD and the copied working tree as it was. `Err` is a warning.
+    /// The pod cannot see the host's git directories: it gets a standalone repository holding HEAD instead (a
+    /// bundle streamed from host git — the run's host git dir, or the verified git dir of a linked worktree —
+    /// fetched inside the pod), with the index at HEAD and the copied working tree as it was. `Err` is a
+    /// warning.
     async fn git_fixup(&self, run: &dyn Run) -> Result<(), String> {
-        let mut git = crate::exec::worktree::bundle_head_command(&self.work_dir, &self.cfg.env)
+        let mut bundle =
+            crate::exec::worktree::bundle_head_command(&self.work_dir, self.worktree.as_ref(), &self.cfg.env)
+                .and_then(|c| c.into_tokio().map_err(|e| e.to_string()))
+                .map_err(|e| format!("git fixup skipped: {e}"))?;
+        bundle.kill_on_drop(true);
+        let mut git = bundle
             .spawn()
             .map_err(|e| format!("git fixup skipped: cannot run git on the host: {e}"))?;
-        // One line: no exec argument may carry a newline (the kubernetes exec script refuses them).
+        // One line: no exec argument may carry a newline (the kubernetes exec script refuses them). A private
+        // `.git` copied in names a bind the pod does not have in its alternates: dropped first.
         let script = format!(
             "command -v git >/dev/null 2>&1 || {{ cat >/dev/null; exit {NO_GIT}; }}; \
+             rm -f .git/objects/info/alternates; \
              cat > {BUNDLE} && git init -q && git fetch -q ./{BUNDLE} HEAD && git reset -q FETCH_HEAD; \
              r=$?; rm -f {BUNDLE}; exit $r"
         );

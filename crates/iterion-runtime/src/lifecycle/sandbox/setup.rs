@@ -37,6 +37,9 @@ pub(crate) struct Setup<'a> {
     pub(crate) run_dir: PathBuf,
     pub(crate) work_dir: PathBuf,
     pub(crate) repo_root: Option<PathBuf>,
+    /// The run's workspace of `worktree: auto`: its private `.git` stays writable and borrows the operator's
+    /// objects through a read-only bind.
+    pub(crate) worktree: Option<crate::exec::Worktree>,
     pub(crate) operator_env: Vec<SandboxEnvEntry>,
     pub(crate) owner: OwnerInfo,
     /// Agent and judge nodes whose backend is `claw` (they need the runner where they are placed).
@@ -433,6 +436,7 @@ impl Setup<'_> {
             run_name: self.run_name.clone(),
             work_dir: self.work_dir.clone(),
             repo_root: self.repo_root.clone(),
+            worktree: self.worktree.clone(),
             operator,
             owner: self.owner.clone(),
             net: None,

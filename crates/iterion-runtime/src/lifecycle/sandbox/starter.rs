@@ -66,6 +66,8 @@ pub(super) struct Starter {
     pub(super) run_name: String,
     pub(super) work_dir: PathBuf,
     pub(super) repo_root: Option<PathBuf>,
+    /// The run's `worktree: auto` workspace (see [`crate::lifecycle::sandbox::Setup`]).
+    pub(super) worktree: Option<crate::exec::Worktree>,
     pub(super) operator: BTreeMap<String, String>,
     pub(super) owner: OwnerInfo,
     pub(super) net: Option<Arc<Net>>,
@@ -344,6 +346,16 @@ impl Starter {
             });
         }
         req.aux_mounts.extend(self.attachments_mount());
+        if let Some(wt) = &self.worktree {
+            // the workspace's private repository borrows the operator's objects, which it can only read
+            req.private_git = true;
+            req.aux_mounts.push(AuxMount {
+                kind: AuxMountKind::GitObjects,
+                host_path: wt.objects_dir(),
+                container_path: crate::exec::OBJECTS_TARGET.into(),
+                read_only: true,
+            });
+        }
         let facts = crate::lifecycle::assembly::HostStateFacts::of(&self.cfg.host);
         let dropped = self.host_binds_dropped(spec)?;
         req.host_state = crate::lifecycle::assembly::host_state_plan(spec, facts);
