@@ -41,7 +41,7 @@ setup failures); 2 a usage error; 130/143/129 cancelled by SIGINT/SIGTERM/SIGHUP
     #[command(
         after_help = "EXAMPLES:\n  iterion resume brisk-otter-d894\n  iterion resume 01a2320f --timeout 1h\n  \
 iterion resume RUN --answers-file answers.json # answers for a paused run: {\"approved\": true}\n  \
-iterion resume RUN --answer note=LGTM          # a string answer\n  \
+iterion resume RUN --answer approved=true      # one answer, typed by the node's schema\n  \
 iterion resume RUN --force                     # accept a changed workflow or devcontainer.json\n\n\
 EXIT CODES:\n  0 finished, or paused again; 1 failed, cancelled, or the resume was refused; 2 a usage error \
 (a paused run without answers among them); 130/143/129 cancelled by a signal"

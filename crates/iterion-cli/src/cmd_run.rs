@@ -145,8 +145,8 @@ pub struct ResumeArgs {
     /// Answers for a run waiting for human input: a JSON object of key → answer.
     #[arg(long, value_name = "FILE")]
     pub answers_file: Option<PathBuf>,
-    /// One answer for a run waiting for human input (repeatable; a string value; applied after
-    /// --answers-file).
+    /// One answer for a run waiting for human input (repeatable; applied after --answers-file; read by the
+    /// type of the node's output schema field, else a string).
     #[arg(long = "answer", value_name = "KEY=VALUE")]
     pub answers: Vec<String>,
     /// Never ask on the terminal: a human node leaves the run paused (exit 0) with a resume hint.

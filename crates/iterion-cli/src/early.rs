@@ -33,7 +33,9 @@ pub(crate) fn runtime_early(e: iterion_runtime::Error) -> Early {
         | E::InvalidLaunch { .. }
         | E::InvalidAttachment { .. }
         | E::InvalidRunId { .. }
-        | E::AnswersRequired { .. } => usage(e.to_string()),
+        | E::AnswersRequired { .. }
+        | E::AnswersNotWanted { .. }
+        | E::AnswersInvalid { .. } => usage(e.to_string()),
         E::CancelledBeforeStart { ref reason } => Early {
             code: signal_exit(reason).unwrap_or(1),
             message: e.to_string(),

@@ -17,7 +17,7 @@ pub fn interactive(json: bool, no_interactive: bool) -> bool {
 }
 
 /// The answers of `--answers-file` (a JSON object, typed values kept) and `--answer KEY=VALUE` (strings,
-/// applied after the file); `None` when neither is given.
+/// applied after the file; the resume reads them by the human node's output schema); `None` when neither is given.
 pub fn answers_of(
     file: Option<&Path>,
     pairs: &[String],
@@ -94,6 +94,10 @@ pub fn question_lines(p: &Paused) -> Vec<String> {
             lines.push(format!("  {k}: {}", crate::terminal::clean(&show(v))));
         }
     }
+    if !p.expects.is_empty() {
+        let keys: Vec<String> = p.expects.iter().map(|f| f.describe()).collect();
+        lines.push(format!("Answers: {}", crate::terminal::clean(&keys.join(", "))));
+    }
     lines
 }
 
@@ -111,16 +115,49 @@ pub fn paused_json(o: &Outcome, p: &Paused) -> String {
         "interaction_id": p.interaction_id,
         "node_id": p.node_id,
         "questions": p.questions,
+        "expects": p.expects,
     })
     .to_string()
 }
 
-/// One answer per question key (a single `answer` without keys), read from stdin with prompts on stderr.
+/// One answer per field of the node's output schema, read by its type and asked again while it does not
+/// parse; without a schema one text answer per question key (a single `answer` without keys). Read from stdin
+/// with prompts on stderr.
 fn prompt(p: &Paused) -> Result<Map<String, Value>, Early> {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "\nHuman input required");
     for l in question_lines(p) {
         let _ = writeln!(err, "  {l}");
+    }
+    let stdin = std::io::stdin();
+    let read = |err: &mut std::io::StderrLock<'_>, label: &str| -> Result<String, Early> {
+        let _ = write!(err, "{label}> ");
+        let _ = err.flush();
+        let mut line = String::new();
+        match stdin.lock().read_line(&mut line) {
+            Ok(0) => Err(fail1("no answer: standard input ended; the run stays paused")),
+            Ok(_) => Ok(line.trim_end_matches(['\n', '\r']).to_string()),
+            Err(e) => Err(fail1(format!("cannot read an answer: {e}"))),
+        }
+    };
+    let mut answers = Map::new();
+    if !p.expects.is_empty() {
+        for f in &p.expects {
+            let label = format!("{} [{}]", f.name, f.expected());
+            loop {
+                let text = read(&mut err, &crate::terminal::clean(&label))?;
+                match f.parse(&text) {
+                    Ok(v) => {
+                        answers.insert(f.name.clone(), v);
+                        break;
+                    }
+                    Err(e) => {
+                        let _ = writeln!(err, "  {}; try again", crate::terminal::clean(&e));
+                    }
+                }
+            }
+        }
+        return Ok(answers);
     }
     let mut keys: Vec<String> = match &p.questions {
         Value::Object(q) => q.keys().cloned().collect(),
@@ -130,18 +167,8 @@ fn prompt(p: &Paused) -> Result<Map<String, Value>, Early> {
     if keys.is_empty() {
         keys.push("answer".into());
     }
-    let stdin = std::io::stdin();
-    let mut answers = Map::new();
     for k in keys {
-        let _ = write!(err, "{k}> ");
-        let _ = err.flush();
-        let mut line = String::new();
-        match stdin.lock().read_line(&mut line) {
-            Ok(0) => return Err(fail1("no answer: standard input ended; the run stays paused")),
-            Ok(_) => {}
-            Err(e) => return Err(fail1(format!("cannot read an answer: {e}"))),
-        }
-        let v = line.trim_end_matches(['\n', '\r']).to_string();
+        let v = read(&mut err, &crate::terminal::clean(&k))?;
         answers.insert(k, Value::from(v));
     }
     Ok(answers)

@@ -338,3 +338,185 @@ fn on_a_terminal_run_asks_each_question_and_continues() {
         .collect();
     assert_eq!(recorded[0]["data"]["answers"], json!({"summary": "yes"}));
 }
+
+/// A gate whose answers are declared: `decision {approved: bool, note: string}`, with edges on `approved`.
+const GATE: &str = "schema decision:\n  approved: bool\n  note: string\n\ncompute c:\n  expr:\n    n: \"1 + 1\"\n\nhuman gate:\n  interaction: human\n  output: decision\n\nworkflow w:\n  entry: c\n  c -> gate with { n: \"{{outputs.c.n}}\" }\n  gate -> done when approved\n  gate -> fail when not approved\n";
+
+fn gate_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("w.bot"), GATE).unwrap();
+    let store = dir.path().join("store");
+    (dir, store)
+}
+
+fn gate_cmd(dir: &tempfile::TempDir, store: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .arg("--store-dir")
+        .arg(store)
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .output()
+        .unwrap()
+}
+
+fn run_doc(store: &std::path::Path, id: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(store.join("runs").join(id).join("run.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn a_gate_names_its_answers_and_takes_them_typed_by_its_schema() {
+    let (dir, store) = gate_dir();
+    let out = gate_cmd(&dir, &store, &["run", "w.bot", "--sandbox", "none", "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        last["expects"],
+        json!([{"name": "approved", "type": "bool"}, {"name": "note", "type": "string"}])
+    );
+    let id = last["run_id"].as_str().unwrap().to_string();
+    // answers that do not fit the schema: a usage error naming each problem, the run left as it was
+    std::fs::write(
+        dir.path().join("bad.json"),
+        r#"{"approved": "yes please", "extra": 1}"#,
+    )
+    .unwrap();
+    let out = gate_cmd(
+        &dir,
+        &store,
+        &["resume", &id, "--answers-file", "bad.json", "--sandbox", "none"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("'approved' takes true or false"), "{err}");
+    assert!(err.contains("'extra' is not an answer this node takes"), "{err}");
+    assert!(err.contains("no answer for note"), "{err}");
+    assert!(
+        err.contains("the node takes approved (bool), note (string)"),
+        "{err}"
+    );
+    assert_eq!(run_doc(&store, &id)["status"], "paused_waiting_human");
+    // `--answer approved=true` is read as the boolean the edge needs
+    let out = gate_cmd(
+        &dir,
+        &store,
+        &[
+            "resume",
+            &id,
+            "--answer",
+            "approved=true",
+            "--answer",
+            "note=ship it",
+            "--sandbox",
+            "none",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(run_doc(&store, &id)["status"], "finished");
+    let ev = std::fs::read_to_string(store.join("runs").join(&id).join("events.jsonl")).unwrap();
+    let ev: Vec<Value> = ev.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let recorded = of(&ev, "human_answers_recorded");
+    assert_eq!(
+        recorded[0]["data"]["answers"],
+        json!({"approved": true, "note": "ship it"})
+    );
+}
+
+#[test]
+fn the_paused_block_names_the_answers_a_gate_takes() {
+    let (dir, store) = gate_dir();
+    let out = gate_cmd(
+        &dir,
+        &store,
+        &["run", "w.bot", "--sandbox", "none", "--no-interactive"],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("Answers: approved (bool), note (string)"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn answers_for_a_run_that_is_not_waiting_are_an_error_not_dropped() {
+    // without a schema, `--answer approved=true` is the string "true": no edge matches, the run fails
+    // resumable at the gate and restarts there, waiting for nothing yet
+    let dir = tempfile::tempdir().unwrap();
+    let wf = "human h:\n  interaction: human\n\nworkflow w:\n  entry: h\n  h -> done when approved\n  h -> fail when not approved\n";
+    std::fs::write(dir.path().join("w.bot"), wf).unwrap();
+    let store = dir.path().join("store");
+    let out = gate_cmd(&dir, &store, &["run", "w.bot", "--sandbox", "none", "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let id = last["run_id"].as_str().unwrap().to_string();
+    let out = gate_cmd(
+        &dir,
+        &store,
+        &["resume", &id, "--answer", "approved=true", "--sandbox", "none"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let before = run_doc(&store, &id);
+    assert_eq!(before["status"], "failed_resumable");
+    std::fs::write(dir.path().join("a.json"), r#"{"approved": true}"#).unwrap();
+    let out = gate_cmd(
+        &dir,
+        &store,
+        &["resume", &id, "--answers-file", "a.json", "--sandbox", "none"],
+    );
+    // the checkpoint restarts the gate (it will ask again): these answers would be dropped
+    assert!(before["checkpoint"]["interaction_id"].is_null(), "{before}");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is not waiting for human input"), "{err}");
+    assert_eq!(run_doc(&store, &id)["status"], "failed_resumable");
+}
+
+#[test]
+fn on_a_terminal_a_gate_asks_each_declared_answer_and_asks_again_on_a_bad_value() {
+    if Command::new("script").arg("--version").output().is_err() {
+        panic!("the `script` program (util-linux) is required for the terminal test");
+    }
+    let (dir, store) = gate_dir();
+    let cmdline = format!("{BIN} run w.bot --sandbox none --store-dir {}", store.display());
+    let mut child = Command::new("script")
+        .args(["-qec", &cmdline, "/dev/null"])
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        stdin.write_all(b"maybe\n").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        stdin.write_all(b"yes\n").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        stdin.write_all(b"looks good\n").unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
+    let out = child.wait_with_output().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(shown.contains("approved [true/false]>"), "{shown}");
+    assert!(
+        shown.contains("'approved' takes true or false (yes/no), not 'maybe'; try again"),
+        "{shown}"
+    );
+    assert!(shown.contains("note [text]>"), "{shown}");
+    assert!(shown.contains("Status: FINISHED"), "{shown}");
+    let runs: Vec<_> = std::fs::read_dir(store.join("runs")).unwrap().flatten().collect();
+    let ev = std::fs::read_to_string(runs[0].path().join("events.jsonl")).unwrap();
+    let ev: Vec<Value> = ev.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let recorded = of(&ev, "human_answers_recorded");
+    assert_eq!(
+        recorded[0]["data"]["answers"],
+        json!({"approved": true, "note": "looks good"})
+    );
+}

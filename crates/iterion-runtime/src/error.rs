@@ -192,6 +192,29 @@ pub enum Error {
         /// The run.
         run_id: String,
     },
+    /// Answers were given to a run that waits for none (it would drop them); the run record is not changed
+    /// (a usage error).
+    #[error(
+        "run {run_id} is not waiting for human input (status {status}, restarting at node '{node_id}'): answers are only taken by a paused run; resume it without answers, and answer when it pauses"
+    )]
+    AnswersNotWanted {
+        /// The run.
+        run_id: String,
+        /// Its status.
+        status: crate::status::RunStatus,
+        /// The node it restarts at.
+        node_id: String,
+    },
+    /// The answers do not fit the human node's output schema; the run record is not changed (a usage error).
+    #[error("run {run_id}: the answers for human node '{node_id}' do not fit its output schema: {reason}")]
+    AnswersInvalid {
+        /// The run.
+        run_id: String,
+        /// The human node.
+        node_id: String,
+        /// Every key that is wrong, and the keys the node takes.
+        reason: String,
+    },
     /// The workflow does not compile or uses constructs this version cannot execute; nothing was
     /// created.
     #[error("workflow {file} has errors ({} diagnostic(s))", diagnostics.len())]

@@ -34,6 +34,7 @@
 //! ```
 
 mod agent;
+pub mod answers;
 mod backends;
 pub mod check;
 pub(crate) mod check_flow;

@@ -242,6 +242,8 @@ pub struct Paused {
     pub node_id: String,
     /// The questions (key → context or question).
     pub questions: serde_json::Value,
+    /// The answers the node takes (the fields of its output schema); empty when it takes any keys.
+    pub expects: Vec<crate::exec::answers::AnswerField>,
 }
 
 /// What became of a `worktree: auto` run's worktree.

@@ -312,7 +312,32 @@ pub async fn resume(cfg: &Config, req: Resume) -> Result<Outcome> {
             run_id: req.run_id.clone(),
         });
     }
+    // answers for a run that waits for none would be dropped: say so, change nothing
+    if doc.status != RunStatus::PausedWaitingHuman
+        && checkpoint.interaction_id.is_none()
+        && req.answers.is_some()
+    {
+        return Err(Error::AnswersNotWanted {
+            run_id: req.run_id.clone(),
+            status: doc.status,
+            node_id: checkpoint.node_id.clone(),
+        });
+    }
     let (mut workflow, hash) = resumable_workflow(&req, &doc)?;
+    // a human node's answers, typed and checked by its output schema (an agent's questions take any keys)
+    let answers = match req.answers.clone() {
+        Some(a) if checkpoint.backend_name.is_none() => {
+            let fields = crate::exec::answers::answer_fields(&workflow, &checkpoint.node_id);
+            Some(
+                crate::exec::answers::check_answers(&fields, a).map_err(|reason| Error::AnswersInvalid {
+                    run_id: req.run_id.clone(),
+                    node_id: checkpoint.node_id.clone(),
+                    reason,
+                })?,
+            )
+        }
+        other => other,
+    };
     crate::attachments::verify_stored(run.dir(), &doc.attachments).map_err(|r| resume_invalid(&req, r))?;
     let file = req.file.clone().unwrap_or_else(|| PathBuf::from(&doc.file_path));
     if let Some(d) = crate::exec::mcp::load_project(&mut workflow, &file, &cfg.env)
@@ -369,7 +394,7 @@ pub async fn resume(cfg: &Config, req: Resume) -> Result<Outcome> {
         vars: checkpoint.vars.clone(),
         plan,
         resume: Some(checkpoint),
-        answers: req.answers.clone(),
+        answers,
         work_dir,
         repo_root,
         operator_env,
@@ -638,6 +663,11 @@ async fn drive(
                 interaction_id: c.interaction_id.clone().unwrap_or_default(),
                 node_id: c.node_id.clone(),
                 questions: c.interaction_questions.clone().unwrap_or(serde_json::Value::Null),
+                expects: if c.backend_name.is_some() {
+                    Vec::new()
+                } else {
+                    crate::exec::answers::answer_fields(&input.workflow, &c.node_id)
+                },
             }),
     };
     // Whatever `run.json` could still record, an incomplete record never reports a clean end.
