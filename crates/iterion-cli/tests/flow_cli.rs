@@ -520,3 +520,52 @@ fn on_a_terminal_a_gate_asks_each_declared_answer_and_asks_again_on_a_bad_value(
         json!({"approved": true, "note": "looks good"})
     );
 }
+
+#[test]
+fn a_worktree_run_says_which_changes_of_the_checkout_it_does_not_see() {
+    let dir = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let o = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+            .args(args)
+            .current_dir(dir.path())
+            .env("HOME", dir.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "git {args:?}: {}", text(&o));
+    };
+    let wf = "compute c:\n  expr:\n    n: \"1\"\n\nworkflow w:\n  entry: c\n  worktree: auto\n  c -> done\n";
+    std::fs::write(dir.path().join("w.bot"), wf).unwrap();
+    std::fs::write(dir.path().join("tracked.txt"), "one\n").unwrap();
+    git(&["init", "-q"]);
+    git(&["add", "."]);
+    git(&["commit", "-qm", "base"]);
+    let store = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let run = || {
+        Command::new(BIN)
+            .args(["run", "w.bot", "--sandbox", "none", "--store-dir"])
+            .arg(store.path())
+            .current_dir(dir.path())
+            .env("HOME", home.path())
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!text(&out).contains("uncommitted"), "{}", text(&out));
+    std::fs::write(dir.path().join("tracked.txt"), "two\n").unwrap();
+    std::fs::write(dir.path().join("new.txt"), "new\n").unwrap();
+    let out = run();
+    assert!(out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "has 2 uncommitted or untracked change(s) (tracked.txt, new.txt) that this run does not see"
+        ),
+        "{err}"
+    );
+    // the warning comes before the first node runs
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("node c: finished"), "{stdout}");
+}

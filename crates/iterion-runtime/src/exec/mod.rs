@@ -60,6 +60,6 @@ pub use context::{
 pub use graph::execute;
 pub use vars::{VarInputs, parse_var, resolve_vars};
 pub use worktree::{
-    FinishedWorktree, OBJECTS_TARGET, SourceRepo, Worktree, create_worktree, finish_worktree, host_git_dir,
-    remove_worktree, reopen_worktree, source_repo,
+    FinishedWorktree, OBJECTS_TARGET, SourceRepo, Worktree, checkout_changes, create_worktree,
+    finish_worktree, host_git_dir, remove_worktree, reopen_worktree, source_repo,
 };

@@ -201,6 +201,40 @@ fn populate(git: &HostGit, repo: &SourceRepo, path: &Path, git_dir: &Path, run_i
     Ok(wt)
 }
 
+/// The uncommitted and untracked changes of the operator's checkout at `root` (the repository of `wt`) (`git status` paths, at most `limit`
+/// of them, and how many there are in all): a `worktree: auto` run works on a fresh checkout of HEAD and does
+/// not see them. Read with the hardened git: the index is not rewritten (`--no-optional-locks`), attributes
+/// come from the empty tree (no filter runs), submodules are not entered.
+pub fn checkout_changes(
+    wt: &Worktree,
+    root: &Path,
+    env: &BTreeMap<String, String>,
+    limit: usize,
+) -> Result<(Vec<String>, usize)> {
+    let git = host_git(env, "read the checkout")?;
+    let index = wt.repo.git_dir.join("index");
+    let out = git
+        .at(Pinned::checkout(&wt.repo.git_dir, root, &index, wt.format))
+        .args([
+            "--no-optional-locks",
+            "status",
+            "--porcelain=v1",
+            "-z",
+            "--no-renames",
+            "--ignore-submodules=all",
+            "--untracked-files=normal",
+        ])
+        .run_captured()
+        .map_err(fail("read the checkout"))?;
+    let entries: Vec<&[u8]> = out.stdout.split(|b| *b == 0).filter(|e| e.len() > 3).collect();
+    let shown = entries
+        .iter()
+        .take(limit)
+        .map(|e| String::from_utf8_lossy(&e[3..]).into_owned())
+        .collect();
+    Ok((shown, entries.len()))
+}
+
 /// `git init --bare` at `dir` (no template: no sample hooks) borrowing objects from `objects`.
 fn init_bare(git: &HostGit, dir: &Path, format: ObjectFormat, objects: &Path) -> Result<()> {
     let parent = dir.parent().unwrap_or(Path::new("/"));

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use iterion_spec::model::{Workflow, Worktree as WorktreeMode};
 
 use crate::exec::{
-    SourceRepo, Worktree, create_worktree, finish_worktree, host_git_dir, reopen_worktree, source_repo,
+    SourceRepo, Worktree, checkout_changes, create_worktree, finish_worktree, host_git_dir, reopen_worktree,
+    source_repo,
 };
 use crate::failure::FailureCode;
 use crate::lifecycle::config::Config;
@@ -94,9 +95,39 @@ impl Planned {
                         wt.git_dir.display()
                     ),
                 );
+                warn_unseen_changes(cfg, em, &wt, &repo.root);
                 Ok(Some(wt))
             }
         }
+    }
+}
+
+/// A warning, before any node runs, when the operator's checkout has changes the run does not see (it works on
+/// a fresh checkout of HEAD).
+fn warn_unseen_changes(cfg: &Config, em: &Emitter, wt: &Worktree, root: &Path) {
+    const SHOWN: usize = 5;
+    match checkout_changes(wt, root, &cfg.env, SHOWN) {
+        Ok((_, 0)) => {}
+        Ok((paths, n)) => {
+            let more = if n > paths.len() { ", …" } else { "" };
+            em.log(
+                LogLevel::Warn,
+                &format!(
+                    "worktree: {} has {n} uncommitted or untracked change(s) ({}{more}) that this run does not see: \
+                     it works on a fresh checkout of {}; commit them first to include them",
+                    root.display(),
+                    paths.join(", "),
+                    short(&wt.base_commit)
+                ),
+            );
+        }
+        Err(e) => em.log(
+            LogLevel::Warn,
+            &format!(
+                "worktree: cannot tell whether {} has uncommitted changes: {e}",
+                root.display()
+            ),
+        ),
     }
 }
 
