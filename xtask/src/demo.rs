@@ -10,6 +10,10 @@
 //! pull the local image from a registry and fail later. The run uses pull policy `never` then (the image is
 //! local; an operator's own `ITERION_SANDBOX_PULL_POLICY` wins).
 //!
+//! The copy is a git repository of its own (one commit), so the run does not warn that its project is outside
+//! one; iterion's data dir (`ITERION_HOME`) is a directory beside the copy (never inside the workspace a sandbox
+//! sees), so nothing is created under the user's home; and both are removed at the end, after its output and events are shown (`--keep` keeps it).
+//!
 //! `--no-images` skips the image step (the image must then be present already); every other argument is
 //! passed to `iterion run` (for example `--json`).
 use anyhow::{Context, Result, bail};
@@ -33,7 +37,11 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
 /// Runs the demo.
 pub fn run(root: &Path, args: &[String]) -> Result<()> {
     let skip_images = args.iter().any(|a| a == "--no-images");
-    let pass: Vec<&String> = args.iter().filter(|a| *a != "--no-images").collect();
+    let keep = args.iter().any(|a| a == "--keep");
+    let pass: Vec<&String> = args
+        .iter()
+        .filter(|a| *a != "--no-images" && *a != "--keep")
+        .collect();
     let docker = iterion_test_support::engine_answers();
     let podman = iterion_test_support::podman::answers();
     match (&docker, &podman) {
@@ -57,8 +65,12 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
                 .context("prepare the local test image on Podman")?;
         }
     }
+    println!(
+        "demo: building iterion (cargo build -p iterion-cli): a first build takes about 15 minutes on 2 cores, a \
+         later one seconds"
+    );
     let status = Command::new("cargo")
-        .args(["build", "-q", "-p", "iterion-cli"])
+        .args(["build", "-p", "iterion-cli"])
         .current_dir(root)
         .status()
         .context("run cargo build")?;
@@ -75,19 +87,74 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         .unwrap_or(0);
     let dir = std::env::temp_dir().join(format!("iterion-demo-{nonce:x}"));
     copy_dir(&root.join("examples").join("demo"), &dir)?;
-    println!("demo: running in {}", dir.display());
-    let status = Command::new(&iterion)
+    git_init(&dir)?;
+    println!(
+        "demo: running in {} (a copy of examples/demo, a git repository of its own)",
+        dir.display()
+    );
+    let home = dir.with_extension("home");
+    let result = run_in(&iterion, &dir, &home, &pass);
+    if keep {
+        println!(
+            "demo: kept {} (iterion's data dir: {})",
+            dir.display(),
+            home.display()
+        );
+    } else {
+        let _ = std::fs::remove_dir_all(&home);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => println!("demo: removed {} (pass --keep to keep it)", dir.display()),
+            Err(e) => println!("demo: could not remove {}: {e}", dir.display()),
+        }
+    }
+    result
+}
+
+/// `git init` and one commit of the copy, with an identity of its own (the user's git config is not needed).
+fn git_init(dir: &Path) -> Result<()> {
+    let git = |args: &[&str]| -> Result<()> {
+        let out = Command::new("git")
+            .args([
+                "-c",
+                "user.name=iterion demo",
+                "-c",
+                "user.email=demo@iterion.invalid",
+            ])
+            .args(["-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null"])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .context("run git (the demo copy is made a git repository)")?;
+        if !out.status.success() {
+            bail!(
+                "git {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(())
+    };
+    git(&["init", "-q"])?;
+    git(&["add", "-A"])?;
+    git(&["commit", "-q", "-m", "iterion demo"])
+}
+
+/// The run in the copy `dir`, then what it wrote and what the proxy blocked.
+fn run_in(iterion: &Path, dir: &Path, home: &Path, pass: &[&String]) -> Result<()> {
+    let status = Command::new(iterion)
         .arg("run")
         .arg("demo.bot")
         .arg("--store-dir")
         .arg(dir.join(".iterion"))
+        // iterion's own data (record key, caches) stays in the copy
+        .env("ITERION_HOME", home)
         // the image is local: a registry is never asked for it (an operator's own setting wins)
         .env(
             "ITERION_SANDBOX_PULL_POLICY",
             std::env::var("ITERION_SANDBOX_PULL_POLICY").unwrap_or_else(|_| "never".into()),
         )
         .args(pass)
-        .current_dir(&dir)
+        .current_dir(dir)
         .status()
         .with_context(|| format!("run {}", iterion.display()))?;
     let out = dir.join("demo-output.txt");
@@ -113,7 +180,8 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
                 );
             }
         }
-        println!("demo: events in {}", run.path().join("events.jsonl").display());
+        let count = events.lines().filter(|l| !l.trim().is_empty()).count();
+        println!("demo: {count} events recorded in the run's events.jsonl");
     }
     if !status.success() {
         bail!("iterion run exited with {status}");

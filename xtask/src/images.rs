@@ -106,7 +106,10 @@ pub fn ensure_static_busybox() -> Result<()> {
     if let Remedy::Stop(message) = remedy(&why, has_apt, is_root()) {
         bail!(message);
     }
-    println!("images: no static busybox on this machine; installing the busybox-static package");
+    println!(
+        "images: no static busybox on this machine; installing Debian's busybox-static package (the local test \
+         images are built from it: no registry is needed)"
+    );
     let install: Vec<&str> = INSTALL.split_whitespace().skip(1).collect();
     // the package lists of a fresh machine may be empty: update them when the first attempt fails
     let installed = apt(&install)? || (apt(&["update"])? && apt(&install)?);
