@@ -955,22 +955,54 @@ fn a_sandbox_that_cannot_start_fails_probe_sandbox_start_and_skips_the_rest() {
 }
 
 #[test]
-fn invalid_sandbox_env_values_are_usage_errors() {
+fn an_invalid_resolution_setting_is_a_usage_error_as_in_run() {
     let dir = tempfile::tempdir().expect("tempdir");
-    for (k, v) in [
-        ("ITERION_SANDBOX_DEFAULT", "docker"),
-        ("ITERION_SANDBOX_PULL_POLICY", "sometimes"),
+    let mut inputs = Inputs::new(
+        [("ITERION_SANDBOX_DEFAULT".to_string(), "docker".to_string())].into(),
+        dir.path().to_path_buf(),
+    );
+    inputs.strict = true;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let err = rt
+        .block_on(build_report(&inputs, &host(Scene::Docker), None))
+        .expect_err("usage error");
+    assert!(err.contains("ITERION_SANDBOX_DEFAULT"), "{err}");
+}
+
+#[test]
+fn invalid_container_settings_are_the_warnings_run_gives_in_both_modes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (k, v, used) in [
+        ("ITERION_SANDBOX_PULL_POLICY", "sometimes", "using missing"),
+        ("ITERION_SANDBOX_HARDENING", "lax", "using strict"),
+        (
+            "ITERION_SANDBOX_REQUIRE_ENFORCED_EGRESS",
+            "maybe",
+            "enforced egress is required",
+        ),
     ] {
-        let mut inputs = Inputs::new([(k.to_string(), v.to_string())].into(), dir.path().to_path_buf());
-        inputs.strict = true;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("rt");
-        let err = rt
-            .block_on(build_report(&inputs, &host(Scene::Docker), None))
-            .expect_err("usage error");
-        assert!(err.contains(k), "{err}");
+        let env: BTreeMap<String, String> = [(k.to_string(), v.to_string())].into();
+        let run = iterion_runtime::lifecycle::Settings::from_env(&env).warnings;
+        assert_eq!(run.len(), 1, "{k}: {run:?}");
+        assert!(run[0].contains(used), "{k}: {run:?}");
+        for strict in [false, true] {
+            let mut inputs = Inputs::new(env.clone(), dir.path().to_path_buf());
+            inputs.strict = strict;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("rt");
+            let r = rt
+                .block_on(build_report(&inputs, &host(Scene::Docker), None))
+                .unwrap_or_else(|e| panic!("{k}={v} strict={strict}: {e}"));
+            assert_eq!(r.notes, run, "{k} strict={strict}");
+            if let Some(s) = &r.summary {
+                assert!(s.warn >= 1, "{k}: the warning is counted");
+            }
+        }
     }
 }
 

@@ -309,7 +309,7 @@ pub(super) fn egress_enforcement(ctx: &Ctx<'_>) -> Check {
     let info = ctx.host.selection.engine.clone().unwrap_or_default();
     let caps = ctx.capabilities();
     if info.desktop || caps.egress == EgressSupport::Advisory {
-        if ctx.env_truthy("ITERION_SANDBOX_REQUIRE_ENFORCED_EGRESS") {
+        if ctx.requires_enforced_egress() {
             return fail(
                 ID,
                 "advisory placement only (Docker Desktop) and ITERION_SANDBOX_REQUIRE_ENFORCED_EGRESS is set",
@@ -409,10 +409,7 @@ pub(super) fn driver_capabilities(ctx: &Ctx<'_>) -> Check {
                 MountKind::Bind | MountKind::Volume | MountKind::Tmpfs => false,
             };
         }
-        if s.network.needs_proxy()
-            && c.egress != EgressSupport::Enforced
-            && ctx.env_truthy("ITERION_SANDBOX_REQUIRE_ENFORCED_EGRESS")
-        {
+        if s.network.needs_proxy() && c.egress != EgressSupport::Enforced && ctx.requires_enforced_egress() {
             missing.insert("enforced egress");
         }
     }

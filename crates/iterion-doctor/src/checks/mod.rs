@@ -123,8 +123,9 @@ impl Ctx<'_> {
             .get("ITERION_SANDBOX_FLOOR")
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("inline"))
     }
-    fn env_truthy(&self, k: &str) -> bool {
-        iterion_runtime::lifecycle::settings::truthy(&self.inputs.env, k)
+    /// `ITERION_SANDBOX_REQUIRE_ENFORCED_EGRESS` as `iterion run` reads it.
+    fn requires_enforced_egress(&self) -> bool {
+        iterion_runtime::lifecycle::settings::require_enforced_egress(&self.inputs.env).0
     }
     fn diags_in(&self, b: Bucket) -> Vec<&Diagnostic> {
         self.diags
@@ -204,26 +205,11 @@ fn combine(id: &'static str, parts: Vec<Check>, empty: Check) -> Check {
     mk(id, worst, msgs.join("; "), hint)
 }
 
-fn usage_env(env: &BTreeMap<String, String>) -> Result<(), String> {
-    let one_of = |name: &str, allowed: &[&str]| -> Result<(), String> {
-        match env.get(name).map(|v| v.trim().to_ascii_lowercase()) {
-            Some(v) if !v.is_empty() && !allowed.contains(&v.as_str()) => Err(format!(
-                "invalid value '{v}' for {name} (want {})",
-                allowed.join(", ")
-            )),
-            _ => Ok(()),
-        }
-    };
-    one_of(
-        "ITERION_SANDBOX_PULL_POLICY",
-        &["auto", "missing", "always", "never"],
-    )?;
-    one_of("ITERION_SANDBOX_HARDENING", &["strict", "compat"])?;
-    one_of(
-        "ITERION_SANDBOX_REQUIRE_ENFORCED_EGRESS",
-        &["1", "true", "yes", "on", "0", "false", "no", "off"],
-    )?;
-    Ok(())
+/// What `iterion run` warns about the sandbox settings of `env` (an invalid pull policy, hardening profile,
+/// timeout, pids limit or egress requirement, each with the value run uses instead): the doctor reports the
+/// same lines, counted as warnings, so that it never refuses what run accepts nor accepts it silently.
+fn settings_warnings(env: &BTreeMap<String, String>) -> Vec<String> {
+    iterion_runtime::lifecycle::Settings::from_env(env).warnings
 }
 
 const SETTINGS: &[&str] = &[
@@ -264,10 +250,10 @@ fn relay_summary(env: &BTreeMap<String, String>) -> String {
     }
 }
 
-/// Builds the report of 06 §2 (report mode) or §3 (strict). `Err` is a usage error (exit 2): invalid sandbox
-/// environment values.
+/// Builds the report of 06 §2 (report mode) or §3 (strict). `Err` is a usage error (exit 2): a resolution
+/// setting run refuses too (`ITERION_SANDBOX_DEFAULT` and the like); the container settings run only warns about
+/// are warnings here too.
 pub async fn build_report(inputs: &Inputs, host: &Host, loaded: Option<&Loaded>) -> Result<Report, String> {
-    usage_env(&inputs.env)?;
     let sel = &host.selection;
     let caps = sel
         .driver
@@ -288,6 +274,7 @@ pub async fn build_report(inputs: &Inputs, host: &Host, loaded: Option<&Loaded>)
     let mut report = base_report(inputs, host, &caps, placement);
     if !inputs.strict {
         report.human = report_lines(inputs, host, &report, &caps, placement).await;
+        report.add_notes(settings_warnings(&inputs.env));
         return Ok(report);
     }
 
@@ -316,6 +303,7 @@ pub async fn build_report(inputs: &Inputs, host: &Host, loaded: Option<&Loaded>)
     report.spec = spec_json(&ctx);
     report.checks = Some(battery(&ctx).await);
     report.finish();
+    report.add_notes(settings_warnings(&inputs.env));
     Ok(report)
 }
 

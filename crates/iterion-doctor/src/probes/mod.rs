@@ -692,8 +692,7 @@ async fn start_egress(
     guard: &mut Throwaway,
     denied_events: Arc<Mutex<Vec<String>>>,
 ) -> Result<EgressWiring, String> {
-    let require =
-        iterion_runtime::lifecycle::settings::truthy(&inputs.env, "ITERION_SANDBOX_REQUIRE_ENFORCED_EGRESS");
+    let require = iterion_runtime::lifecycle::settings::require_enforced_egress(&inputs.env).0;
     let lease = plan
         .driver
         .network(NetworkRequest::new(run_id.to_string(), run_dir, require))

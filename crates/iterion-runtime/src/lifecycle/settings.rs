@@ -76,6 +76,22 @@ pub fn truthy(env: &BTreeMap<String, String>, name: &str) -> bool {
     )
 }
 
+/// `ITERION_SANDBOX_REQUIRE_ENFORCED_EGRESS`, and the warning for a value that is neither on nor off: such a value
+/// requires enforced egress (the stricter reading, as an invalid hardening profile is strict).
+pub fn require_enforced_egress(env: &BTreeMap<String, String>) -> (bool, Option<String>) {
+    const NAME: &str = "ITERION_SANDBOX_REQUIRE_ENFORCED_EGRESS";
+    match env.get(NAME).map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("" | "0" | "false" | "no" | "off") => (false, None),
+        Some("1" | "true" | "yes" | "on") => (true, None),
+        Some(other) => (
+            true,
+            Some(format!(
+                "invalid {NAME} '{other}' (want 1, true, yes, on or 0, false, no, off); enforced egress is required"
+            )),
+        ),
+    }
+}
+
 impl Settings {
     /// Reads the settings from an environment snapshot.
     pub fn from_env(env: &BTreeMap<String, String>) -> Settings {
@@ -126,6 +142,8 @@ impl Settings {
         });
         let container = ContainerSettings::from_env(env);
         warnings.extend(container.warnings.iter().cloned());
+        let (require_enforced_egress, w) = require_enforced_egress(env);
+        warnings.extend(w);
         Settings {
             pull_timeout,
             build_timeout,
@@ -137,7 +155,7 @@ impl Settings {
             pull_policy,
             keep_build_images: truthy(env, "ITERION_SANDBOX_KEEP_BUILD_IMAGES"),
             rebuild: truthy(env, "ITERION_SANDBOX_REBUILD"),
-            require_enforced_egress: truthy(env, "ITERION_SANDBOX_REQUIRE_ENFORCED_EGRESS"),
+            require_enforced_egress,
             silent_deny,
             container,
             warnings,
@@ -166,6 +184,26 @@ mod tests {
         assert_eq!(s.probe_timeout.duration, Duration::from_secs(60));
         assert_eq!(s.pull_policy, PullPolicy::Missing);
         assert!(s.warnings.is_empty());
+    }
+
+    #[test]
+    fn an_unreadable_egress_requirement_requires_enforced_egress_and_says_so() {
+        let of = |v: &str| Settings::from_env(&env(&[("ITERION_SANDBOX_REQUIRE_ENFORCED_EGRESS", v)]));
+        for (v, want) in [
+            ("1", true),
+            ("ON", true),
+            ("", false),
+            ("off", false),
+            ("0", false),
+        ] {
+            let s = of(v);
+            assert_eq!(s.require_enforced_egress, want, "{v}");
+            assert!(s.warnings.is_empty(), "{v}: {:?}", s.warnings);
+        }
+        let s = of("ture");
+        assert!(s.require_enforced_egress);
+        assert_eq!(s.warnings.len(), 1);
+        assert!(s.warnings[0].contains("'ture'"), "{:?}", s.warnings);
     }
 
     #[test]
