@@ -8,7 +8,6 @@ use std::process::ExitCode;
 #[command(
     name = "iterion",
     version,
-    about,
     propagate_version = true,
     after_help = "`iterion help environment` lists every environment variable iterion reads, with its default."
 )]

@@ -108,7 +108,7 @@ pub const READ: &[(&str, &str, &str)] = &[
     (
         "ITERION_SANDBOX_PULL_POLICY",
         "missing",
-        "missing (pull only an absent image), always, never",
+        "missing (pull only an absent image), always, never, auto (refresh latest, edge and untagged images)",
     ),
     (
         "ITERION_SANDBOX_BUILDER",
@@ -123,7 +123,7 @@ pub const READ: &[(&str, &str, &str)] = &[
     (
         "ITERION_SANDBOX_KEEP_BUILD_IMAGES",
         "unset",
-        "1: keep the images built for a run after it ends",
+        "no longer has an effect: every built image is kept as the build cache (sandbox prune removes them)",
     ),
     ("ITERION_SANDBOX_PULL_TIMEOUT", "10m", "bound of an image pull"),
     ("ITERION_SANDBOX_BUILD_TIMEOUT", "30m", "bound of an image build"),

@@ -829,7 +829,7 @@ struct Recorder {
 impl Recorder {
     fn record(&mut self, id: &'static str, name: &'static str, outcome: Outcome) {
         if let Outcome::Skipped(why) = &outcome {
-            eprintln!("SKIPPED conformance {id} {name}: {why}");
+            crate::notice(&format!("SKIPPED conformance {id} {name}: {why}"));
         }
         self.report.cases.push(CaseResult { id, name, outcome });
     }

@@ -71,6 +71,13 @@ pub fn engine_answers() -> Result<(), String> {
     }
 }
 
+/// A line the person running the tests sees: written to the process's stderr directly, which the test
+/// harness's output capture (it holds back `print!` and `eprint!` only) does not hide.
+pub fn notice(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 /// Returns `true` when an engine answers and the test should go on, `false` when the test should return early
 /// (skipped, with a notice on stderr). Panics, failing the test, when an engine is demanded but none answers.
 pub fn engine_required(test: &str) -> bool {
@@ -82,7 +89,9 @@ pub fn engine_required(test: &str) -> bool {
             )
         }
         Err(why) => {
-            eprintln!("SKIPPED {test}: no container engine answers ({why}); set CI=1 to make this a failure");
+            notice(&format!(
+                "SKIPPED {test}: no container engine answers ({why}); set CI=1 to make this a failure"
+            ));
             false
         }
     }

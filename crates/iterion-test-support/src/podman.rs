@@ -57,7 +57,9 @@ pub fn required(test: &str) -> Option<PathBuf> {
              start one with `podman system service --time=0 unix://{DEFAULT_SOCKET}` (see CONTRIBUTING.md)"
         ),
         Err(why) => {
-            eprintln!("SKIPPED {test}: no Podman service answers ({why}); set CI=1 to make this a failure");
+            crate::notice(&format!(
+                "SKIPPED {test}: no Podman service answers ({why}); set CI=1 to make this a failure"
+            ));
             None
         }
     }

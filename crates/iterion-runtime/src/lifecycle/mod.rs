@@ -867,7 +867,17 @@ fn finish(
             }
             em.log(
                 LogLevel::Error,
-                &format!("run failed ({}): {}", ev.code, ev.error),
+                // one log line: the error's lines joined, never an escaped newline
+                &format!(
+                    "run failed ({}): {}",
+                    ev.code,
+                    ev.error
+                        .lines()
+                        .map(str::trim)
+                        .filter(|l| !l.is_empty())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
             );
             let out = (Some(ev.error.clone()), ev.hint.clone());
             em.emit(ev);

@@ -616,7 +616,12 @@ fn inline_needs_container(
         .filter(|r| r.starts_with("DOCKER_HOST="))
         .and_then(|r| r.split(" did not answer").next());
     let cause = match docker_host {
-        _ if cloud_mode(env) => "this workflow needs a container and ITERION_MODE=cloud selects the kubernetes driver, which this version does not build; unset ITERION_MODE to use Docker or Podman".to_owned(),
+        _ if cloud_mode(env) => match selection {
+            Some(why) => format!(
+                "this workflow needs a container and ITERION_MODE=cloud selects the kubernetes driver, which cannot reach a cluster here ({why}); give it one (KUBECONFIG, or run in a pod with a service account) or unset ITERION_MODE to use Docker or Podman"
+            ),
+            None => "this workflow needs a container and ITERION_MODE=cloud selects the kubernetes driver, which cannot reach a cluster here; give it one (KUBECONFIG, or run in a pod with a service account) or unset ITERION_MODE to use Docker or Podman".to_owned(),
+        },
         Some(h) => format!(
             "this workflow pins a container (sandbox inline) and {h} does not answer; fix or unset DOCKER_HOST (or pass --sandbox-driver podman)"
         ),
@@ -737,5 +742,16 @@ mod tests {
         let cloud = inline_needs_container(&env(&[("ITERION_MODE", "cloud")]), true, None);
         assert!(!cloud.contains("install or start Docker"), "{cloud}");
         assert!(!cloud.contains("--sandbox none"), "{cloud}");
+        assert!(!cloud.contains("does not build"), "{cloud}");
+        let cloud = inline_needs_container(
+            &env(&[("ITERION_MODE", "cloud")]),
+            false,
+            Some("no kubeconfig at /home/u/.kube/config"),
+        );
+        assert!(
+            cloud.contains("(no kubeconfig at /home/u/.kube/config)"),
+            "{cloud}"
+        );
+        assert!(cloud.contains("KUBECONFIG"), "{cloud}");
     }
 }
