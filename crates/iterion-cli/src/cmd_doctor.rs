@@ -57,17 +57,17 @@ pub struct DoctorArgs {
     /// One JSON document on stdout.
     #[arg(long)]
     pub json: bool,
-    /// auto or none, as for `iterion run`.
-    #[arg(long, value_parser = ["auto", "none"])]
+    /// Sandbox mode, as for `iterion run`.
+    #[arg(long, value_name = "MODE", value_parser = ["auto", "none"])]
     pub sandbox: Option<String>,
     /// Fallback image for auto, as for `iterion run`.
     #[arg(long, value_name = "REF")]
     pub sandbox_default_image: Option<String>,
-    /// auto or none, as for `iterion run`.
-    #[arg(long, value_parser = ["auto", "none"])]
+    /// Share the agent home with the sandbox, as for `iterion run`.
+    #[arg(long, value_name = "HOST_STATE", value_parser = ["auto", "none"])]
     pub sandbox_host_state: Option<String>,
-    /// Force a driver: docker, podman, kubernetes or noop (default: ITERION_SANDBOX_DRIVER).
-    #[arg(long, value_parser = ["docker", "podman", "kubernetes", "noop"])]
+    /// Force a driver (default: `ITERION_SANDBOX_DRIVER`).
+    #[arg(long, value_name = "DRIVER", value_parser = ["docker", "podman", "kubernetes", "noop"])]
     pub sandbox_driver: Option<String>,
     /// Operator environment entry NAME[=VALUE] (a bare NAME takes the host value); repeatable.
     #[arg(long, value_name = "NAME[=VALUE]")]

@@ -31,8 +31,8 @@ pub struct PruneArgs {
     /// One JSON document on stdout.
     #[arg(long)]
     pub json: bool,
-    /// Force a driver: docker or podman (default: ITERION_SANDBOX_DRIVER, else the engine that answers).
-    #[arg(long, value_parser = ["docker", "podman"])]
+    /// Force a driver (default: `ITERION_SANDBOX_DRIVER`, else the engine that answers).
+    #[arg(long, value_name = "DRIVER", value_parser = ["docker", "podman"])]
     pub sandbox_driver: Option<String>,
 }
 

@@ -52,10 +52,10 @@ pub struct SandboxArgs {
     #[arg(long, value_name = "REF")]
     pub sandbox_default_image: Option<String>,
     /// Share the agent home with the sandbox (`auto`) or not (`none`).
-    #[arg(long, value_enum, value_name = "VALUE")]
+    #[arg(long, value_enum, value_name = "HOST_STATE")]
     pub sandbox_host_state: Option<HostStateArg>,
-    /// Force a driver: docker, podman, kubernetes, noop (default: `ITERION_SANDBOX_DRIVER`).
-    #[arg(long, value_name = "NAME")]
+    /// Force a driver (default: `ITERION_SANDBOX_DRIVER`).
+    #[arg(long, value_name = "DRIVER", value_parser = ["docker", "podman", "kubernetes", "noop"])]
     pub sandbox_driver: Option<String>,
     /// Operator environment entry for the containers: `NAME` (copied) or `NAME=VALUE` (pass-class names only).
     #[arg(long, value_name = "NAME[=VALUE]")]

@@ -1,6 +1,6 @@
 //! `iterion runs list`, `show`, `rm` and `prune`: views of a run store, and removing runs from it.
 //!
-//! Store dir: `--store-dir`, else the store of the current directory as for a workflow file located there
+//! Store dir: `--store-dir`, else the store of the current project (as for a workflow file located there)
 //! (05 §1.1: a managed `./.iterion`, else `<data dir>/projects/<key>`).
 use crate::terminal::clean;
 use std::collections::BTreeMap;
@@ -114,7 +114,7 @@ iterion runs show RUN --json | jq .status\n\nEXIT CODES:\n  0 shown; 1 the run w
         /// Also print the run's events.
         #[arg(long)]
         events: bool,
-        /// Run store directory (default: the store of the current directory).
+        /// Run store directory (default: the store of the current project).
         #[arg(long, value_name = "DIR")]
         store_dir: Option<PathBuf>,
         /// Print `run.json` as one JSON line (then, with `--events`, the stored event lines).

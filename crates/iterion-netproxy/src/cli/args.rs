@@ -16,17 +16,17 @@ pub struct NetproxyArgs {
 pub enum NetproxyCommand {
     /// Serve the egress proxy until SIGINT or SIGTERM.
     #[command(
-        after_help = "EXAMPLES:\n  netproxy serve --preset iterion-default --listen 127.0.0.1:3128 # prints the generated token\n  \
-netproxy serve --mode denylist --rule '!*.internal' --token-file token\n  \
-netproxy serve --rules-file rules.txt --json                  # the final statistics as JSON on stdout\n\n\
+        after_help = "EXAMPLES:\n  iterion netproxy serve --preset iterion-default --listen 127.0.0.1:3128 # prints the generated token\n  \
+iterion netproxy serve --mode denylist --rule '!*.internal' --token-file token\n  \
+iterion netproxy serve --rules-file rules.txt --json                  # the final statistics as JSON on stdout\n\n\
 EXIT CODES:\n  0 stopped by SIGINT or SIGTERM; 1 the proxy could not start or failed; 2 a usage error"
     )]
     Serve(Box<ServeArgs>),
     /// Decide targets exactly like the live proxy, without connecting anywhere.
     #[command(
-        after_help = "EXAMPLES:\n  netproxy check --preset iterion-default api.github.com example.com\n  \
-netproxy check --mode denylist --rule '!169.254.169.254' 169.254.169.254:80\n  \
-netproxy check --no-resolve --json --rules-file rules.txt registry.npmjs.org\n\n\
+        after_help = "EXAMPLES:\n  iterion netproxy check --preset iterion-default api.github.com example.com\n  \
+iterion netproxy check --mode denylist --rule '!169.254.169.254' 169.254.169.254:80\n  \
+iterion netproxy check --no-resolve --json --rules-file rules.txt registry.npmjs.org\n\n\
 EXIT CODES:\n  0 every target is allowed; 1 a target is denied; 2 a usage error"
     )]
     Check(CheckArgs),
