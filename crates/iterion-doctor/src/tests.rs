@@ -497,8 +497,9 @@ fn d18_d19_host_state_and_user_on_cloud() {
 fn d20_d21_absent_image_offline_and_pull_policy_never() {
     let src = good_with("iterion-test/busybox:latest", "ghcr.io/acme/absent:1");
     let r = case(Some(&src), Scene::Docker).run();
-    expect(&r, "image_resolvable", Status::Warn, "registry is unreachable");
-    assert_eq!(r.exit_code, 0);
+    // run would fail pulling it: a failure, with the run's hint
+    expect(&r, "image_resolvable", Status::Fail, "registry is unreachable");
+    assert_eq!(r.exit_code, 1);
     let r = case(Some(&src), Scene::Docker)
         .env("ITERION_SANDBOX_PULL_POLICY", "never")
         .run();

@@ -442,3 +442,12 @@ impl Error {
         }
     }
 }
+
+/// The way out of an image that is absent on the engine and cannot be pulled (its registry unreachable, or the
+/// pull failed), the same for `iterion run` and the doctor.
+pub fn image_pull_hint(image: &str) -> String {
+    format!(
+        "make {image} present on this engine first (pull it where its registry answers and `docker save | docker \
+         load` it here, or build it), or name an image the engine has (`docker images`)"
+    )
+}

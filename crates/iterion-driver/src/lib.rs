@@ -51,7 +51,7 @@ mod untar;
 
 pub use collect::{Collected, OutputLimits, exec_collect};
 pub use driver::{Driver, Run, Started};
-pub use error::{CopyDirection, Error, FailureCode, Result, SetupPhase, fmt_duration};
+pub use error::{CopyDirection, Error, FailureCode, Result, SetupPhase, fmt_duration, image_pull_hint};
 pub use exec::{
     DEFAULT_CAPTURE, DEFAULT_KILL_GRACE, Exec, ExecId, ExecKiller, ExecOutput, ExecParts, ExecRequest,
     ExecStdin, ExitStatus, KILL_CONFIRM, KILL_LEFTOVERS_SCRIPT, KillExec, Output, SIGKILL, SIGTERM, Stdin,

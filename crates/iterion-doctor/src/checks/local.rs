@@ -574,10 +574,11 @@ pub(super) async fn image_resolvable(ctx: &Ctx<'_>) -> Check {
                 format!("{image}: its registry is unreachable from here, so the cluster's access to it is not verified: {m}"),
                 format!("cannot verify {image} offline"),
             ),
-            RegistryAnswer::Unreachable(m) => warn(
+            // iterion run would fail pulling it
+            RegistryAnswer::Unreachable(m) => fail(
                 ID,
                 format!("{image} is not present locally and its registry is unreachable: {m}"),
-                format!("cannot verify {image} offline"),
+                iterion_driver::image_pull_hint(image),
             ),
         });
     }

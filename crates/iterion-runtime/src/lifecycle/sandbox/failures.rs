@@ -72,6 +72,7 @@ pub(super) fn driver_failure(cfg: &Config, e: &DError, phase: FailurePhase) -> F
     match e {
         DError::StartFailed { hint, .. } => f = f.hint(hint.clone()),
         DError::NetworkUnavailable { hint, .. } => f = f.hint(Some(hint.clone())),
+        DError::ImagePull { image, .. } => f = f.hint(Some(iterion_driver::image_pull_hint(image))),
         DError::InvalidSpec { field, .. } => f = f.with(|e| e.detail(field.clone())),
         DError::Unavailable { .. } => f = f.hint(Some(INLINE_NEEDS_CONTAINER.to_owned())),
         _ => {}
