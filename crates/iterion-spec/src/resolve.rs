@@ -190,16 +190,21 @@ pub enum ResolveError {
     },
 }
 
+/// Every error of the devcontainer file at once (one fix per run is a slow way to learn them), in file order.
 fn render_devcontainer(file: &str, diags: &[Diagnostic]) -> String {
-    let errors: Vec<&Diagnostic> = diags.iter().filter(|d| d.is_error()).collect();
-    match errors.split_first() {
-        Some((first, [])) => format!("invalid devcontainer configuration: {}", first.render_header()),
-        Some((first, rest)) => format!(
-            "invalid devcontainer configuration: {} (and {} more)",
-            first.render_header(),
-            rest.len()
+    let errors: Vec<String> = diags
+        .iter()
+        .filter(|d| d.is_error())
+        .map(Diagnostic::render_header)
+        .collect();
+    match errors.as_slice() {
+        [] => format!("invalid devcontainer configuration {file}"),
+        [one] => format!("invalid devcontainer configuration: {one}"),
+        all => format!(
+            "invalid devcontainer configuration ({} errors): {}",
+            all.len(),
+            all.join("; ")
         ),
-        None => format!("invalid devcontainer configuration {file}"),
     }
 }
 

@@ -292,6 +292,15 @@ fn auto_spec_construction() {
         e.to_string(),
         "invalid devcontainer configuration: .devcontainer/devcontainer.json:1:2: error[D003]: compose-based devcontainer configurations are not supported"
     );
+    // every error of the file in one message, not the first and a count
+    let r = repo_with(r#"{"image": "x", "privileged": true, "capAdd": ["SYS_ADMIN"]}"#);
+    let e = run(&wf(None), &r, nothing).unwrap_err().to_string();
+    assert!(
+        e.starts_with("invalid devcontainer configuration (2 errors): "),
+        "{e}"
+    );
+    assert!(e.contains("'privileged'") && e.contains("'capAdd'"), "{e}");
+    assert!(!e.contains("more)"), "{e}");
     // A5.
     let r = repo_with(r#"{"image": "x", "containerEnv": {"A": "repo"}}"#);
     let w = wf(Some(B::wf().mode("auto").env("A", "wf").env("B", "wf").done()));
