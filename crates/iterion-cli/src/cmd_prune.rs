@@ -31,6 +31,9 @@ pub struct PruneArgs {
     /// One JSON document on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Also the resources of other users' stores (by default only those of stores you own are removed).
+    #[arg(long)]
+    pub all_users: bool,
     /// Force a driver (default: `ITERION_SANDBOX_DRIVER`, else the engine that answers).
     #[arg(long, value_name = "DRIVER", value_parser = ["docker", "podman"])]
     pub sandbox_driver: Option<String>,
@@ -120,7 +123,12 @@ pub fn run(args: PruneArgs, env: &BTreeMap<String, String>) -> ExitCode {
             .argv0(crate::argv0());
         let builder = Runtime::from_host(env, &opts).await.map_err(|e| e.to_string())?;
         let runtime = builder.build().map_err(|e| e.to_string())?;
-        runtime.prune(args.yes).await
+        let scope = if args.all_users {
+            iterion_runtime::lifecycle::reaper::PruneScope::All
+        } else {
+            iterion_runtime::lifecycle::reaper::PruneScope::Mine
+        };
+        runtime.prune(args.yes, scope).await
     });
     let list = match result {
         Ok(l) => l,

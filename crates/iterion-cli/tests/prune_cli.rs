@@ -11,6 +11,10 @@ use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_iterion");
 
+/// A prune with `--yes` removes every dead owner's resources on the engine, another test's included: the tests
+/// of this file take turns.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn engine(method: &str, path: &str, body: &Value) -> (u16, Value) {
     let sock = engine_socket().expect("socket");
     let bytes = if body.is_null() {
@@ -104,6 +108,7 @@ fn prune_lists_then_removes_what_a_dead_owner_left_and_keeps_a_live_owners() {
     if !engine_required("sandbox_prune") {
         return;
     }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let image = iterion_test_support::docker_image::ensure_test_image().expect("image");
     let store = tempfile::tempdir().unwrap();
     let (dead_run, live_run) = (
@@ -205,4 +210,46 @@ fn prune_lists_then_removes_what_a_dead_owner_left_and_keeps_a_live_owners() {
     assert!(!exists(&format!("/networks/{dead_n}")));
     assert!(!exists(&format!("/images/{dead_i}/json")));
     assert!(exists(&format!("/containers/{live_c}/json")));
+}
+
+#[test]
+fn prune_keeps_what_another_users_store_left_unless_asked_for_all_users() {
+    if !engine_required("sandbox_prune_other_user") {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let image = iterion_test_support::docker_image::ensure_test_image().expect("image");
+    // a store another user owns (this test runs as root in CI; elsewhere it cannot give a directory away)
+    let store = tempfile::tempdir().unwrap();
+    if nix::unistd::chown(store.path(), Some(nix::unistd::Uid::from_raw(4242)), None).is_err() {
+        iterion_test_support::notice(
+            "SKIPPED prune_keeps_what_another_users_store_left: cannot chown as this user",
+        );
+        return;
+    }
+    let run = iterion_test_support::conformance::unique_name();
+    let _g = Guard(vec![run.clone()]);
+    let mut child = Command::new("true").spawn().unwrap();
+    let dead_pid = child.id();
+    child.wait().unwrap();
+    let (status, v) = engine(
+        "POST",
+        &format!("/containers/create?name=iterion-{run}"),
+        &json!({"Image": image, "Cmd": ["sleep", "infinity"], "Labels": labels(&run, dead_pid, 1, store.path(), &[("iterion.io/component", "run")])}),
+    );
+    assert_eq!(status, 201, "{v}");
+    let id = v["Id"].as_str().unwrap().to_owned();
+    let (_, doc) = prune(&["--yes"]);
+    let e = entry(&doc, &id);
+    assert_eq!(e["action"], "kept", "{e:#}");
+    assert!(
+        e["reason"].as_str().unwrap().contains("another user (uid 4242)"),
+        "{e:#}"
+    );
+    assert!(exists(&format!("/containers/{id}/json")));
+    let (_, doc) = prune(&["--all-users"]);
+    assert_eq!(entry(&doc, &id)["action"], "would_remove", "{doc:#}");
+    let (_, doc) = prune(&["--all-users", "--yes"]);
+    assert_eq!(entry(&doc, &id)["action"], "removed", "{doc:#}");
+    assert!(!exists(&format!("/containers/{id}/json")));
 }

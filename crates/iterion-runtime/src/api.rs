@@ -485,9 +485,14 @@ impl Runtime {
     }
 
     /// `iterion sandbox prune`: the reaper's predicate over the container driver's managed resources, build
-    /// cache included; `apply` false is a dry run that writes and removes nothing. Bounded to 60 s. An error
-    /// when there is no container driver or it cannot list.
-    pub async fn prune(&self, apply: bool) -> std::result::Result<Vec<Pruned>, String> {
+    /// cache included, for the stores `scope` names (the current user's by default); `apply` false is a dry
+    /// run that writes and removes nothing. Bounded to 60 s. An error when there is no container driver or it
+    /// cannot list.
+    pub async fn prune(
+        &self,
+        apply: bool,
+        scope: crate::lifecycle::reaper::PruneScope,
+    ) -> std::result::Result<Vec<Pruned>, String> {
         let drivers: Vec<Arc<dyn Driver>> = match &self.cfg.drivers.container {
             DriverChoice::Container(d) => vec![d.clone()],
             DriverChoice::Unavailable { reason } => {
@@ -501,6 +506,7 @@ impl Runtime {
             &self.cfg.owner,
             self.cfg.record_key.as_ref(),
             apply,
+            scope,
             std::time::Duration::from_secs(60),
         )
         .await

@@ -266,17 +266,38 @@ fn removal_reason(r: &ManagedResource, me: &Owner, key: Option<&RecordKey>) -> S
     format!("{owner} and its run {run_id} {run}")
 }
 
+/// Whose resources a prune may remove.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PruneScope {
+    /// Those of the stores the current user owns (the default: an engine may be shared by several users).
+    Mine,
+    /// Every iterion store's (`--all-users`).
+    All,
+}
+
+/// The user that owns the store a resource names (its directory's owner), when it is another than this
+/// process's: such a resource is kept under [`PruneScope::Mine`]. A resource that names no store, or one that is
+/// gone, is left to the reaper's predicate.
+fn foreign_store_owner(r: &ManagedResource) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let store = r.labels.get(STORE)?;
+    let uid = std::fs::metadata(store).ok()?.uid();
+    (uid != nix::unistd::geteuid().as_raw()).then_some(uid)
+}
+
 /// `iterion sandbox prune`: lists the managed resources of every driver — containers, networks and cached
 /// build images — and judges each by the reaper's predicate (05 §8.4: owner provably dead **and** run
 /// terminal, after crash recovery). Unlike the reaper at run start it includes the build cache: a cached image
 /// whose builder is gone is removed, unless a kept container of a live run uses it. With `apply` false (the
 /// default of the command) nothing is written or removed: the result says what would be. Bounded by `bound`;
-/// a driver that cannot list is an error naming it.
+/// a driver that cannot list is an error naming it. Under [`PruneScope::Mine`] a resource of a store another
+/// user owns is kept.
 pub async fn prune(
     drivers: &[Arc<dyn Driver>],
     me: &Owner,
     key: Option<&RecordKey>,
     apply: bool,
+    scope: PruneScope,
     bound: Duration,
 ) -> Result<Vec<Pruned>, String> {
     let work = async {
@@ -288,7 +309,12 @@ pub async fn prune(
                 .map_err(|e| format!("cannot list the resources of the {} engine: {e}", d.kind()))?;
             let mut judged = Vec::new();
             for r in list.into_iter().map(owned_by_builder) {
-                let v = judge(d.as_ref(), &r, me, key, apply).await;
+                let v = match foreign_store_owner(&r).filter(|_| scope == PruneScope::Mine) {
+                    Some(uid) => Verdict::Keep(format!(
+                        "its store belongs to another user (uid {uid}); --all-users acts on it"
+                    )),
+                    None => judge(d.as_ref(), &r, me, key, apply).await,
+                };
                 judged.push((r, v));
             }
             // Images a kept container runs (its `iterion.io/image` label names the tag it was created from).
