@@ -1,7 +1,7 @@
 //! `iterion runs list`, `show`, `rm` and `prune`: views of a run store, and removing runs from it.
 //!
-//! Store dir: `--store-dir`, else the store of the current directory as for a workflow file located there
-//! (05 §1.1: a managed `./.iterion`, else `<data dir>/projects/<key>`).
+//! Store dir: `--store-dir`, else the store of the current directory's project as for a workflow file located
+//! there (`<data dir>/projects/<key>`; nothing in the project directory decides it).
 use crate::terminal::clean;
 use std::collections::BTreeMap;
 use std::io::Write;

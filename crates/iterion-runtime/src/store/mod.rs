@@ -50,10 +50,7 @@ pub(crate) use files::create_private_dir;
 pub use files::write_atomic;
 pub use ids::{RunId, friendly_name, sha256_hex, validate_component};
 pub use integrity::{Integrity, KEY_FILE, RecordKey};
-pub use location::{
-    LOCAL_STORE_DIR, STORE_SENTINEL, StoreDirRequest, absolutize, data_dir, is_managed_store, project_key,
-    store_dir, workflow_project_dir,
-};
+pub use location::{StoreDirRequest, absolutize, data_dir, project_key, store_dir, workflow_project_dir};
 pub use lock::{RunLock, host_name, process_start_time};
 pub use run::{ArtifactRecord, OpenRun};
 pub use run_log::{LogClock, LogLevel, RunLog, format_log_line};
