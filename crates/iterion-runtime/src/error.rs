@@ -223,15 +223,15 @@ pub enum Error {
 fn tampered_message(run_id: &str, path: &std::path::Path, unsigned: bool) -> String {
     if unsigned {
         format!(
-            "RUN_RECORD_TAMPERED: run {run_id} cannot be resumed: {} has no integrity tag (it was written by an \
-             older iterion, or the tag was removed)\n  hint: check that its file_path, work_dir and sandbox settings \
+            "RUN_RECORD_TAMPERED: run {run_id} cannot be resumed: {} has no integrity tag bound to this run (it \
+             was written by an older iterion, or the tag was removed)\n  hint: check that its file_path, work_dir and sandbox settings \
              are the ones you launched with (iterion runs show {run_id}), then resume with --force",
             path.display()
         )
     } else {
         format!(
             "RUN_RECORD_TAMPERED: run {run_id} cannot be resumed: {} does not match its integrity tag, so something \
-             without this host's key (for example a sandboxed process) changed it\n  hint: do not trust this run's \
+             without this host's key (for example a sandboxed process) changed it or copied another run's record there\n  hint: do not trust this run's \
              record; inspect it with iterion runs show {run_id} and start a new run",
             path.display()
         )

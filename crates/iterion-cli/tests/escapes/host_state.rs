@@ -158,7 +158,7 @@ fn resume_refuses_a_run_record_changed_without_the_host_key() {
         doc["integrity"]
             .as_str()
             .unwrap_or_default()
-            .starts_with("hmac-sha256:"),
+            .starts_with("hmac-sha256-v2:"),
         "the record carries no integrity tag: {doc:#}"
     );
     doc["sandbox"]["requested"]["cli_mode"] = json!("none");

@@ -51,3 +51,74 @@ fn a_repository_cannot_choose_the_store_location() {
     );
     assert!(!h.repo().join(".iterion/runs").join(&ids[0]).exists());
 }
+
+/// Run X is a host run (`--sandbox none`, the operator's choice for that workflow) parked before its node
+/// did anything; run Y is a sandboxed run of another workflow. Something that can write the store copies X's
+/// signed `run.json` over Y's: `resume Y` is refused as tampered, naming Y's `run.json`, and X's host node
+/// never runs for it. X's own record still resumes.
+#[test]
+fn resume_refuses_another_runs_signed_record() {
+    if !engine_ready("escapes::store::swapped_record") {
+        return;
+    }
+    let h = Hostile::new();
+    let armed = h.outside().join("armed");
+    let marker = h.outside().join("x-ran-on-host");
+    let x_flow = format!(
+        "tool step:\n  command: `if [ -f {a} ]; then touch {m}; echo '{{}}'; else exit 3; fi`\n\n\
+         workflow x:\n  entry: step\n  step -> done\n",
+        a = armed.display(),
+        m = marker.display()
+    );
+    h.write("x.bot", &x_flow);
+    let out = h.iterion(&["run", "x.bot", "--sandbox", "none", "--json"]);
+    assert!(!out.status.success(), "x must park: {}", show(&out));
+    let x = h.run_ids();
+    assert_eq!(x.len(), 1, "{x:?}");
+    let x = x[0].clone();
+    let out = h.run_workflow(
+        "y.bot",
+        "tool step:\n  command: `exit 3`\n\nworkflow y:\n  entry: step\n  sandbox: auto\n  step -> done\n",
+    );
+    assert!(!out.status.success(), "y must park: {}", show(&out));
+    let y = h.run_ids().into_iter().find(|id| *id != x).expect("run y");
+    for id in [&x, &y] {
+        assert_eq!(h.doc(id)["status"], "failed_resumable", "{:#}", h.doc(id));
+    }
+    let y_json = h.run_dir(&y).join("run.json");
+    let swapped = std::fs::read(h.run_dir(&x).join("run.json")).unwrap();
+    std::fs::write(&y_json, &swapped).unwrap();
+    std::fs::write(&armed, "").unwrap();
+
+    let out = h.iterion(&["resume", &y]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("RUN_RECORD_TAMPERED") && err.contains(&*y_json.to_string_lossy()),
+        "{}",
+        show(&out)
+    );
+    assert!(!marker.exists(), "resume {y} ran x's host node");
+    assert_eq!(
+        std::fs::read(&y_json).unwrap(),
+        swapped,
+        "the refused record was changed"
+    );
+    let out = h.iterion(&["resume", &y, "--force"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("RUN_RECORD_TAMPERED"),
+        "{}",
+        show(&out)
+    );
+    assert!(!marker.exists(), "resume {y} --force ran x's host node");
+
+    // X's record in its own place is still valid.
+    std::fs::remove_file(&armed).unwrap();
+    let out = h.iterion(&["resume", &x, "--json"]);
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("RUN_RECORD_TAMPERED"),
+        "{}",
+        show(&out)
+    );
+    assert_eq!(h.doc(&x)["status"], "failed_resumable");
+}

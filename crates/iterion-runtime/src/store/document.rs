@@ -352,8 +352,8 @@ pub struct RunDocument {
     /// Recorded sandbox settings.
     #[serde(default)]
     pub sandbox: SandboxRecord,
-    /// Integrity tag (`hmac-sha256:<hex>`) over the rest of the document, keyed by the host secret of the data
-    /// dir; absent when the writer had no key. Set by [`RunDocument::save_signed`], checked before a resume.
+    /// Integrity tag (`hmac-sha256-v2:<hex>`) over the run id, the run directory and the rest of the document,
+    /// keyed by the host secret of the data dir; absent when the writer had no key. Set by [`RunDocument::save_signed`], checked before a resume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub integrity: Option<String>,
     /// Top-level fields this version does not know, preserved on rewrite.
@@ -446,14 +446,18 @@ impl RunDocument {
         self.save_signed(path, None)
     }
 
-    /// Writes the document atomically to `path`, with an integrity tag computed with `key` (none without a
-    /// key: a stale tag is never carried over to changed content).
-    pub fn save_signed(&self, path: &Path, key: Option<&super::integrity::RecordKey>) -> Result<()> {
+    /// Writes the document atomically to `path`, with an integrity tag computed with the key for the run the
+    /// binding names (none without a key: a stale tag is never carried over to changed content).
+    pub fn save_signed(
+        &self,
+        path: &Path,
+        key: Option<(&super::integrity::RecordKey, super::integrity::RecordBinding<'_>)>,
+    ) -> Result<()> {
         let mut doc = self.clone();
         doc.integrity = None;
         let mut text = doc.to_pretty_json()?;
-        if let Some(k) = key {
-            doc.integrity = Some(k.sign_text(&text)?);
+        if let Some((k, binding)) = key {
+            doc.integrity = Some(k.sign_text(&text, binding)?);
             text = doc.to_pretty_json()?;
         }
         write_atomic(path, text.as_bytes())

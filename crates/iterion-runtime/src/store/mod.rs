@@ -49,7 +49,7 @@ pub use event_log::{Appended, EventLog, read_events};
 pub(crate) use files::create_private_dir;
 pub use files::write_atomic;
 pub use ids::{RunId, friendly_name, sha256_hex, validate_component};
-pub use integrity::{Integrity, KEY_FILE, RecordKey};
+pub use integrity::{Integrity, KEY_FILE, RecordBinding, RecordKey};
 pub use location::{StoreDirRequest, absolutize, data_dir, project_key, store_dir, workflow_project_dir};
 pub use lock::{RunLock, host_name, process_start_time};
 pub use run::{ArtifactRecord, OpenRun};
@@ -103,9 +103,11 @@ impl Store {
     /// [`Error::RunRecordTampered`] otherwise.
     pub fn check_record(&self, run_id: &str, accept_unsigned: bool) -> Result<()> {
         let Some(key) = &self.key else { return Ok(()) };
-        let path = self.existing_run_dir(run_id)?.join(names::RUN_JSON);
+        let dir = self.existing_run_dir(run_id)?;
+        let path = dir.join(names::RUN_JSON);
         let bytes = fs::read(&path).map_err(|e| Error::io("read", &path, e))?;
-        let unsigned = match key.check(&bytes) {
+        let binding = RecordBinding { run_id, dir: &dir };
+        let unsigned = match key.check(&bytes, binding) {
             Integrity::Valid => return Ok(()),
             Integrity::Unsigned if accept_unsigned => return Ok(()),
             Integrity::Unsigned => true,

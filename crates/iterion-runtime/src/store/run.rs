@@ -9,7 +9,7 @@ use super::document::{Checkpoint, Owner, RunDocument};
 use super::event_log::EventLog;
 use super::files::{create_private_dir, temp_prefix, write_atomic};
 use super::ids::validate_component;
-use super::integrity::{Integrity, RecordKey};
+use super::integrity::{Integrity, RecordBinding, RecordKey};
 use super::lock::RunLock;
 use super::names;
 use super::run_log::{LogClock, RunLog};
@@ -59,7 +59,11 @@ impl OpenRun {
         let lock = RunLock::try_acquire(&dir.join(names::LOCK), id, owner)?;
         let log = Arc::new(RunLog::open(&dir.join(names::RUN_LOG), clock)?);
         let events = Arc::new(EventLog::open(&dir.join(names::EVENTS), id)?);
-        document.save_signed(&dir.join(names::RUN_JSON), key.as_ref())?;
+        let binding = RecordBinding {
+            run_id: id,
+            dir: &dir,
+        };
+        document.save_signed(&dir.join(names::RUN_JSON), key.as_ref().map(|k| (k, binding)))?;
         Ok(OpenRun {
             dir,
             id: id.to_owned(),
@@ -84,7 +88,11 @@ impl OpenRun {
         let lock = RunLock::try_acquire(&dir.join(names::LOCK), id, owner)?;
         let run_json = dir.join(names::RUN_JSON);
         let bytes = fs::read(&run_json).map_err(|e| Error::io("read", &run_json, e))?;
-        let sign = match key.as_ref().map(|k| k.check(&bytes)) {
+        let binding = RecordBinding {
+            run_id: id,
+            dir: &dir,
+        };
+        let sign = match key.as_ref().map(|k| k.check(&bytes, binding)) {
             None | Some(Integrity::Unsigned) => false,
             Some(Integrity::Valid) => true,
             Some(Integrity::Mismatch) => {
@@ -176,8 +184,12 @@ impl OpenRun {
     }
 
     fn commit(&mut self, next: RunDocument) -> Result<()> {
+        let binding = RecordBinding {
+            run_id: &self.id,
+            dir: &self.dir,
+        };
         let key = if self.sign { self.key.as_ref() } else { None };
-        next.save_signed(&self.dir.join(names::RUN_JSON), key)?;
+        next.save_signed(&self.dir.join(names::RUN_JSON), key.map(|k| (k, binding)))?;
         self.document = next;
         Ok(())
     }
