@@ -16,6 +16,15 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A store file was refused: a symbolic link, not a regular file, larger than its limit, or with a line
+    /// longer than the limit.
+    #[error("cannot read {}: it {reason}", path.display())]
+    StoreFile {
+        /// The file.
+        path: PathBuf,
+        /// Why, as a clause (`is not a regular file (a character device)`).
+        reason: String,
+    },
     /// A stored JSON document could not be decoded.
     #[error("cannot decode {}", path.display())]
     Decode {
@@ -240,6 +249,19 @@ fn tampered_message(run_id: &str, path: &std::path::Path, unsigned: bool) -> Str
 
 /// Result alias of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<iterion_boundary::Error> for Error {
+    fn from(e: iterion_boundary::Error) -> Error {
+        match e {
+            iterion_boundary::Error::StoreIo { op, path, source } => Error::Io { op, path, source },
+            iterion_boundary::Error::StoreFile { path, reason } => Error::StoreFile { path, reason },
+            other => Error::StoreFile {
+                path: PathBuf::new(),
+                reason: other.to_string(),
+            },
+        }
+    }
+}
 
 impl Error {
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {

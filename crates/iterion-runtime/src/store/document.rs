@@ -2,7 +2,6 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
-use std::fs;
 use std::path::Path;
 
 use crate::error::{Error, Result};
@@ -13,6 +12,14 @@ use super::files::write_atomic;
 
 /// `run.json.format_version` written by this version.
 pub const FORMAT_VERSION: u32 = 1;
+
+/// The largest `run.json` the store reads (its checkpoint holds every output of the run).
+pub const MAX_RUN_JSON: u64 = 64 << 20;
+
+/// The bytes of a `run.json`: a regular file, never through a link, at most [`MAX_RUN_JSON`] bytes.
+pub fn read_run_json(path: &Path) -> Result<Vec<u8>> {
+    Ok(iterion_boundary::fs::read_file(path, MAX_RUN_JSON)?)
+}
 
 /// The process that owns a run (`run.json.owner`, also written into `.lock`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -432,9 +439,10 @@ impl RunDocument {
         Ok(s)
     }
 
-    /// Reads and decodes a `run.json`.
+    /// Reads and decodes a `run.json`: a regular file, never through a link, at most [`MAX_RUN_JSON`] bytes
+    /// ([`Error::StoreFile`] naming it otherwise).
     pub fn load(path: &Path) -> Result<RunDocument> {
-        let bytes = fs::read(path).map_err(|e| Error::io("read", path, e))?;
+        let bytes = read_run_json(path)?;
         serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
             path: path.to_path_buf(),
             source,
@@ -486,6 +494,7 @@ pub fn launch_env(env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
 mod tests {
     use super::*;
     use crate::store::files::stage;
+    use std::fs;
 
     fn sample(now: &str) -> RunDocument {
         RunDocument::new(NewRun {

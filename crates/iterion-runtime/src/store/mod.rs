@@ -41,11 +41,11 @@ mod transition;
 mod words;
 
 pub use document::{
-    AttachmentRecord, Checkpoint, ContainerRecord, EnvLayers, FORMAT_VERSION, LaunchInputs, NetworkRecord,
-    NewRun, NodePlacementRecord, OperatorEnvEntry, Owner, RunDocument, SandboxRecord, SandboxRequested,
-    SkippedScope, launch_env,
+    AttachmentRecord, Checkpoint, ContainerRecord, EnvLayers, FORMAT_VERSION, LaunchInputs, MAX_RUN_JSON,
+    NetworkRecord, NewRun, NodePlacementRecord, OperatorEnvEntry, Owner, RunDocument, SandboxRecord,
+    SandboxRequested, SkippedScope, launch_env, read_run_json,
 };
-pub use event_log::{Appended, EventLog, read_events};
+pub use event_log::{Appended, EventLines, EventLog, EventTail, event_lines, read_events};
 pub(crate) use files::create_private_dir;
 pub use files::write_atomic;
 pub use ids::{RunId, friendly_name, sha256_hex, validate_component};
@@ -105,7 +105,7 @@ impl Store {
         let Some(key) = &self.key else { return Ok(()) };
         let dir = self.existing_run_dir(run_id)?;
         let path = dir.join(names::RUN_JSON);
-        let bytes = fs::read(&path).map_err(|e| Error::io("read", &path, e))?;
+        let bytes = read_run_json(&path)?;
         let binding = RecordBinding { run_id, dir: &dir };
         let unsigned = match key.check(&bytes, binding) {
             Integrity::Valid => return Ok(()),
@@ -207,7 +207,9 @@ impl Store {
 
     fn existing_run_dir(&self, run_id: &str) -> Result<PathBuf> {
         let dir = self.run_dir(run_id)?;
-        if dir.join(names::RUN_JSON).is_file() {
+        // Present as any kind of entry: a `run.json` that is not a regular file is refused by its reader,
+        // naming it, rather than reported as an unknown run.
+        if fs::symlink_metadata(dir.join(names::RUN_JSON)).is_ok() {
             Ok(dir)
         } else {
             Err(Error::RunNotFound {
@@ -222,9 +224,19 @@ impl Store {
         RunDocument::load(&self.existing_run_dir(run_id)?.join(names::RUN_JSON))
     }
 
-    /// Reads a run's events (blank and undecodable lines skipped).
+    /// Reads a run's events (blank and undecodable lines skipped; a line over the limit is an error).
     pub fn read_events(&self, run_id: &str) -> Result<Vec<EventRecord>> {
         read_events(&self.existing_run_dir(run_id)?.join(names::EVENTS))
+    }
+
+    /// A run's stored `run.json` bytes ([`read_run_json`]).
+    pub fn read_run_bytes(&self, run_id: &str) -> Result<Vec<u8>> {
+        read_run_json(&self.existing_run_dir(run_id)?.join(names::RUN_JSON))
+    }
+
+    /// The stored event lines of a run, one at a time ([`event_lines`]).
+    pub fn event_lines(&self, run_id: &str) -> Result<EventLines> {
+        event_lines(&self.existing_run_dir(run_id)?.join(names::EVENTS))
     }
 
     /// The id of the run `query` names: a run id, a run's friendly name, or a prefix of exactly one run's id
@@ -235,7 +247,7 @@ impl Store {
         if !q.is_empty()
             && !q.starts_with('.')
             && !q.contains(['/', '\\'])
-            && self.runs_dir().join(q).join(names::RUN_JSON).is_file()
+            && fs::symlink_metadata(self.runs_dir().join(q).join(names::RUN_JSON)).is_ok()
         {
             return Ok(q.to_owned());
         }

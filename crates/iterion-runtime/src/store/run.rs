@@ -87,7 +87,7 @@ impl OpenRun {
     ) -> Result<OpenRun> {
         let lock = RunLock::try_acquire(&dir.join(names::LOCK), id, owner)?;
         let run_json = dir.join(names::RUN_JSON);
-        let bytes = fs::read(&run_json).map_err(|e| Error::io("read", &run_json, e))?;
+        let bytes = super::document::read_run_json(&run_json)?;
         let binding = RecordBinding {
             run_id: id,
             dir: &dir,
