@@ -25,7 +25,7 @@
 //! assert_eq!(run.read("run.json", 1 << 20).unwrap(), b"{}\n");
 //! assert_eq!(read_file(&tmp.path().join("run-1/run.json"), 1 << 20).unwrap(), b"{}\n");
 //! ```
-use std::fs::File;
+pub use std::fs::{File, TryLockError};
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt};
@@ -147,12 +147,27 @@ pub fn read_file(path: &Path, cap: u64) -> Result<Vec<u8>> {
     read_capped(file, len, path, cap)
 }
 
+/// Whether something (of any type, a link included) is at `path`; a link is not followed.
+pub fn entry_exists(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
+}
+
 impl Dir {
     /// Opens the directory at `path` (its last component must not be a link).
     pub fn open(path: &Path) -> Result<Dir> {
+        Dir::open_with(path, OFlag::O_NOFOLLOW)
+    }
+
+    /// Opens a root the operator named (a data dir, a store dir), following links the operator made on the
+    /// way; nothing below it is reached except through the handle.
+    pub fn open_root(path: &Path) -> Result<Dir> {
+        Dir::open_with(path, OFlag::empty())
+    }
+
+    fn open_with(path: &Path, extra: OFlag) -> Result<Dir> {
         let fd = nix::fcntl::open(
             path,
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | extra,
             Mode::empty(),
         )
         .map_err(|e| errno("open", path, e))?;
@@ -162,15 +177,28 @@ impl Dir {
         })
     }
 
-    /// Creates the directory at `path` and its missing parents (mode 0700), then opens it. For the roots the
-    /// operator names (the data dir, the store); everything below is reached through the handle.
+    /// Creates the directory at `path` and its missing parents (mode 0700), then opens it as a root
+    /// ([`Dir::open_root`]). For the roots the operator names; everything below is reached through the handle.
     pub fn create_private(path: &Path) -> Result<Dir> {
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(path)
             .map_err(|e| io("create", path, e))?;
-        Dir::open(path)
+        Dir::open_root(path)
+    }
+
+    /// The directory holding `path` (opened as a root) and the last component of `path`.
+    pub fn parent_of(path: &Path) -> Result<(Dir, String)> {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        Ok((Dir::open_root(parent)?, name))
     }
 
     /// The path this directory was opened at (for messages; never used to reach files).

@@ -461,6 +461,24 @@ impl RunDocument {
         path: &Path,
         key: Option<(&super::integrity::RecordKey, super::integrity::RecordBinding<'_>)>,
     ) -> Result<()> {
+        write_atomic(path, self.signed_text(key)?.as_bytes())
+    }
+
+    /// Writes the document atomically as `run.json` of the run directory `dir` (a handle: a run directory
+    /// renamed or replaced by a link after it was opened does not redirect the write), signed as
+    /// [`RunDocument::save_signed`].
+    pub fn save_in(
+        &self,
+        dir: &iterion_boundary::fs::Dir,
+        key: Option<(&super::integrity::RecordKey, super::integrity::RecordBinding<'_>)>,
+    ) -> Result<()> {
+        Ok(dir.write_atomic(super::names::RUN_JSON, self.signed_text(key)?.as_bytes())?)
+    }
+
+    fn signed_text(
+        &self,
+        key: Option<(&super::integrity::RecordKey, super::integrity::RecordBinding<'_>)>,
+    ) -> Result<String> {
         let mut doc = self.clone();
         doc.integrity = None;
         let mut text = doc.to_pretty_json()?;
@@ -468,7 +486,15 @@ impl RunDocument {
             doc.integrity = Some(k.sign_text(&text, binding)?);
             text = doc.to_pretty_json()?;
         }
-        write_atomic(path, text.as_bytes())
+        Ok(text)
+    }
+
+    /// Decodes the bytes of the `run.json` at `path` (named in the error).
+    pub fn decode(bytes: &[u8], path: &Path) -> Result<RunDocument> {
+        serde_json::from_slice(bytes).map_err(|source| Error::Decode {
+            path: path.to_path_buf(),
+            source,
+        })
     }
 }
 
@@ -493,7 +519,6 @@ pub fn launch_env(env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::files::stage;
     use std::fs;
 
     fn sample(now: &str) -> RunDocument {
@@ -524,8 +549,9 @@ mod tests {
         old.save(&path).unwrap();
         let mut new = old.clone();
         new.workflow_name = "changed".into();
-        let tmp = stage(&path, new.to_pretty_json().unwrap().as_bytes()).unwrap();
-        // The process dies here: no rename happened.
+        // A staged temporary file, as write_atomic leaves it when the process dies before its rename.
+        let tmp = dir.path().join(".run.json.tmp-0123456789abcdef");
+        fs::write(&tmp, new.to_pretty_json().unwrap()).unwrap();
         assert!(tmp.exists());
         assert_eq!(RunDocument::load(&path).unwrap(), old);
         // A torn temp file is equally harmless.

@@ -1,10 +1,8 @@
 //! The append-only event log `events.jsonl` (section 1.3).
-use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use iterion_boundary::fs::{Lines, is_not_found, open_file};
+use iterion_boundary::fs::{Dir, File, Lines, is_not_found, open_file};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
@@ -46,20 +44,14 @@ impl EventLog {
     /// The log is never opened through a link and must be a regular file; a line over [`MAX_LINE_BYTES`] (no
     /// writer makes one) is an error naming the file, so a planted 3 GiB line is never held in memory.
     pub fn open(path: &Path, run_id: &str) -> Result<EventLog> {
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-            .open(path)
-            .map_err(|e| Error::io("open", path, e))?;
-        if !file.metadata().map_err(|e| Error::io("stat", path, e))?.is_file() {
-            return Err(Error::StoreFile {
-                path: path.to_path_buf(),
-                reason: "is not a regular file".into(),
-            });
-        }
+        let (dir, name) = Dir::parent_of(path)?;
+        EventLog::open_in(&dir, &name, run_id)
+    }
+
+    /// [`EventLog::open`] of the file `name` of the run directory `dir` (a handle).
+    pub fn open_in(dir: &Dir, name: &str, run_id: &str) -> Result<EventLog> {
+        let path = &dir.path().join(name);
+        let mut file = dir.open_append(name)?;
         let mut max_seq: Option<u64> = None;
         for line in Lines::new(&file, path, MAX_LINE_BYTES) {
             if let Some(r) = std::str::from_utf8(&line?).ok().and_then(EventRecord::decode) {
@@ -251,6 +243,7 @@ impl EventTail {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::OpenOptions;
 
     #[test]
     fn a_line_over_the_limit_is_refused_by_every_reader_naming_the_file() {

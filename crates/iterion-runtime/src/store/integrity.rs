@@ -9,10 +9,11 @@
 //! sorted (deterministic for a given file text whatever the key order). A signed record copied into another
 //! run's directory, or into another store, therefore fails its check there: `resume Y` never acts on X's
 //! record. A tag of the earlier scheme (`hmac-sha256:`, not bound to its run) counts as no tag.
-use std::fs::{self, OpenOptions};
-use std::io::{ErrorKind, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
+use iterion_boundary::fs::{Dir, open_file};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -79,39 +80,37 @@ impl RecordKey {
             Err(Error::Io { source, .. }) if source.kind() == ErrorKind::NotFound => {}
             other => return other,
         }
-        super::files::create_private_dir(data_dir)?;
         let bytes: [u8; 32] = rand::random();
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-        {
-            Ok(mut f) => {
+        match Dir::create_private(data_dir)?.create_new(KEY_FILE)? {
+            Some(mut f) => {
                 f.write_all(hex::encode(bytes).as_bytes())
                     .and_then(|()| f.sync_all())
                     .map_err(|e| Error::io("write", &path, e))?;
                 Ok(RecordKey(bytes))
             }
             // another process created it first: use theirs
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => Self::load(&path),
-            Err(e) => Err(Error::io("create", &path, e)),
+            None => Self::load(&path),
         }
     }
 
     fn load(path: &Path) -> Result<RecordKey> {
-        let md = fs::symlink_metadata(path).map_err(|e| Error::io("read", path, e))?;
         let bad = |reason: &str| Error::RecordKey {
             path: path.to_path_buf(),
             reason: reason.to_owned(),
         };
-        if !md.file_type().is_file() {
-            return Err(bad("not a regular file"));
-        }
+        let file = match open_file(path) {
+            Ok((f, _)) => f,
+            Err(iterion_boundary::Error::StoreFile { .. }) => return Err(bad("not a regular file")),
+            Err(e) => return Err(e.into()),
+        };
+        let md = file.metadata().map_err(|e| Error::io("read", path, e))?;
         if md.permissions().mode() & 0o077 != 0 {
             return Err(bad("readable by other users (expected mode 0600)"));
         }
-        let text = fs::read_to_string(path).map_err(|e| Error::io("read", path, e))?;
+        let mut text = String::new();
+        file.take(4096)
+            .read_to_string(&mut text)
+            .map_err(|e| Error::io("read", path, e))?;
         let mut out = [0u8; 32];
         hex::decode_to_slice(text.trim(), &mut out).map_err(|_| bad("not 64 hexadecimal characters"))?;
         Ok(RecordKey(out))
@@ -226,6 +225,7 @@ fn hmac_sha256(key: &[u8], msg: &[u8]) -> [u8; 32] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn hmac_matches_rfc_4231_case_2() {
