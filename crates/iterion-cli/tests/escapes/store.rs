@@ -122,3 +122,61 @@ fn resume_refuses_another_runs_signed_record() {
     );
     assert_eq!(h.doc(&x)["status"], "failed_resumable");
 }
+
+/// The operator put the store inside the repository (`--store-dir <repo>/sub/store`: hidden from the sandbox,
+/// but its parent `sub` is the workspace's). A node renames `sub` away, and plants `sub/store -> ../exposed`
+/// with `exposed/runs/<its run id>/` ready. Every later write of the run (the checkpoint, the final status, the
+/// logs) goes to the run directory iterion opened, never through the planted link: nothing lands in `exposed/`,
+/// and the real record, where the rename moved it, says the run finished.
+#[test]
+fn a_renamed_store_parent_does_not_redirect_store_writes() {
+    if !engine_ready("escapes::store::renamed_parent") {
+        return;
+    }
+    let h = Hostile::new();
+    let store = h.repo().join("sub/store");
+    std::fs::create_dir_all(&store).unwrap();
+    h.write(
+        "wf.bot",
+        "tool swap:\n  command: |\n    moved=0\n    if mv sub sub2 2>/dev/null; then moved=1; fi\n    \
+         mkdir -p \"exposed/runs/$ITERION_RUN_ID\" sub\n    ln -s ../exposed sub/store\n    \
+         echo \"{\\\"moved\\\": $moved}\"\n\n\
+         workflow w:\n  entry: swap\n  sandbox: auto\n  swap -> done\n",
+    );
+    let out = h.iterion(&["run", "wf.bot", "--json", "--store-dir", &store.to_string_lossy()]);
+    let exposed = h.repo().join("exposed/runs");
+    let planted: Vec<_> = std::fs::read_dir(&exposed)
+        .map(|rd| rd.flatten().collect())
+        .unwrap_or_default();
+    let id = planted
+        .first()
+        .map(|e| e.file_name().to_string_lossy().into_owned());
+    let written: Vec<String> = planted
+        .iter()
+        .flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten().flatten())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        written.is_empty(),
+        "the store wrote through the planted link: {written:?}\n{}",
+        show(&out)
+    );
+    let Some(id) = id else {
+        panic!("the node did not plant its run directory: {}", show(&out));
+    };
+    // The rename took effect on the host (the store's tmpfs moved with its parent) ...
+    let moved = h.repo().join("sub2/store/runs").join(&id);
+    assert!(
+        moved.is_dir(),
+        "the node could not rename the store's parent: {}",
+        show(&out)
+    );
+    assert!(h.repo().join("sub/store").is_symlink());
+    // ... and the record followed its directory and is complete.
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(moved.join("run.json")).unwrap()).unwrap();
+    assert_eq!(doc["status"], "finished", "{doc:#}\n{}", show(&out));
+    assert!(out.status.success(), "{}", show(&out));
+    let events = std::fs::read_to_string(moved.join("events.jsonl")).unwrap();
+    assert!(events.contains("\"run_finished\""), "{events}");
+}
