@@ -3,7 +3,9 @@
 //!
 //! - no function over [`LIMIT`] lines;
 //! - no import circle between the modules of one crate;
-//! - no process started outside `iterion-boundary` (no `process::Command`, std or tokio, in another crate).
+//! - no process started outside `iterion-boundary` (no `process::Command`, std or tokio, in another crate);
+//! - no direct file access in the run store's code (`std::fs`, `tokio::fs`, raw `open`): store files go
+//!   through `iterion_boundary::fs`.
 //!
 //! Violations that exist today are listed in `xtask/tidy-allow.txt`; the list can only shrink.
 
@@ -11,6 +13,7 @@ mod allow;
 mod cycles;
 mod long_fn;
 mod spawn;
+mod store_fs;
 mod tree;
 
 #[cfg(test)]
@@ -78,6 +81,18 @@ fn violations(trees: &[CrateTree]) -> Vec<allow::Violation> {
                     "{file}:{} `{}` starts a process directly; start host programs through \
                      iterion_boundary::HostCommand (an explicit environment, trusted PATH only)",
                     s.line, s.path
+                ),
+            });
+        }
+    }
+    for tree in trees {
+        for a in store_fs::find(tree) {
+            let file = a.file.display();
+            out.push(allow::Violation {
+                key: format!("store-fs {file}"),
+                message: format!(
+                    "{file}:{} `{}` opens a store path directly; reach store files through iterion_boundary::fs (bounded reads that never follow a link, writes relative to a directory handle)",
+                    a.line, a.path
                 ),
             });
         }

@@ -72,6 +72,26 @@ pub enum Error {
         /// Why, as a clause after the path.
         reason: String,
     },
+    /// A store file that is refused: a link, not a regular file, over its size or line limit, not a single
+    /// path component.
+    #[error("{path} {reason}")]
+    StoreFile {
+        /// The file.
+        path: PathBuf,
+        /// Why, as a clause after the path.
+        reason: String,
+    },
+    /// A store file or directory could not be opened, created, read or written.
+    #[error("cannot {op} {path}")]
+    StoreIo {
+        /// What was being done (`open`, `read`, `create`, `rename`, …).
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// The crate's result type.

@@ -12,6 +12,9 @@
 //!   filters, fsmonitor or submodule recursion, every repository location pinned, bounded; with the discovery
 //!   of a checkout's git directories that never trusts a pointer on its own, and the reading of a sandbox's
 //!   `.git` as data.
+//! - [`fs`]: store file access: reads bounded in type, size and line length that never follow a link, and
+//!   writes relative to an open directory handle ([`fs::Dir`]), so a replaced file or a renamed parent
+//!   directory never redirects them. `cargo xtask tidy` fails on direct file access in the run store's code.
 //!
 //! The crate names no container library and reads no process environment: callers hand it every value.
 //!
@@ -30,6 +33,7 @@
 
 mod env;
 mod error;
+pub mod fs;
 pub mod git;
 pub mod spawn;
 

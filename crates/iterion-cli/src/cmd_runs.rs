@@ -1,7 +1,7 @@
 //! `iterion runs list`, `show`, `rm` and `prune`: views of a run store, and removing runs from it.
 //!
-//! Store dir: `--store-dir`, else the store of the current project (as for a workflow file located there)
-//! (05 §1.1: a managed `./.iterion`, else `<data dir>/projects/<key>`).
+//! Store dir: `--store-dir`, else the store of the current project as for a workflow file located there
+//! (`<data dir>/projects/<key>`; nothing in the project directory decides it).
 use crate::terminal::clean;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -401,7 +401,7 @@ fn list(store: &Store, filter: &Filter, json: bool, out: &mut impl Write) -> Exi
                     "finished": d.finished_at,
                     "duration_ms": duration(d).map(|x| u64::try_from(x.as_millis()).unwrap_or(u64::MAX)),
                 }),
-                Err(err) => serde_json::json!({"id": e.id, "error": err.to_string()}),
+                Err(err) => serde_json::json!({"id": e.id, "error": error_chain(err)}),
             };
             let _ = writeln!(out, "{v}");
         }
@@ -410,6 +410,12 @@ fn list(store: &Store, filter: &Filter, json: bool, out: &mut impl Write) -> Exi
     if entries.is_empty() {
         eprintln!("no runs in {}", store.root().display());
         return ExitCode::SUCCESS;
+    }
+    // A run whose record cannot be read is listed as unreadable, with the reason (naming the file) here.
+    for e in &entries {
+        if let Err(err) = &e.document {
+            eprintln!("warning: {}", clean(&error_chain(err)));
+        }
     }
     let mut rows: Vec<[String; 7]> = vec![[
         "ID".into(),
@@ -486,46 +492,54 @@ fn show(store: &Store, query: &str, with_events: bool, json: bool, out: &mut imp
         Ok(d) => d,
         Err(e) => return fail(2, &e.to_string()),
     };
-    let events = if with_events && !json {
-        match store.read_events(run_id) {
-            Ok(ev) => ev,
+    // Opened before anything is printed, so a log that cannot be opened prints only the error.
+    let events = if with_events {
+        match store.event_lines(run_id) {
+            Ok(lines) => Some(lines),
             Err(e) => return fail(1, &error_chain(&e)),
         }
     } else {
-        Vec::new()
+        None
     };
     if json {
         // The document as stored, unknown fields included.
-        let raw = std::fs::read(dir.join(names::RUN_JSON))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
-        match raw {
-            Some(v) => {
+        let raw = match store.read_run_bytes(run_id) {
+            Ok(b) => b,
+            Err(e) => return fail(1, &error_chain(&e)),
+        };
+        match serde_json::from_slice::<serde_json::Value>(&raw) {
+            Ok(v) => {
                 let _ = writeln!(out, "{v}");
             }
-            None => return fail(1, &format!("cannot read {}", dir.join(names::RUN_JSON).display())),
-        }
-        if with_events {
-            // The stored lines themselves (byte-identical), skipping blank and undecodable ones.
-            let path = dir.join(names::EVENTS);
-            let text = match std::fs::read(&path) {
-                Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-                Err(e) => return fail(1, &format!("cannot read {}: {e}", path.display())),
-            };
-            for line in text.lines().filter(|l| EventRecord::decode(l).is_some()) {
-                let _ = writeln!(out, "{line}");
+            Err(_) => {
+                return fail(
+                    1,
+                    &format!("cannot decode {}", dir.join(names::RUN_JSON).display()),
+                );
             }
         }
-        return ExitCode::SUCCESS;
-    }
-    // The stored run: its error, names and event data may hold any text a node produced.
-    let _ = write!(out, "{}", clean(&summary(&doc, store.root(), &dir)));
-    if with_events {
-        let _ = writeln!(out);
-        for e in &events {
-            let _ = writeln!(out, "{}", clean(&event_line(e)));
+    } else {
+        // The stored run: its error, names and event data may hold any text a node produced.
+        let _ = write!(out, "{}", clean(&summary(&doc, store.root(), &dir)));
+        if events.is_some() {
+            let _ = writeln!(out);
         }
+    }
+    // The stored lines one at a time (with --json byte-identical), blank and undecodable ones skipped.
+    for line in events.into_iter().flatten() {
+        let line = match line {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = out.flush();
+                return fail(1, &error_chain(&e));
+            }
+        };
+        let shown = match (json, EventRecord::decode(&line)) {
+            (true, _) => line,
+            (false, Some(rec)) => clean(&event_line(&rec)).into_owned(),
+            (false, None) => continue,
+        };
+        let _ = writeln!(out, "{shown}");
     }
     ExitCode::SUCCESS
 }
@@ -545,7 +559,7 @@ fn logs(store: &Store, query: &str, follow: bool, json: bool, out: &mut impl Wri
         Ok(d) => d.join(names::EVENTS),
         Err(e) => return fail(2, &e.to_string()),
     };
-    let mut tail = Tail::default();
+    let mut tail = store::EventTail::new(&path);
     loop {
         // Decided before reading: what was written before is printed by this pass. A run is over once it is
         // no longer `running` and its process let go of the run's lock (its last events are written then).
@@ -556,9 +570,12 @@ fn logs(store: &Store, query: &str, follow: bool, json: bool, out: &mut impl Wri
                 || path
                     .parent()
                     .is_some_and(|d| store::RunLock::is_held(&d.join(names::LOCK)).unwrap_or(false)));
-        let lines = match tail.read(&path) {
+        let lines = match tail.read() {
             Ok(l) => l,
-            Err(e) => return fail(1, &format!("cannot read {}: {e}", path.display())),
+            Err(e) => {
+                let _ = out.flush();
+                return fail(1, &error_chain(&e));
+            }
         };
         for line in lines {
             let Some(rec) = EventRecord::decode(&line) else {
@@ -578,38 +595,6 @@ fn logs(store: &Store, query: &str, follow: bool, json: bool, out: &mut impl Wri
             return ExitCode::SUCCESS;
         }
         std::thread::sleep(FOLLOW_POLL);
-    }
-}
-
-/// Reads the complete lines appended to a file since the last call (a line still being written waits).
-#[derive(Default)]
-struct Tail {
-    offset: u64,
-    partial: Vec<u8>,
-}
-
-impl Tail {
-    fn read(&mut self, path: &Path) -> std::io::Result<Vec<String>> {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut f = match std::fs::File::open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(e),
-        };
-        if !f.metadata()?.is_file() {
-            return Err(std::io::Error::other("not a regular file"));
-        }
-        f.seek(SeekFrom::Start(self.offset))?;
-        let mut buf = Vec::new();
-        let n = f.take(16 << 20).read_to_end(&mut buf)?;
-        self.offset += n as u64;
-        self.partial.extend_from_slice(&buf);
-        let mut lines = Vec::new();
-        while let Some(i) = self.partial.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.partial.drain(..=i).collect();
-            lines.push(String::from_utf8_lossy(&line[..line.len() - 1]).into_owned());
-        }
-        Ok(lines)
     }
 }
 

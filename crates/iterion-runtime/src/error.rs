@@ -16,6 +16,15 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A store file was refused: a symbolic link, not a regular file, larger than its limit, or with a line
+    /// longer than the limit.
+    #[error("cannot read {}: it {reason}", path.display())]
+    StoreFile {
+        /// The file.
+        path: PathBuf,
+        /// Why, as a clause (`is not a regular file (a character device)`).
+        reason: String,
+    },
     /// A stored JSON document could not be decoded.
     #[error("cannot decode {}", path.display())]
     Decode {
@@ -246,15 +255,15 @@ pub enum Error {
 fn tampered_message(run_id: &str, path: &std::path::Path, unsigned: bool) -> String {
     if unsigned {
         format!(
-            "RUN_RECORD_TAMPERED: run {run_id} cannot be resumed: {} has no integrity tag (it was written by an \
-             older iterion, or the tag was removed)\n  hint: check that its file_path, work_dir and sandbox settings \
+            "RUN_RECORD_TAMPERED: run {run_id} cannot be resumed: {} has no integrity tag bound to this run (it \
+             was written by an older iterion, or the tag was removed)\n  hint: check that its file_path, work_dir and sandbox settings \
              are the ones you launched with (iterion runs show {run_id}), then resume with --force",
             path.display()
         )
     } else {
         format!(
             "RUN_RECORD_TAMPERED: run {run_id} cannot be resumed: {} does not match its integrity tag, so something \
-             without this host's key (for example a sandboxed process) changed it\n  hint: do not trust this run's \
+             without this host's key (for example a sandboxed process) changed it or copied another run's record there\n  hint: do not trust this run's \
              record; inspect it with iterion runs show {run_id} and start a new run",
             path.display()
         )
@@ -263,6 +272,19 @@ fn tampered_message(run_id: &str, path: &std::path::Path, unsigned: bool) -> Str
 
 /// Result alias of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<iterion_boundary::Error> for Error {
+    fn from(e: iterion_boundary::Error) -> Error {
+        match e {
+            iterion_boundary::Error::StoreIo { op, path, source } => Error::Io { op, path, source },
+            iterion_boundary::Error::StoreFile { path, reason } => Error::StoreFile { path, reason },
+            other => Error::StoreFile {
+                path: PathBuf::new(),
+                reason: other.to_string(),
+            },
+        }
+    }
+}
 
 impl Error {
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {

@@ -70,21 +70,23 @@ fn store_for_project(project: &Path, data: &Path) -> PathBuf {
     })
 }
 
+/// A repository that ships `.iterion/runs/`, a store marker, or a `runs` symlink does not choose the store:
+/// it is the data dir's project store whatever the project directory holds.
 #[test]
-fn st2_managed_local_store_wins() {
+fn st2_a_project_local_iterion_dir_never_becomes_the_store() {
     let tmp = tempfile::tempdir().unwrap();
     let app = tmp.path().join("w/app");
+    let data = tmp.path().join("data");
+    let expect = data
+        .join("projects")
+        .join(store::project_key(&app.to_string_lossy()));
     fs::create_dir_all(app.join(".iterion/runs")).unwrap();
-    assert_eq!(store_for_project(&app, Path::new("/d")), app.join(".iterion"));
-}
-
-#[test]
-fn st2_sentinel_marks_a_managed_store() {
-    let tmp = tempfile::tempdir().unwrap();
-    let app = tmp.path().join("app");
-    fs::create_dir_all(app.join(".iterion")).unwrap();
+    assert_eq!(store_for_project(&app, &data), expect);
     fs::write(app.join(".iterion/.iterion-store"), "").unwrap();
-    assert_eq!(store_for_project(&app, Path::new("/d")), app.join(".iterion"));
+    assert_eq!(store_for_project(&app, &data), expect);
+    fs::remove_dir(app.join(".iterion/runs")).unwrap();
+    std::os::unix::fs::symlink(tmp.path(), app.join(".iterion/runs")).unwrap();
+    assert_eq!(store_for_project(&app, &data), expect);
 }
 
 #[test]

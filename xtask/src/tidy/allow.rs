@@ -34,9 +34,13 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, usize>> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        if !(line.starts_with("long-fn ") || line.starts_with("cycle ") || line.starts_with("spawn ")) {
+        if !["long-fn ", "cycle ", "spawn ", "store-fs "]
+            .iter()
+            .any(|k| line.starts_with(k))
+        {
             bail!(
-                "{FILE}:{}: expected `long-fn PATH::NAME`, `cycle CRATE: MODULES` or `spawn PATH`, got `{line}`",
+                "{FILE}:{}: expected `long-fn PATH::NAME`, `cycle CRATE: MODULES`, `spawn PATH` or `store-fs PATH`, \
+                 got `{line}`",
                 i + 1
             );
         }

@@ -205,3 +205,57 @@ fn the_boundary_crate_may_start_processes() {
     let t = CrateTree::load("iterion-boundary", Path::new("src/lib.rs"), &mem).expect("loads");
     assert_eq!(check(&[t], "").expect("parses").problems, Vec::<String>::new());
 }
+
+fn runtime_tree(files: &[(&str, &str)]) -> CrateTree {
+    let mem = Mem(files
+        .iter()
+        .map(|(p, t)| (PathBuf::from(p), t.to_string()))
+        .collect());
+    CrateTree::load("iterion-runtime", Path::new("src/lib.rs"), &mem).expect("the crate loads")
+}
+
+#[test]
+fn direct_file_access_in_the_store_is_reported_and_elsewhere_and_in_tests_is_not() {
+    let files = [
+        ("src/lib.rs", "mod store;\nmod other;\n"),
+        (
+            "src/store/mod.rs",
+            "mod run;\nuse std::fs::{self, File};\nfn f() { let _ = tokio::fs::read(\"x\"); }\n\
+             #[cfg(test)]\nmod tests { fn t() { std::fs::read(\"x\").unwrap(); } }\n",
+        ),
+        (
+            "src/store/run.rs",
+            "use iterion_boundary::fs::Dir;\nuse std::os::unix::fs::PermissionsExt;\n\
+             fn g() { let _ = nix::fcntl::open(\"x\", 0, 0); let _ = format!(\"{}\", std::fs::read(\"y\")); }\n",
+        ),
+        ("src/other.rs", "fn h() { let _ = std::fs::read(\"x\"); }\n"),
+    ];
+    let t = runtime_tree(&files);
+    let p = check(&[t], "").expect("parses").problems;
+    let got: Vec<&str> = p
+        .iter()
+        .map(|m| m.split(" opens").next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "src/store/mod.rs:2 `std::fs::self`",
+            "src/store/mod.rs:2 `std::fs::File`",
+            "src/store/mod.rs:3 `tokio::fs::read`",
+            "src/store/run.rs:3 `nix::fcntl::open`",
+            "src/store/run.rs:3 `std::fs`",
+        ],
+        "{p:#?}"
+    );
+    // allowlisted by file
+    let t = runtime_tree(&files);
+    let allow = "store-fs src/store/mod.rs\nstore-fs src/store/run.rs\n";
+    assert_eq!(check(&[t], allow).expect("parses").problems, Vec::<String>::new());
+    // another crate's `store` module is not the run store
+    let mem = Mem(BTreeMap::from([
+        (PathBuf::from("src/lib.rs"), "mod store;\n".to_string()),
+        (PathBuf::from("src/store.rs"), "use std::fs::File;\n".to_string()),
+    ]));
+    let t = CrateTree::load("iterion-cli", Path::new("src/lib.rs"), &mem).expect("loads");
+    assert_eq!(check(&[t], "").expect("parses").problems, Vec::<String>::new());
+}

@@ -373,3 +373,194 @@ fn escape_sequences_from_a_sandboxed_node_never_reach_the_terminal() {
         show(&shown)
     );
 }
+
+/// What a store reader may use at most; the attacks below push an unbounded reader past 1 GiB.
+const STORE_READER_KIB: u64 = 256 * 1024;
+
+/// Runs `iterion ARGS` under `/usr/bin/time`, under the watchdog, and returns its output and peak resident
+/// set in KiB. A child that grows past [`STORE_READER_KIB`] while it runs is killed at once (so an unbounded
+/// reader fails the test instead of taking the machine), and its peak is reported as such.
+fn measured(h: &Hostile, args: &[&str]) -> (Output, u64) {
+    let report = tempfile::NamedTempFile::new().unwrap();
+    let report_path = report.path().to_string_lossy().into_owned();
+    let child = h
+        .cmd_under(&["/usr/bin/time", "-f", "%M", "-o", &report_path], args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn /usr/bin/time iterion");
+    let time_pid = child.id();
+    let mut peak = 0;
+    let out = wait_watched(child, |_| {
+        let children =
+            std::fs::read_to_string(format!("/proc/{time_pid}/task/{time_pid}/children")).unwrap_or_default();
+        for pid in children.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+            let hwm = sample_hwm(pid as u32).unwrap_or(0);
+            peak = peak.max(hwm);
+            if hwm > STORE_READER_KIB {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    });
+    let reported = std::fs::read_to_string(report.path())
+        .unwrap_or_default()
+        .lines()
+        .rev()
+        .find_map(|l| l.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    (out, peak.max(reported))
+}
+
+/// A store with one good run and two runs whose files a sandbox or repository replaced: `run.json` a link to
+/// `/dev/zero` (run `zero`), and an `events.jsonl` whose second line is 3 GiB long (run `huge`, a sparse
+/// file, recorded as still running so `logs -f` keeps following it). Returns the store's runs dir.
+fn poisoned_store(h: &Hostile) -> std::path::PathBuf {
+    h.write(
+        "good.bot",
+        "tool step:\n  command: `echo '{\"ok\": true}'`\n\nworkflow good:\n  entry: step\n  step -> done\n",
+    );
+    let out = h.iterion(&["run", "good.bot", "--sandbox", "none", "--json"]);
+    assert!(out.status.success(), "{}", show(&out));
+    let good = h.run_dirs().pop().expect("the good run");
+    let runs = good.parent().unwrap().to_path_buf();
+    let copy = |id: &str| {
+        let dir = runs.join(id);
+        std::fs::create_dir(&dir).unwrap();
+        for f in ["run.json", "events.jsonl"] {
+            std::fs::copy(good.join(f), dir.join(f)).unwrap();
+        }
+        dir
+    };
+    let zero = copy("zero");
+    std::fs::remove_file(zero.join("run.json")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", zero.join("run.json")).unwrap();
+    let huge = copy("huge");
+    let mut doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(huge.join("run.json")).unwrap()).unwrap();
+    doc["status"] = "running".into();
+    doc["finished_at"] = serde_json::Value::Null;
+    std::fs::write(huge.join("run.json"), serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    let first = std::fs::read_to_string(huge.join("events.jsonl")).unwrap();
+    let first = first.lines().next().unwrap().to_owned();
+    std::fs::write(huge.join("events.jsonl"), format!("{first}\n")).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(huge.join("events.jsonl"))
+        .unwrap();
+    f.set_len(3 << 30).unwrap();
+    runs
+}
+
+/// `runs list` over the poisoned store stays small, names the `run.json` it refused, and still lists the
+/// other runs (human and `--json`).
+#[test]
+fn runs_list_is_bounded_and_lists_the_other_runs() {
+    let h = Hostile::new();
+    let runs = poisoned_store(&h);
+    let good = h
+        .run_ids()
+        .into_iter()
+        .find(|id| id != "zero" && id != "huge")
+        .unwrap();
+    let (out, kib) = measured(&h, &["runs", "list"]);
+    assert!(kib < STORE_READER_KIB, "peak RSS {kib} KiB: {}", show(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&good) && text.contains("huge"), "{}", show(&out));
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("zero") && l.contains("unreadable")),
+        "{}",
+        show(&out)
+    );
+    let zero_json = runs.join("zero/run.json");
+    assert!(
+        stderr(&out).contains(&format!(
+            "cannot read {}: it is a symbolic link",
+            zero_json.display()
+        )),
+        "{}",
+        show(&out)
+    );
+    let (out, kib) = measured(&h, &["runs", "list", "--json"]);
+    assert!(kib < STORE_READER_KIB, "peak RSS {kib} KiB: {}", show(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    let zero = lines.iter().find(|l| l["id"] == "zero").unwrap();
+    assert!(
+        zero["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&*zero_json.to_string_lossy()),
+        "{zero}"
+    );
+}
+
+/// `runs show --events` of the 3 GiB line and `runs show` of the `/dev/zero` record fail with an error
+/// naming the file, and stay small.
+#[test]
+fn runs_show_is_bounded_and_names_the_file() {
+    let h = Hostile::new();
+    let runs = poisoned_store(&h);
+    for args in [
+        &["runs", "show", "huge", "--events"][..],
+        &["runs", "show", "huge", "--events", "--json"],
+    ] {
+        let (out, kib) = measured(&h, args);
+        assert!(
+            kib < STORE_READER_KIB,
+            "{args:?}: peak RSS {kib} KiB: {}",
+            show(&out)
+        );
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", show(&out));
+        let expect = format!(
+            "cannot read {}: it has a line longer than the limit",
+            runs.join("huge/events.jsonl").display()
+        );
+        assert!(stderr(&out).contains(&expect), "{args:?}: {}", show(&out));
+    }
+    for args in [&["runs", "show", "zero"][..], &["runs", "show", "zero", "--json"]] {
+        let (out, kib) = measured(&h, args);
+        assert!(
+            kib < STORE_READER_KIB,
+            "{args:?}: peak RSS {kib} KiB: {}",
+            show(&out)
+        );
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", show(&out));
+        let expect = format!(
+            "cannot read {}: it is a symbolic link",
+            runs.join("zero/run.json").display()
+        );
+        assert!(stderr(&out).contains(&expect), "{args:?}: {}", show(&out));
+    }
+}
+
+/// `runs logs -f` of a "running" run whose log holds a 3 GiB line prints the lines before it, then fails
+/// naming the file, instead of buffering the line for ever.
+#[test]
+fn runs_logs_follow_is_bounded_and_names_the_file() {
+    let h = Hostile::new();
+    let runs = poisoned_store(&h);
+    let (out, kib) = measured(&h, &["runs", "logs", "huge", "-f", "--json"]);
+    assert!(kib < STORE_READER_KIB, "peak RSS {kib} KiB: {}", show(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().count(),
+        1,
+        "{}",
+        show(&out)
+    );
+    let expect = format!(
+        "cannot read {}: it has a line longer than the limit",
+        runs.join("huge/events.jsonl").display()
+    );
+    assert!(stderr(&out).contains(&expect), "{}", show(&out));
+}

@@ -87,7 +87,20 @@ impl Hostile {
 
     /// `iterion ARGS` in the repository, with this HOME, the default store, and no registry contact.
     pub fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(BIN);
+        self.cmd_under(&[], args)
+    }
+
+    /// [`Hostile::cmd`] started through `wrapper` (a program and its arguments, e.g. `/usr/bin/time -f %M`),
+    /// which is given the iterion binary and `args`.
+    pub fn cmd_under(&self, wrapper: &[&str], args: &[&str]) -> Command {
+        let mut c = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
         c.args(args)
             .current_dir(self.repo())
             .env("HOME", self.home())

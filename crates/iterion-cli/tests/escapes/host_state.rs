@@ -158,7 +158,7 @@ fn resume_refuses_a_run_record_changed_without_the_host_key() {
         doc["integrity"]
             .as_str()
             .unwrap_or_default()
-            .starts_with("hmac-sha256:"),
+            .starts_with("hmac-sha256-v2:"),
         "the record carries no integrity tag: {doc:#}"
     );
     doc["sandbox"]["requested"]["cli_mode"] = json!("none");
@@ -340,18 +340,26 @@ fn agent_home_paths_the_host_executes_are_read_only_whether_or_not_they_exist() 
     );
 }
 
-/// Class 2 with a project-local store (`<repo>/.iterion` holding `runs/`), which the workspace bind would
-/// otherwise expose: a node of the same repository cannot read or rewrite a parked run's `run.json` there.
+/// Class 2 with a store the operator put in the repository (`--store-dir <repo>/.iterion`), which the workspace
+/// bind would otherwise expose: a node of the same repository cannot read or rewrite a parked run's `run.json` there.
 #[test]
 fn a_run_store_inside_the_workspace_is_hidden_from_the_sandbox() {
     if !engine_ready("escapes::host_state::local_store") {
         return;
     }
     let h = Hostile::new();
-    let runs = h.repo().join(".iterion/runs");
-    std::fs::create_dir_all(&runs).unwrap();
+    // The operator's choice: a repository never picks its store, but `--store-dir` may be inside it.
+    let store = h.repo().join(".iterion");
+    let runs = store.join("runs");
     let marker = h.outside().join("victim-ran-on-host");
-    let out = h.run_workflow("victim.bot", &victim(&marker));
+    h.write("victim.bot", &victim(&marker));
+    let out = h.iterion(&[
+        "run",
+        "victim.bot",
+        "--json",
+        "--store-dir",
+        &store.to_string_lossy(),
+    ]);
     assert!(!out.status.success(), "the victim must park: {}", show(&out));
     let victim_id = std::fs::read_dir(&runs)
         .unwrap()
@@ -368,7 +376,14 @@ fn a_run_store_inside_the_workspace_is_hidden_from_the_sandbox() {
         rj = victim_json.display(),
         runs = runs.display(),
     );
-    let out = h.run_workflow("attacker.bot", &attack);
+    h.write("attacker.bot", &attack);
+    let out = h.iterion(&[
+        "run",
+        "attacker.bot",
+        "--json",
+        "--store-dir",
+        &store.to_string_lossy(),
+    ]);
     assert!(out.status.success(), "{}", show(&out));
     let attacker_id = std::fs::read_dir(&runs)
         .unwrap()

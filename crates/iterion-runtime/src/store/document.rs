@@ -2,7 +2,6 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
-use std::fs;
 use std::path::Path;
 
 use crate::error::{Error, Result};
@@ -13,6 +12,14 @@ use super::files::write_atomic;
 
 /// `run.json.format_version` written by this version.
 pub const FORMAT_VERSION: u32 = 1;
+
+/// The largest `run.json` the store reads (its checkpoint holds every output of the run).
+pub const MAX_RUN_JSON: u64 = 64 << 20;
+
+/// The bytes of a `run.json`: a regular file, never through a link, at most [`MAX_RUN_JSON`] bytes.
+pub fn read_run_json(path: &Path) -> Result<Vec<u8>> {
+    Ok(iterion_boundary::fs::read_file(path, MAX_RUN_JSON)?)
+}
 
 /// The process that owns a run (`run.json.owner`, also written into `.lock`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -352,8 +359,8 @@ pub struct RunDocument {
     /// Recorded sandbox settings.
     #[serde(default)]
     pub sandbox: SandboxRecord,
-    /// Integrity tag (`hmac-sha256:<hex>`) over the rest of the document, keyed by the host secret of the data
-    /// dir; absent when the writer had no key. Set by [`RunDocument::save_signed`], checked before a resume.
+    /// Integrity tag (`hmac-sha256-v2:<hex>`) over the run id, the run directory and the rest of the document,
+    /// keyed by the host secret of the data dir; absent when the writer had no key. Set by [`RunDocument::save_signed`], checked before a resume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub integrity: Option<String>,
     /// Top-level fields this version does not know, preserved on rewrite.
@@ -432,9 +439,10 @@ impl RunDocument {
         Ok(s)
     }
 
-    /// Reads and decodes a `run.json`.
+    /// Reads and decodes a `run.json`: a regular file, never through a link, at most [`MAX_RUN_JSON`] bytes
+    /// ([`Error::StoreFile`] naming it otherwise).
     pub fn load(path: &Path) -> Result<RunDocument> {
-        let bytes = fs::read(path).map_err(|e| Error::io("read", path, e))?;
+        let bytes = read_run_json(path)?;
         serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
             path: path.to_path_buf(),
             source,
@@ -446,17 +454,47 @@ impl RunDocument {
         self.save_signed(path, None)
     }
 
-    /// Writes the document atomically to `path`, with an integrity tag computed with `key` (none without a
-    /// key: a stale tag is never carried over to changed content).
-    pub fn save_signed(&self, path: &Path, key: Option<&super::integrity::RecordKey>) -> Result<()> {
+    /// Writes the document atomically to `path`, with an integrity tag computed with the key for the run the
+    /// binding names (none without a key: a stale tag is never carried over to changed content).
+    pub fn save_signed(
+        &self,
+        path: &Path,
+        key: Option<(&super::integrity::RecordKey, super::integrity::RecordBinding<'_>)>,
+    ) -> Result<()> {
+        write_atomic(path, self.signed_text(key)?.as_bytes())
+    }
+
+    /// Writes the document atomically as `run.json` of the run directory `dir` (a handle: a run directory
+    /// renamed or replaced by a link after it was opened does not redirect the write), signed as
+    /// [`RunDocument::save_signed`].
+    pub fn save_in(
+        &self,
+        dir: &iterion_boundary::fs::Dir,
+        key: Option<(&super::integrity::RecordKey, super::integrity::RecordBinding<'_>)>,
+    ) -> Result<()> {
+        Ok(dir.write_atomic(super::names::RUN_JSON, self.signed_text(key)?.as_bytes())?)
+    }
+
+    fn signed_text(
+        &self,
+        key: Option<(&super::integrity::RecordKey, super::integrity::RecordBinding<'_>)>,
+    ) -> Result<String> {
         let mut doc = self.clone();
         doc.integrity = None;
         let mut text = doc.to_pretty_json()?;
-        if let Some(k) = key {
-            doc.integrity = Some(k.sign_text(&text)?);
+        if let Some((k, binding)) = key {
+            doc.integrity = Some(k.sign_text(&text, binding)?);
             text = doc.to_pretty_json()?;
         }
-        write_atomic(path, text.as_bytes())
+        Ok(text)
+    }
+
+    /// Decodes the bytes of the `run.json` at `path` (named in the error).
+    pub fn decode(bytes: &[u8], path: &Path) -> Result<RunDocument> {
+        serde_json::from_slice(bytes).map_err(|source| Error::Decode {
+            path: path.to_path_buf(),
+            source,
+        })
     }
 }
 
@@ -481,7 +519,7 @@ pub fn launch_env(env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::files::stage;
+    use std::fs;
 
     fn sample(now: &str) -> RunDocument {
         RunDocument::new(NewRun {
@@ -511,8 +549,9 @@ mod tests {
         old.save(&path).unwrap();
         let mut new = old.clone();
         new.workflow_name = "changed".into();
-        let tmp = stage(&path, new.to_pretty_json().unwrap().as_bytes()).unwrap();
-        // The process dies here: no rename happened.
+        // A staged temporary file, as write_atomic leaves it when the process dies before its rename.
+        let tmp = dir.path().join(".run.json.tmp-0123456789abcdef");
+        fs::write(&tmp, new.to_pretty_json().unwrap()).unwrap();
         assert!(tmp.exists());
         assert_eq!(RunDocument::load(&path).unwrap(), old);
         // A torn temp file is equally harmless.

@@ -1,13 +1,13 @@
 //! The append-only event log `events.jsonl` (section 1.3).
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+
+use iterion_boundary::fs::{Dir, File, Lines, is_not_found, open_file};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
 use crate::error::{Error, Result};
-use crate::events::{Event, EventRecord, encode_line};
+use crate::events::{Event, EventRecord, MAX_LINE_BYTES, encode_line};
 use crate::time::format_timestamp;
 
 /// An appended event.
@@ -40,18 +40,21 @@ impl EventLog {
     /// Opens (creating with mode 0600) the log at `path`. The next `seq` is `max(seq in file) + 1`, or 0 for a
     /// new log. A torn last line (no LF) is closed with a LF so the next event starts on its own line; readers
     /// skip the broken line.
+    ///
+    /// The log is never opened through a link and must be a regular file; a line over [`MAX_LINE_BYTES`] (no
+    /// writer makes one) is an error naming the file, so a planted 3 GiB line is never held in memory.
     pub fn open(path: &Path, run_id: &str) -> Result<EventLog> {
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .open(path)
-            .map_err(|e| Error::io("open", path, e))?;
+        let (dir, name) = Dir::parent_of(path)?;
+        EventLog::open_in(&dir, &name, run_id)
+    }
+
+    /// [`EventLog::open`] of the file `name` of the run directory `dir` (a handle).
+    pub fn open_in(dir: &Dir, name: &str, run_id: &str) -> Result<EventLog> {
+        let path = &dir.path().join(name);
+        let mut file = dir.open_append(name)?;
         let mut max_seq: Option<u64> = None;
-        for line in BufReader::new(&file).lines() {
-            let Ok(line) = line else { continue };
-            if let Some(r) = EventRecord::decode(&line) {
+        for line in Lines::new(&file, path, MAX_LINE_BYTES) {
+            if let Some(r) = std::str::from_utf8(&line?).ok().and_then(EventRecord::decode) {
                 max_seq = Some(max_seq.map_or(r.seq, |m| m.max(r.seq)));
             }
         }
@@ -135,19 +138,150 @@ impl EventLog {
     }
 }
 
-/// Reads every decodable event of a log, skipping blank and undecodable lines. A missing file has no events.
+/// Reads every decodable event of a log, skipping blank and undecodable lines ([`event_lines`]). A missing
+/// file has no events.
 pub fn read_events(path: &Path) -> Result<Vec<EventRecord>> {
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io("open", path, e)),
-    };
     let mut out = Vec::new();
-    for line in BufReader::new(file).split(b'\n') {
-        let line = line.map_err(|e| Error::io("read", path, e))?;
-        if let Some(r) = std::str::from_utf8(&line).ok().and_then(EventRecord::decode) {
+    for line in event_lines(path)? {
+        if let Some(r) = EventRecord::decode(&line?) {
             out.push(r);
         }
     }
     Ok(out)
+}
+
+/// The decodable lines of an event log, read one at a time: blank and undecodable lines are skipped, and a
+/// line longer than [`MAX_LINE_BYTES`] ends the iteration with [`Error::StoreFile`] naming the file.
+#[derive(Debug)]
+pub struct EventLines {
+    lines: Option<Lines<File>>,
+}
+
+/// The lines of the log at `path`: a regular file, never opened through a link; a missing file has none.
+pub fn event_lines(path: &Path) -> Result<EventLines> {
+    let lines = match open_file(path) {
+        Ok((f, _)) => Some(Lines::new(f, path, MAX_LINE_BYTES)),
+        Err(e) if is_not_found(&e) => None,
+        Err(e) => return Err(e.into()),
+    };
+    Ok(EventLines { lines })
+}
+
+impl Iterator for EventLines {
+    type Item = Result<String>;
+
+    fn next(&mut self) -> Option<Result<String>> {
+        let lines = self.lines.as_mut()?;
+        loop {
+            match lines.next_line() {
+                Ok(None) => return None,
+                Err(e) => return Some(Err(e.into())),
+                Ok(Some(l)) => {
+                    if let Ok(s) = String::from_utf8(l)
+                        && EventRecord::decode(&s).is_some()
+                    {
+                        return Some(Ok(s));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Follows an event log that is being written: each [`EventTail::read`] returns the complete lines added
+/// since the last (a line still being written waits for its LF). The file is opened afresh each time, never
+/// through a link, and a line that grows past [`MAX_LINE_BYTES`] is an error naming the file.
+#[derive(Debug)]
+pub struct EventTail {
+    path: PathBuf,
+    offset: u64,
+    partial: Vec<u8>,
+}
+
+impl EventTail {
+    /// A tail of the log at `path`, from its start.
+    pub fn new(path: &Path) -> EventTail {
+        EventTail {
+            path: path.to_path_buf(),
+            offset: 0,
+            partial: Vec::new(),
+        }
+    }
+
+    /// The complete lines appended since the last call (without their LF, lossily decoded).
+    pub fn read(&mut self) -> Result<Vec<String>> {
+        let mut f = match open_file(&self.path) {
+            Ok((f, _)) => f,
+            Err(e) if is_not_found(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let path = &self.path;
+        f.seek(SeekFrom::Start(self.offset))
+            .map_err(|e| Error::io("read", path, e))?;
+        let mut buf = Vec::new();
+        let n = f
+            .take(4 * MAX_LINE_BYTES as u64)
+            .read_to_end(&mut buf)
+            .map_err(|e| Error::io("read", path, e))?;
+        self.offset += n as u64;
+        self.partial.extend_from_slice(&buf);
+        let mut lines = Vec::new();
+        while let Some(i) = self.partial.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=i).collect();
+            lines.push(String::from_utf8_lossy(&line[..line.len() - 1]).into_owned());
+        }
+        if self.partial.len() > MAX_LINE_BYTES {
+            return Err(Error::StoreFile {
+                path: path.clone(),
+                reason: format!("has a line longer than the limit of {MAX_LINE_BYTES} bytes"),
+            });
+        }
+        Ok(lines)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs::OpenOptions;
+
+    #[test]
+    fn a_line_over_the_limit_is_refused_by_every_reader_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let mut text = b"{\"seq\":0}\n".to_vec();
+        text.resize(text.len() + MAX_LINE_BYTES + 1, b'x');
+        std::fs::write(&path, &text).unwrap();
+        let expect = format!(
+            "cannot read {}: it has a line longer than the limit of {MAX_LINE_BYTES} bytes",
+            path.display()
+        );
+        let e = EventLog::open(&path, "r").unwrap_err().to_string();
+        assert!(e.starts_with(&expect), "{e}");
+        let e = read_events(&path).unwrap_err().to_string();
+        assert!(e.starts_with(&expect), "{e}");
+        let mut tail = EventTail::new(&path);
+        let e = tail.read().unwrap_err().to_string();
+        assert!(e.starts_with(&expect), "{e}");
+        // a link is never followed, a missing log has no events
+        let link = dir.path().join("link.jsonl");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        assert!(event_lines(&link).is_err());
+        assert!(EventTail::new(&link).read().is_err());
+        assert!(EventLog::open(&link, "r").is_err());
+        assert!(read_events(&dir.path().join("absent")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_tail_returns_complete_lines_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        std::fs::write(&path, "a\nb").unwrap();
+        let mut tail = EventTail::new(&path);
+        assert_eq!(tail.read().unwrap(), ["a"]);
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"c\nd\n").unwrap();
+        assert_eq!(tail.read().unwrap(), ["bc", "d"]);
+        assert!(tail.read().unwrap().is_empty());
+    }
 }

@@ -3,13 +3,17 @@
 //! when its tag matches, so a record rewritten by anything that does not hold the key (a sandboxed process, a
 //! repository) is refused instead of deciding where the next steps run.
 //!
-//! The tag is the `integrity` field of `run.json` itself (`hmac-sha256:<64 hex>`), so a document and its tag
-//! are written in the same atomic rename. It is computed over the compact JSON of the parsed document without
-//! that field, with keys sorted, which is deterministic for a given file text whatever the key order.
-use std::fs::{self, OpenOptions};
-use std::io::{ErrorKind, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+//! The tag is the `integrity` field of `run.json` itself (`hmac-sha256-v2:<64 hex>`), so a document and its
+//! tag are written in the same atomic rename. It is computed over the run id and the run directory the record
+//! belongs to ([`RecordBinding`]), then the compact JSON of the parsed document without that field, with keys
+//! sorted (deterministic for a given file text whatever the key order). A signed record copied into another
+//! run's directory, or into another store, therefore fails its check there: `resume Y` never acts on X's
+//! record. A tag of the earlier scheme (`hmac-sha256:`, not bound to its run) counts as no tag.
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
+use iterion_boundary::fs::{Dir, open_file};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -20,7 +24,20 @@ use crate::error::{Error, Result};
 pub const KEY_FILE: &str = "run-record.key";
 /// Field of `run.json` holding the tag.
 pub const FIELD: &str = "integrity";
-const SCHEME: &str = "hmac-sha256:";
+const SCHEME: &str = "hmac-sha256-v2:";
+/// The earlier scheme, whose tag covered the document only.
+const LEGACY_SCHEME: &str = "hmac-sha256:";
+/// Domain separation of the MAC input.
+const CONTEXT: &[u8] = b"iterion run record v2\0";
+
+/// The run a record is signed for: its id (the name of its directory) and its directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordBinding<'a> {
+    /// The run id.
+    pub run_id: &'a str,
+    /// The run directory (`<store>/runs/<id>`), as the store names it.
+    pub dir: &'a Path,
+}
 
 /// The host secret that signs run records.
 #[derive(Clone, PartialEq, Eq)]
@@ -37,7 +54,8 @@ impl std::fmt::Debug for RecordKey {
 pub enum Integrity {
     /// The tag matches the document.
     Valid,
-    /// The document has no tag (written by a version without tags, or by a caller without a key).
+    /// The document has no tag (written by a version without tags, or by a caller without a key), or a tag of
+    /// the earlier scheme that does not bind it to its run.
     Unsigned,
     /// The tag is malformed or does not match the document.
     Mismatch,
@@ -62,39 +80,37 @@ impl RecordKey {
             Err(Error::Io { source, .. }) if source.kind() == ErrorKind::NotFound => {}
             other => return other,
         }
-        super::files::create_private_dir(data_dir)?;
         let bytes: [u8; 32] = rand::random();
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-        {
-            Ok(mut f) => {
+        match Dir::create_private(data_dir)?.create_new(KEY_FILE)? {
+            Some(mut f) => {
                 f.write_all(hex::encode(bytes).as_bytes())
                     .and_then(|()| f.sync_all())
                     .map_err(|e| Error::io("write", &path, e))?;
                 Ok(RecordKey(bytes))
             }
             // another process created it first: use theirs
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => Self::load(&path),
-            Err(e) => Err(Error::io("create", &path, e)),
+            None => Self::load(&path),
         }
     }
 
     fn load(path: &Path) -> Result<RecordKey> {
-        let md = fs::symlink_metadata(path).map_err(|e| Error::io("read", path, e))?;
         let bad = |reason: &str| Error::RecordKey {
             path: path.to_path_buf(),
             reason: reason.to_owned(),
         };
-        if !md.file_type().is_file() {
-            return Err(bad("not a regular file"));
-        }
+        let file = match open_file(path) {
+            Ok((f, _)) => f,
+            Err(iterion_boundary::Error::StoreFile { .. }) => return Err(bad("not a regular file")),
+            Err(e) => return Err(e.into()),
+        };
+        let md = file.metadata().map_err(|e| Error::io("read", path, e))?;
         if md.permissions().mode() & 0o077 != 0 {
             return Err(bad("readable by other users (expected mode 0600)"));
         }
-        let text = fs::read_to_string(path).map_err(|e| Error::io("read", path, e))?;
+        let mut text = String::new();
+        file.take(4096)
+            .read_to_string(&mut text)
+            .map_err(|e| Error::io("read", path, e))?;
         let mut out = [0u8; 32];
         hex::decode_to_slice(text.trim(), &mut out).map_err(|_| bad("not 64 hexadecimal characters"))?;
         Ok(RecordKey(out))
@@ -105,24 +121,30 @@ impl RecordKey {
         hmac_sha256(&self.0, msg)
     }
 
-    /// The tag of a document value (its top-level `integrity` field ignored).
-    fn tag_of(&self, doc: &Value) -> Result<String> {
-        let mut canon = Vec::new();
-        canonical(doc, true, &mut canon)?;
-        Ok(format!("{SCHEME}{}", hex::encode(self.mac(&canon))))
+    /// The tag of a document value (its top-level `integrity` field ignored) for the run `binding` names:
+    /// the MAC of the context, the run id, the directory (each length-prefixed) and the canonical document.
+    fn tag_of(&self, doc: &Value, binding: RecordBinding<'_>) -> Result<String> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut msg = CONTEXT.to_vec();
+        for part in [binding.run_id.as_bytes(), binding.dir.as_os_str().as_bytes()] {
+            msg.extend_from_slice(&(part.len() as u64).to_be_bytes());
+            msg.extend_from_slice(part);
+        }
+        canonical(doc, true, &mut msg)?;
+        Ok(format!("{SCHEME}{}", hex::encode(self.mac(&msg))))
     }
 
-    /// The tag to store for the pretty text `unsigned` (a document without the field).
-    pub(crate) fn sign_text(&self, unsigned: &str) -> Result<String> {
+    /// The tag to store for the pretty text `unsigned` (a document without the field) of the run `binding`.
+    pub(crate) fn sign_text(&self, unsigned: &str, binding: RecordBinding<'_>) -> Result<String> {
         let v: Value = serde_json::from_str(unsigned).map_err(|source| Error::Encode {
             what: "run document",
             source,
         })?;
-        self.tag_of(&v)
+        self.tag_of(&v, binding)
     }
 
-    /// Checks the `integrity` field of the `run.json` bytes.
-    pub fn check(&self, bytes: &[u8]) -> Integrity {
+    /// Checks the `integrity` field of the `run.json` bytes as the record of the run `binding` names.
+    pub fn check(&self, bytes: &[u8], binding: RecordBinding<'_>) -> Integrity {
         let Ok(v) = serde_json::from_slice::<Value>(bytes) else {
             return Integrity::Mismatch;
         };
@@ -132,7 +154,10 @@ impl RecordKey {
         let Some(tag) = tag.as_str() else {
             return Integrity::Mismatch;
         };
-        match self.tag_of(&v) {
+        if !tag.starts_with(SCHEME) && tag.starts_with(LEGACY_SCHEME) {
+            return Integrity::Unsigned;
+        }
+        match self.tag_of(&v, binding) {
             Ok(expect) if constant_time_eq(expect.as_bytes(), tag.as_bytes()) => Integrity::Valid,
             _ => Integrity::Mismatch,
         }
@@ -200,6 +225,7 @@ fn hmac_sha256(key: &[u8], msg: &[u8]) -> [u8; 32] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn hmac_matches_rfc_4231_case_2() {
@@ -210,31 +236,69 @@ mod tests {
         );
     }
 
+    fn r() -> RecordBinding<'static> {
+        RecordBinding {
+            run_id: "r",
+            dir: Path::new("/s/runs/r"),
+        }
+    }
+
     #[test]
     fn a_changed_document_or_tag_is_a_mismatch_and_a_missing_tag_is_unsigned() {
         let key = RecordKey::from_bytes([7; 32]);
         let unsigned = "{\n  \"id\": \"r\",\n  \"sandbox\": {\"cli_mode\": null}\n}\n";
-        let tag = key.sign_text(unsigned).expect("sign");
+        let tag = key.sign_text(unsigned, r()).expect("sign");
+        assert!(tag.starts_with("hmac-sha256-v2:"), "{tag}");
         let signed = unsigned.replacen("{\n", &format!("{{\n  \"integrity\": \"{tag}\",\n"), 1);
-        assert_eq!(key.check(signed.as_bytes()), Integrity::Valid);
+        assert_eq!(key.check(signed.as_bytes(), r()), Integrity::Valid);
         // Re-indenting keeps the tag valid: it covers the parsed document, not its layout.
         let compact =
             serde_json::to_string(&serde_json::from_str::<Value>(&signed).expect("json")).expect("enc");
-        assert_eq!(key.check(compact.as_bytes()), Integrity::Valid);
+        assert_eq!(key.check(compact.as_bytes(), r()), Integrity::Valid);
         // Reordering keys keeps it valid too.
         let reordered =
             format!("{{\"sandbox\": {{\"cli_mode\": null}}, \"integrity\": \"{tag}\", \"id\": \"r\"}}");
-        assert_eq!(key.check(reordered.as_bytes()), Integrity::Valid);
+        assert_eq!(key.check(reordered.as_bytes(), r()), Integrity::Valid);
         let tampered = signed.replace("null", "\"none\"");
-        assert_eq!(key.check(tampered.as_bytes()), Integrity::Mismatch);
+        assert_eq!(key.check(tampered.as_bytes(), r()), Integrity::Mismatch);
         assert_eq!(
-            RecordKey::from_bytes([8; 32]).check(signed.as_bytes()),
+            RecordKey::from_bytes([8; 32]).check(signed.as_bytes(), r()),
             Integrity::Mismatch
         );
-        assert_eq!(key.check(unsigned.as_bytes()), Integrity::Unsigned);
-        assert_eq!(key.check(b"not json"), Integrity::Mismatch);
+        assert_eq!(key.check(unsigned.as_bytes(), r()), Integrity::Unsigned);
+        assert_eq!(key.check(b"not json", r()), Integrity::Mismatch);
         let wrong_type = signed.replace(&format!("\"{tag}\""), "42");
-        assert_eq!(key.check(wrong_type.as_bytes()), Integrity::Mismatch);
+        assert_eq!(key.check(wrong_type.as_bytes(), r()), Integrity::Mismatch);
+    }
+
+    #[test]
+    fn a_tag_is_valid_only_for_the_run_id_and_directory_it_was_signed_for() {
+        let key = RecordKey::from_bytes([7; 32]);
+        let unsigned = "{\"id\": \"x\"}";
+        let x = RecordBinding {
+            run_id: "x",
+            dir: Path::new("/s/runs/x"),
+        };
+        let tag = key.sign_text(unsigned, x).expect("sign");
+        let signed = format!("{{\"id\": \"x\", \"integrity\": \"{tag}\"}}");
+        assert_eq!(key.check(signed.as_bytes(), x), Integrity::Valid);
+        let check = |run_id, dir| {
+            key.check(
+                signed.as_bytes(),
+                RecordBinding {
+                    run_id,
+                    dir: Path::new(dir),
+                },
+            )
+        };
+        // copied into run y of the same store, into another store, or with the id moved into the path
+        assert_eq!(check("y", "/s/runs/y"), Integrity::Mismatch);
+        assert_eq!(check("y", "/s/runs/x"), Integrity::Mismatch);
+        assert_eq!(check("x", "/t/runs/x"), Integrity::Mismatch);
+        assert_eq!(check("", "x/s/runs/x"), Integrity::Mismatch);
+        // a tag of the earlier, unbound scheme is no tag: refused unless the operator forces the resume
+        let legacy = signed.replace("hmac-sha256-v2:", "hmac-sha256:");
+        assert_eq!(key.check(legacy.as_bytes(), x), Integrity::Unsigned);
     }
 
     #[test]

@@ -1,11 +1,9 @@
 //! Where run stores live (section 1.1).
+//!
+//! The store location never comes from the repository: a `.iterion` directory, a store marker or a `runs`
+//! symlink a repository (or an earlier node) ships decides nothing. The store is the operator's `--store-dir`
+//! or `<data dir>/projects/<key>`.
 use std::path::{Path, PathBuf};
-
-/// Name of the sentinel file that marks a `.iterion` directory as a managed store.
-pub const STORE_SENTINEL: &str = ".iterion-store";
-
-/// Name of the per-project store directory next to a workflow file.
-pub const LOCAL_STORE_DIR: &str = ".iterion";
 
 pub use iterion_host::{absolutize, data_dir};
 
@@ -23,11 +21,6 @@ pub fn project_key(dir: &str) -> String {
     }
 }
 
-/// `true` when `dir` is a managed store: it contains `runs/` or the sentinel file `.iterion-store`.
-pub fn is_managed_store(dir: &Path) -> bool {
-    dir.join("runs").is_dir() || dir.join(STORE_SENTINEL).is_file()
-}
-
 /// Inputs of the store dir decision of section 1.1.
 #[derive(Debug, Clone, Copy)]
 pub struct StoreDirRequest<'a> {
@@ -42,17 +35,13 @@ pub struct StoreDirRequest<'a> {
     pub data_dir: &'a Path,
 }
 
-/// The store dir, first match wins: `--store-dir` (made absolute); `<project dir>/.iterion` when it is a
-/// managed store; `<data dir>/projects/<key>`. Reads the file system only to test for a managed store.
+/// The store dir: `--store-dir` (made absolute), else `<data dir>/projects/<key>`. Pure: nothing the project
+/// directory holds is read, so a repository cannot choose where its runs are recorded.
 pub fn store_dir(req: StoreDirRequest<'_>) -> PathBuf {
     if let Some(s) = req.store_dir {
         return absolutize(s, req.cwd);
     }
     let project = absolutize(req.project_dir, req.cwd);
-    let local = project.join(LOCAL_STORE_DIR);
-    if is_managed_store(&local) {
-        return local;
-    }
     req.data_dir
         .join("projects")
         .join(project_key(&project.to_string_lossy()))

@@ -1,8 +1,8 @@
 //! The per-run advisory lock `.lock` and the identity of the owning process.
-use std::fs::{File, OpenOptions, TryLockError};
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+
+use iterion_boundary::fs::{Dir, File, is_not_found, open_file};
 
 use super::document::Owner;
 use crate::error::{Error, Result};
@@ -20,22 +20,22 @@ impl RunLock {
     /// itself is the advisory lock). A lock held by another process (or another open of the same file) →
     /// [`Error::Locked`].
     pub fn try_acquire(path: &Path, run_id: &str, owner: &Owner) -> Result<RunLock> {
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(path)
-            .map_err(|e| Error::io("open", path, e))?;
+        let (dir, name) = Dir::parent_of(path)?;
+        RunLock::try_acquire_in(&dir, &name, run_id, owner)
+    }
+
+    /// [`RunLock::try_acquire`] of the file `name` of the run directory `dir` (a handle; never through a link).
+    pub fn try_acquire_in(dir: &Dir, name: &str, run_id: &str, owner: &Owner) -> Result<RunLock> {
+        let path = &dir.path().join(name);
+        let mut file = dir.open_rw(name)?;
         match file.try_lock() {
             Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
+            Err(iterion_boundary::fs::TryLockError::WouldBlock) => {
                 return Err(Error::Locked {
                     run_id: run_id.to_owned(),
                 });
             }
-            Err(TryLockError::Error(e)) => return Err(Error::io("lock", path, e)),
+            Err(iterion_boundary::fs::TryLockError::Error(e)) => return Err(Error::io("lock", path, e)),
         }
         let info = serde_json::to_vec(owner).map_err(|source| Error::Encode {
             what: "lock owner",
@@ -53,15 +53,15 @@ impl RunLock {
 
     /// `true` when the lock at `path` is currently held by someone (probes by taking and releasing it).
     pub fn is_held(path: &Path) -> Result<bool> {
-        let file = match File::open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => return Err(Error::io("open", path, e)),
+        let file = match open_file(path) {
+            Ok((f, _)) => f,
+            Err(e) if is_not_found(&e) => return Ok(false),
+            Err(e) => return Err(e.into()),
         };
         match file.try_lock_shared() {
             Ok(()) => Ok(false),
-            Err(TryLockError::WouldBlock) => Ok(true),
-            Err(TryLockError::Error(e)) => Err(Error::io("lock", path, e)),
+            Err(iterion_boundary::fs::TryLockError::WouldBlock) => Ok(true),
+            Err(iterion_boundary::fs::TryLockError::Error(e)) => Err(Error::io("lock", path, e)),
         }
     }
 

@@ -41,28 +41,25 @@ mod transition;
 mod words;
 
 pub use document::{
-    AttachmentRecord, Checkpoint, ContainerRecord, EnvLayers, FORMAT_VERSION, LaunchInputs, NetworkRecord,
-    NewRun, NodePlacementRecord, OperatorEnvEntry, Owner, RunDocument, SandboxRecord, SandboxRequested,
-    SkippedScope, launch_env,
+    AttachmentRecord, Checkpoint, ContainerRecord, EnvLayers, FORMAT_VERSION, LaunchInputs, MAX_RUN_JSON,
+    NetworkRecord, NewRun, NodePlacementRecord, OperatorEnvEntry, Owner, RunDocument, SandboxRecord,
+    SandboxRequested, SkippedScope, launch_env, read_run_json,
 };
-pub use event_log::{Appended, EventLog, read_events};
+pub use event_log::{Appended, EventLines, EventLog, EventTail, event_lines, read_events};
 pub(crate) use files::create_private_dir;
 pub use files::write_atomic;
 pub use ids::{RunId, friendly_name, sha256_hex, validate_component};
-pub use integrity::{Integrity, KEY_FILE, RecordKey};
-pub use location::{
-    LOCAL_STORE_DIR, STORE_SENTINEL, StoreDirRequest, absolutize, data_dir, is_managed_store, project_key,
-    store_dir, workflow_project_dir,
-};
+pub use integrity::{Integrity, KEY_FILE, RecordBinding, RecordKey};
+pub use location::{StoreDirRequest, absolutize, data_dir, project_key, store_dir, workflow_project_dir};
 pub use lock::{RunLock, host_name, process_start_time};
 pub use run::{ArtifactRecord, OpenRun};
 pub use run_log::{LogClock, LogLevel, RunLog, format_log_line};
 pub use transition::Transition;
 
-use std::fs::{self, DirBuilder, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+
+use iterion_boundary::fs::{Dir, entry_exists, is_not_found};
 
 use crate::error::{Error, Result};
 use crate::events::EventRecord;
@@ -106,9 +103,11 @@ impl Store {
     /// [`Error::RunRecordTampered`] otherwise.
     pub fn check_record(&self, run_id: &str, accept_unsigned: bool) -> Result<()> {
         let Some(key) = &self.key else { return Ok(()) };
-        let path = self.existing_run_dir(run_id)?.join(names::RUN_JSON);
-        let bytes = fs::read(&path).map_err(|e| Error::io("read", &path, e))?;
-        let unsigned = match key.check(&bytes) {
+        let dir = self.existing_run_dir(run_id)?;
+        let path = dir.join(names::RUN_JSON);
+        let bytes = read_run_json(&path)?;
+        let binding = RecordBinding { run_id, dir: &dir };
+        let unsigned = match key.check(&bytes, binding) {
             Integrity::Valid => return Ok(()),
             Integrity::Unsigned if accept_unsigned => return Ok(()),
             Integrity::Unsigned => true,
@@ -131,17 +130,11 @@ impl Store {
     /// containing `**` (mode 0600).
     pub fn create(root: impl Into<PathBuf>) -> Result<Store> {
         let store = Store::at(root);
-        create_private_dir(&store.runs_dir())?;
-        let gi = store.root.join(".gitignore");
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&gi)
-        {
-            Ok(mut f) => f.write_all(b"**\n").map_err(|e| Error::io("write", &gi, e))?,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(Error::io("create", &gi, e)),
+        let root = Dir::create_private(&store.root)?;
+        root.create_dir("runs")?;
+        if let Some(mut f) = root.create_new(".gitignore")? {
+            let gi = store.root.join(".gitignore");
+            f.write_all(b"**\n").map_err(|e| Error::io("write", &gi, e))?;
         }
         Ok(store)
     }
@@ -172,18 +165,14 @@ impl Store {
     /// Creates `runs/<id>/`, takes its lock, opens `run.log` and `events.jsonl` and writes `run.json` (status
     /// `running`). An existing run dir → [`Error::RunExists`].
     pub fn create_run(&self, id: &RunId, new: NewRun) -> Result<OpenRun> {
-        let dir = self.run_dir(id.as_str())?;
-        create_private_dir(&self.runs_dir())?;
-        match DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(Error::RunExists {
-                    run_id: id.to_string(),
-                    store: self.root.clone(),
-                });
-            }
-            Err(e) => return Err(Error::io("create", &dir, e)),
-        }
+        let name = validate_component("run id", id.as_str())?;
+        let runs = Dir::create_private(&self.root)?.create_dir("runs")?;
+        let Some(dir) = runs.create_new_dir(name)? else {
+            return Err(Error::RunExists {
+                run_id: id.to_string(),
+                store: self.root.clone(),
+            });
+        };
         let owner = new.owner.clone();
         let document = RunDocument::new(NewRun {
             id: id.to_string(),
@@ -202,13 +191,16 @@ impl Store {
     /// Opens an existing run for writing (resume, crash recovery): takes its lock, reads `run.json` and opens
     /// the logs for appending. Unknown run → [`Error::RunNotFound`]; held lock → [`Error::Locked`].
     pub fn open_run(&self, run_id: &str, owner: &Owner) -> Result<OpenRun> {
-        let dir = self.existing_run_dir(run_id)?;
+        self.existing_run_dir(run_id)?;
+        let dir = Dir::open_root(&self.root)?.open_dir("runs")?.open_dir(run_id)?;
         OpenRun::open_existing(dir, run_id, owner, self.clock.clone(), self.key.clone())
     }
 
     fn existing_run_dir(&self, run_id: &str) -> Result<PathBuf> {
         let dir = self.run_dir(run_id)?;
-        if dir.join(names::RUN_JSON).is_file() {
+        // Present as any kind of entry: a `run.json` that is not a regular file is refused by its reader,
+        // naming it, rather than reported as an unknown run.
+        if entry_exists(&dir.join(names::RUN_JSON)) {
             Ok(dir)
         } else {
             Err(Error::RunNotFound {
@@ -223,9 +215,19 @@ impl Store {
         RunDocument::load(&self.existing_run_dir(run_id)?.join(names::RUN_JSON))
     }
 
-    /// Reads a run's events (blank and undecodable lines skipped).
+    /// Reads a run's events (blank and undecodable lines skipped; a line over the limit is an error).
     pub fn read_events(&self, run_id: &str) -> Result<Vec<EventRecord>> {
         read_events(&self.existing_run_dir(run_id)?.join(names::EVENTS))
+    }
+
+    /// A run's stored `run.json` bytes ([`read_run_json`]).
+    pub fn read_run_bytes(&self, run_id: &str) -> Result<Vec<u8>> {
+        read_run_json(&self.existing_run_dir(run_id)?.join(names::RUN_JSON))
+    }
+
+    /// The stored event lines of a run, one at a time ([`event_lines`]).
+    pub fn event_lines(&self, run_id: &str) -> Result<EventLines> {
+        event_lines(&self.existing_run_dir(run_id)?.join(names::EVENTS))
     }
 
     /// The id of the run `query` names: a run id, a run's friendly name, or a prefix of exactly one run's id
@@ -236,7 +238,7 @@ impl Store {
         if !q.is_empty()
             && !q.starts_with('.')
             && !q.contains(['/', '\\'])
-            && self.runs_dir().join(q).join(names::RUN_JSON).is_file()
+            && entry_exists(&self.runs_dir().join(q).join(names::RUN_JSON))
         {
             return Ok(q.to_owned());
         }
@@ -271,21 +273,24 @@ impl Store {
 
     /// Every run directory of the store with its decoded document, sorted by creation time then id. A store
     /// without `runs/` has no runs.
+    /// A run directory that is a link, or not a directory, is not a run; a `run.json` is read through its
+    /// directory's handle, bounded ([`read_run_json`]).
     pub fn list_runs(&self) -> Result<Vec<RunEntry>> {
-        let runs = self.runs_dir();
-        let rd = match fs::read_dir(&runs) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(Error::io("list", &runs, e)),
+        let runs = match Dir::open_root(&self.runs_dir()) {
+            Ok(d) => d,
+            Err(e) if is_not_found(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
         };
+        let mut names = runs.entries()?;
+        names.sort();
         let mut out = Vec::new();
-        for entry in rd {
-            let entry = entry.map_err(|e| Error::io("list", &runs, e))?;
-            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
-            let id = entry.file_name().to_string_lossy().into_owned();
-            let document = RunDocument::load(&entry.path().join(names::RUN_JSON));
+        for id in names {
+            let Ok(dir) = runs.open_dir(&id) else { continue };
+            let path = dir.path().join(names::RUN_JSON);
+            let document = dir
+                .read(names::RUN_JSON, MAX_RUN_JSON)
+                .map_err(Error::from)
+                .and_then(|b| RunDocument::decode(&b, &path));
             out.push(RunEntry { id, document });
         }
         out.sort_by(|a, b| {

@@ -1,15 +1,15 @@
 //! A run opened for writing: lock held, document, event log, human log, artifacts.
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::document::{Checkpoint, Owner, RunDocument};
+use iterion_boundary::fs::{Dir, temp_prefix};
+
+use super::document::{Checkpoint, MAX_RUN_JSON, Owner, RunDocument};
 use super::event_log::EventLog;
-use super::files::{create_private_dir, temp_prefix, write_atomic};
 use super::ids::validate_component;
-use super::integrity::{Integrity, RecordKey};
+use super::integrity::{Integrity, RecordBinding, RecordKey};
 use super::lock::RunLock;
 use super::names;
 use super::run_log::{LogClock, RunLog};
@@ -32,9 +32,12 @@ pub struct ArtifactRecord {
     pub written_at: String,
 }
 
-/// A run owned by this process: its `.lock` is held until the value is dropped.
+/// A run owned by this process: its `.lock` is held until the value is dropped. Every file of the run is
+/// reached through `handle`, the run directory opened once: a node that renames the run directory or a parent
+/// and plants a link in its place does not redirect a later write.
 #[derive(Debug)]
 pub struct OpenRun {
+    handle: Dir,
     dir: PathBuf,
     id: String,
     document: RunDocument,
@@ -49,18 +52,24 @@ pub struct OpenRun {
 
 impl OpenRun {
     pub(crate) fn open_new(
-        dir: PathBuf,
+        handle: Dir,
         id: &str,
         owner: &Owner,
         document: RunDocument,
         clock: LogClock,
         key: Option<RecordKey>,
     ) -> Result<OpenRun> {
-        let lock = RunLock::try_acquire(&dir.join(names::LOCK), id, owner)?;
-        let log = Arc::new(RunLog::open(&dir.join(names::RUN_LOG), clock)?);
-        let events = Arc::new(EventLog::open(&dir.join(names::EVENTS), id)?);
-        document.save_signed(&dir.join(names::RUN_JSON), key.as_ref())?;
+        let dir = handle.path().to_path_buf();
+        let lock = RunLock::try_acquire_in(&handle, names::LOCK, id, owner)?;
+        let log = Arc::new(RunLog::open_in(&handle, names::RUN_LOG, clock)?);
+        let events = Arc::new(EventLog::open_in(&handle, names::EVENTS, id)?);
+        let binding = RecordBinding {
+            run_id: id,
+            dir: &dir,
+        };
+        document.save_in(&handle, key.as_ref().map(|k| (k, binding)))?;
         Ok(OpenRun {
+            handle,
             dir,
             id: id.to_owned(),
             document,
@@ -75,16 +84,21 @@ impl OpenRun {
     /// Opens a run for writing. With a key, a record whose tag does not match is refused
     /// ([`Error::RunRecordTampered`]) before anything is written, so no later write can launder it.
     pub(crate) fn open_existing(
-        dir: PathBuf,
+        handle: Dir,
         id: &str,
         owner: &Owner,
         clock: LogClock,
         key: Option<RecordKey>,
     ) -> Result<OpenRun> {
-        let lock = RunLock::try_acquire(&dir.join(names::LOCK), id, owner)?;
+        let dir = handle.path().to_path_buf();
+        let lock = RunLock::try_acquire_in(&handle, names::LOCK, id, owner)?;
         let run_json = dir.join(names::RUN_JSON);
-        let bytes = fs::read(&run_json).map_err(|e| Error::io("read", &run_json, e))?;
-        let sign = match key.as_ref().map(|k| k.check(&bytes)) {
+        let bytes = handle.read(names::RUN_JSON, MAX_RUN_JSON)?;
+        let binding = RecordBinding {
+            run_id: id,
+            dir: &dir,
+        };
+        let sign = match key.as_ref().map(|k| k.check(&bytes, binding)) {
             None | Some(Integrity::Unsigned) => false,
             Some(Integrity::Valid) => true,
             Some(Integrity::Mismatch) => {
@@ -95,14 +109,12 @@ impl OpenRun {
                 });
             }
         };
-        let document: RunDocument = serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
-            path: run_json.clone(),
-            source,
-        })?;
-        remove_stale_temp_files(&run_json);
-        let log = Arc::new(RunLog::open(&dir.join(names::RUN_LOG), clock)?);
-        let events = Arc::new(EventLog::open(&dir.join(names::EVENTS), id)?);
+        let document = RunDocument::decode(&bytes, &run_json)?;
+        remove_stale_temp_files(&handle);
+        let log = Arc::new(RunLog::open_in(&handle, names::RUN_LOG, clock)?);
+        let events = Arc::new(EventLog::open_in(&handle, names::EVENTS, id)?);
         Ok(OpenRun {
+            handle,
             dir,
             id: id.to_owned(),
             document,
@@ -176,8 +188,12 @@ impl OpenRun {
     }
 
     fn commit(&mut self, next: RunDocument) -> Result<()> {
+        let binding = RecordBinding {
+            run_id: &self.id,
+            dir: &self.dir,
+        };
         let key = if self.sign { self.key.as_ref() } else { None };
-        next.save_signed(&self.dir.join(names::RUN_JSON), key)?;
+        next.save_in(&self.handle, key.map(|k| (k, binding)))?;
         self.document = next;
         Ok(())
     }
@@ -185,12 +201,9 @@ impl OpenRun {
     /// Writes `artifacts/<node_id>/<version>.json` atomically (pretty-printed) and returns its path. An unsafe
     /// node id writes nothing ([`Error::UnsafePathComponent`]).
     pub fn write_artifact(&self, node_id: &str, version: u64, data: Value) -> Result<PathBuf> {
-        let node_dir = self
-            .dir
-            .join(names::ARTIFACTS)
-            .join(validate_component("node id", node_id)?);
-        create_private_dir(&node_dir)?;
-        let path = node_dir.join(format!("{version}.json"));
+        let node = validate_component("node id", node_id)?;
+        let node_dir = self.handle.create_dir(names::ARTIFACTS)?.create_dir(node)?;
+        let name = format!("{version}.json");
         let record = ArtifactRecord {
             run_id: self.id.clone(),
             node_id: node_id.to_owned(),
@@ -198,82 +211,70 @@ impl OpenRun {
             data,
             written_at: now_timestamp(),
         };
-        write_atomic(&path, pretty(&record, "artifact")?.as_bytes())?;
-        Ok(path)
+        node_dir.write_atomic(&name, pretty(&record, "artifact")?.as_bytes())?;
+        Ok(node_dir.path().join(name))
     }
 
-    /// Reads `artifacts/<node_id>/<version>.json`.
+    /// Reads `artifacts/<node_id>/<version>.json` (never through a link, at most the size of a `run.json`).
     pub fn read_artifact(&self, node_id: &str, version: u64) -> Result<ArtifactRecord> {
-        let path = self
-            .dir
-            .join(names::ARTIFACTS)
-            .join(validate_component("node id", node_id)?)
-            .join(format!("{version}.json"));
-        let bytes = fs::read(&path).map_err(|e| Error::io("read", &path, e))?;
+        let node = validate_component("node id", node_id)?;
+        let node_dir = self.handle.open_dir(names::ARTIFACTS)?.open_dir(node)?;
+        let name = format!("{version}.json");
+        let bytes = node_dir.read(&name, MAX_RUN_JSON)?;
+        let path = node_dir.path().join(name);
         serde_json::from_slice(&bytes).map_err(|source| Error::Decode { path, source })
     }
 
     /// Writes `sessions/<node_id>.json` (the latest claw session snapshot of that node) atomically.
     pub fn write_session(&self, node_id: &str, snapshot: &Value) -> Result<PathBuf> {
-        let dir = self.dir.join(names::SESSIONS);
         let name = format!("{}.json", validate_component("node id", node_id)?);
-        create_private_dir(&dir)?;
-        let path = dir.join(name);
-        write_atomic(&path, pretty(snapshot, "session snapshot")?.as_bytes())?;
-        Ok(path)
+        self.write_record(names::SESSIONS, &name, pretty(snapshot, "session snapshot")?)
     }
 
     /// Writes `interactions/<id>.json` (mode 0600), the record of a human pause and, once answered, its answers.
     pub fn write_interaction(&self, id: &str, record: &Value) -> Result<PathBuf> {
-        let dir = self.dir.join(names::INTERACTIONS);
         let name = format!("{}.json", validate_component("interaction id", id)?);
-        create_private_dir(&dir)?;
-        let path = dir.join(name);
-        write_atomic(&path, pretty(record, "interaction record")?.as_bytes())?;
-        Ok(path)
+        self.write_record(names::INTERACTIONS, &name, pretty(record, "interaction record")?)
+    }
+
+    fn write_record(&self, sub: &str, name: &str, text: String) -> Result<PathBuf> {
+        let dir = self.handle.create_dir(sub)?;
+        dir.write_atomic(name, text.as_bytes())?;
+        Ok(dir.path().join(name))
     }
 
     /// Reads `interactions/<id>.json` (at most 4 MiB, never through a symlink); `None` when absent or unreadable.
     pub fn read_interaction(&self, id: &str) -> Option<Value> {
         let name = format!("{}.json", validate_component("interaction id", id).ok()?);
-        read_json(&self.dir.join(names::INTERACTIONS).join(name))
+        self.read_json(names::INTERACTIONS, &name)
     }
 
     /// Reads `sessions/<node id>.json`, the latest session snapshot of a claw node (at most 4 MiB, the envelope's
     /// line cap; never through a symlink); `None` when absent or unreadable.
     pub fn read_session(&self, node_id: &str) -> Option<Value> {
         let name = format!("{}.json", validate_component("node id", node_id).ok()?);
-        read_json(&self.dir.join(names::SESSIONS).join(name))
+        self.read_json(names::SESSIONS, &name)
+    }
+
+    /// A JSON file of a subdirectory of the run directory, at most 4 MiB, never through a symlink.
+    fn read_json(&self, sub: &str, name: &str) -> Option<Value> {
+        let bytes = self.handle.open_dir(sub).ok()?.read(name, 4 << 20).ok()?;
+        serde_json::from_slice(&bytes).ok()
     }
 
     /// `artifact_files/`, created (mode 0700) on first use; mounted at `/iterion/artifact-files`.
     pub fn artifact_files_dir(&self) -> Result<PathBuf> {
-        let dir = self.dir.join(names::ARTIFACT_FILES);
-        create_private_dir(&dir)?;
-        Ok(dir)
+        Ok(self
+            .handle
+            .create_dir(names::ARTIFACT_FILES)?
+            .path()
+            .to_path_buf())
     }
 
     /// `net/`, the directory of the relay placement's proxy socket (not created here).
     pub fn net_dir(&self) -> PathBuf {
         self.dir.join(names::NET)
     }
-}
-
-/// A JSON file of the run directory, at most 4 MiB, never through a symlink.
-fn read_json(path: &Path) -> Option<Value> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
-    if !f.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut buf = Vec::new();
-    f.take(4 << 20).read_to_end(&mut buf).ok()?;
-    serde_json::from_slice(&buf).ok()
 }
 
 fn pretty<T: Serialize>(value: &T, what: &'static str) -> Result<String> {
@@ -283,14 +284,11 @@ fn pretty<T: Serialize>(value: &T, what: &'static str) -> Result<String> {
 }
 
 /// Removes `.run.json.tmp-*` files left by a process that died before its rename (best effort).
-fn remove_stale_temp_files(run_json: &Path) {
-    let Some(dir) = run_json.parent() else { return };
-    let prefix = temp_prefix(run_json);
-    if let Ok(rd) = fs::read_dir(dir) {
-        for e in rd.flatten() {
-            if e.file_name().to_string_lossy().starts_with(&prefix) {
-                let _ = fs::remove_file(e.path());
-            }
+fn remove_stale_temp_files(dir: &Dir) {
+    let prefix = temp_prefix(names::RUN_JSON);
+    for name in dir.entries().unwrap_or_default() {
+        if name.starts_with(&prefix) {
+            let _ = dir.remove_file(&name);
         }
     }
 }

@@ -1,8 +1,8 @@
 //! The human log `run.log` (section 1.5): `HH:MM:SS LEVEL message`, local wall-clock time.
-use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+
+use iterion_boundary::fs::{Dir, File};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
@@ -94,14 +94,15 @@ pub struct RunLog {
 impl RunLog {
     /// Opens the log; times are rendered with `clock`.
     pub fn open(path: &Path, clock: LogClock) -> Result<RunLog> {
-        let file = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .open(path)
-            .map_err(|e| Error::io("open", path, e))?;
+        let (dir, name) = Dir::parent_of(path)?;
+        RunLog::open_in(&dir, &name, clock)
+    }
+
+    /// [`RunLog::open`] of the file `name` of the run directory `dir` (a handle; never through a link).
+    pub fn open_in(dir: &Dir, name: &str, clock: LogClock) -> Result<RunLog> {
+        let file = dir.open_append(name)?;
         Ok(RunLog {
-            path: path.to_path_buf(),
+            path: dir.path().join(name),
             file: Mutex::new(file),
             clock,
         })
