@@ -9,6 +9,7 @@
 mod attachments;
 mod bad_input;
 mod builds;
+mod claw_env;
 mod credentials;
 mod full_disk;
 mod git_paths;
