@@ -78,3 +78,59 @@ fn a_node_that_replaces_the_shell_leaves_nothing_running_for_the_next_node() {
         "the leftover still runs while the next node does:\n{ps}"
     );
 }
+
+/// A fake `claude` CLI for the fan-out test: `wide` holds its credential for five seconds, then uses it;
+/// `narrow` scans every process's environment for other credentials meanwhile and tries each on the listener.
+fn fake_agent(port: u16) -> String {
+    format!(
+        "#!/bin/sh\nif [ \"$1\" = \"--version\" ]; then echo \"fake-claude 1.0\"; exit 0; fi\ncat > /dev/null\nd=\"$(dirname \"$0\")/.fake\"\n{connect}own=$(echo \"$HTTP_PROXY\" | {TOKEN_OF})\ncase \"$ITERION_NODE_ID\" in\n  wide)\n    echo \"$own\" > \"$d/wide-token\"\n    sleep 5\n    connect \"$own\" wide > \"$d/wide\"\n    ;;\n  narrow)\n    echo \"$own\" > \"$d/narrow-token\"\n    : > \"$d/found\"\n    i=0\n    while [ \"$i\" -lt 24 ]; do\n      i=$((i+1))\n      for f in /proc/[0-9]*/environ; do tr '\\000' '\\n' < \"$f\" 2>/dev/null; done | grep -i '_proxy=' | {TOKEN_OF} | sort -u | while read -r tok; do\n        [ \"$tok\" = \"$own\" ] && continue\n        grep -q \"$tok\" \"$d/found\" && continue\n        echo \"$tok\" >> \"$d/found\"\n        connect \"$tok\" narrow >> \"$d/tried\"\n      done\n      sleep 0.25\n    done\n    ;;\nesac\necho '{{\"type\":\"result\",\"is_error\":false,\"result\":\"{{}}\"}}'\n",
+        connect = connect_fn(port),
+    )
+}
+
+/// Two fan-out branches, agents of one sandbox: `wide` under the run's policy (which allows the host
+/// listener), `narrow` with a policy that allows nothing it can reach. `narrow` must never get a credential
+/// of `wide`'s: the branches do not run side by side.
+#[test]
+fn a_fan_out_branch_never_reads_a_sibling_s_broader_credential() {
+    if !engine_ready("escapes::procs::fan_out") {
+        return;
+    }
+    let h = Hostile::new();
+    let t = Target::start();
+    let fake = h.write("fake-claude", &fake_agent(t.port));
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir_all(h.repo().join(".fake")).unwrap();
+    h.write(
+        "wf.bot",
+        "agent wide:\n  backend: \"claude_code\"\n  readonly: true\n\nagent narrow:\n  backend: \"claude_code\"\n  readonly: true\n  sandbox:\n    network:\n      inherit: replace\n      mode: allowlist\n      rules: [\"narrow.invalid\"]\n\nrouter fan:\n  mode: fan_out_all\n\ncompute m:\n  await: wait_all\n  expr:\n    ok: \"true\"\n\nworkflow w:\n  entry: fan\n  sandbox:\n    mode: auto\n    network:\n      mode: allowlist\n      rules: [\"127.0.0.1\"]\n  fan -> wide\n  fan -> narrow\n  wide -> m\n  narrow -> m\n  m -> done\n",
+    );
+    let out = h
+        .cmd(&["run", "wf.bot", "--json"])
+        .env("ITERION_CLAUDE_BIN", &fake)
+        .env("ANTHROPIC_API_KEY", "sk-test-key")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    // the control: wide reached the listener with its own credential; narrow had one of its own
+    assert!(
+        read(&h, ".fake/wide").contains(" 200 "),
+        "{:?}",
+        read(&h, ".fake/wide")
+    );
+    assert!(t.seen().contains(&"wide".to_owned()), "{:?}", t.seen());
+    assert_eq!(read(&h, ".fake/narrow-token").trim().len(), 64);
+    let wide_token = read(&h, ".fake/wide-token").trim().to_owned();
+    assert_eq!(wide_token.len(), 64);
+    let found = read(&h, ".fake/found");
+    assert!(
+        !found.contains(&wide_token),
+        "narrow read wide's credential: {found}"
+    );
+    assert!(
+        !t.seen().contains(&"narrow".to_owned()),
+        "narrow reached the listener: {:?}",
+        t.seen()
+    );
+}
