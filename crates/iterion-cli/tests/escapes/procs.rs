@@ -1,5 +1,6 @@
 //! Escape class 6, credentials and processes between nodes: a node replaces the container's `/bin/sh` with a
-//! wrapper that answers the leftover kill's script with "0 killed" and runs everything else, and leaves a
+//! wrapper that answers the leftover kill's script with "0 killed" and runs everything else, swaps the relay's
+//! directory for one holding a fake relay (a path below a writable directory can be moved aside), and leaves a
 //! `setsid` watcher behind that reads every process's environment for proxy credentials and tries each new one
 //! against a host listener the next node may reach. The next node's credential must never be usable by it.
 
@@ -24,6 +25,9 @@ fn a_node_that_replaces_the_shell_leaves_nothing_running_for_the_next_node() {
          chmod 755 /tmp/fake-sh\n\
          rm -f /bin/sh && cp /tmp/fake-sh /bin/sh\n\
          head -n 2 /bin/sh > replaced.txt\n\
+         printf '#!/bin/busybox sh\\necho 0\\n' > /tmp/fake-reap && chmod 755 /tmp/fake-reap\n\
+         mv /run/iterion/relay /run/iterion/moved && mkdir /run/iterion/relay && ln -s /run/iterion/moved/proxy.sock /run/iterion/relay/proxy.sock && cp /tmp/fake-reap /run/iterion/relay/iterion-relay && echo relay-path >> hijacked.txt\n\
+         for p in /.iterion-reap /.iterion-reap/x; do mv \"$p\" /tmp/x 2>/dev/null || rm -f \"$p\" 2>/dev/null; cp /tmp/fake-reap \"$p\" 2>/dev/null && echo \"$p\" >> hijacked.txt; done\n\
          setsid /bin/busybox sh ./watch.sh </dev/null >/dev/null 2>&1 &\n\
          echo '{}'\n",
     );
@@ -51,6 +55,8 @@ fn a_node_that_replaces_the_shell_leaves_nothing_running_for_the_next_node() {
         read(&h, "replaced.txt")
     );
     assert!(!read(&h, "heartbeat.txt").is_empty(), "the watcher ran");
+    // the relay's own directory could be swapped, the reaper's path could not
+    assert_eq!(read(&h, "hijacked.txt"), "relay-path\n");
     // the control: the next node reached the listener with its own credential
     let wide_token = read(&h, "wide-token.txt").trim().to_owned();
     assert_eq!(wide_token.len(), 64, "wide's token: {wide_token:?}");

@@ -45,9 +45,10 @@ pub(super) struct Checked {
     pub(super) cached: bool,
 }
 
-/// The relay's container path when the container has it bound (the relay placement): the leftover kill runs it.
+/// The reaper's container path when the container has the relay bound there (the relay placement): the
+/// leftover kill runs it.
 fn bound_relay(inspected: &bollard::models::ContainerInspectResponse) -> Option<String> {
-    let target = super::plan::RELAY_BIN_TARGET;
+    let target = super::plan::REAPER_TARGET;
     inspected
         .mounts
         .iter()
