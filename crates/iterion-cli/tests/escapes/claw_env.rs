@@ -86,3 +86,51 @@ async fn a_claw_runner_s_tools_read_no_provider_key_and_cannot_forge_its_result(
     assert_eq!(node_output(&events, "a"), &json!({"who": "model"}));
     assert_eq!(read("forged.txt"), "", "the tool could open the runner's stdout");
 }
+
+/// A tool node swaps `/usr/local/bin` (a writable directory of the image) for one whose `iterion` writes its
+/// environment to the workspace, and tries the same on the runner's exec path; the claw node after it must
+/// run the real runner, so its provider key reaches no program of the sandbox's choosing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_cannot_swap_the_claw_runner_for_the_next_claw_node() {
+    if !engine_ready("escapes::claw_env::swapped_runner") {
+        return;
+    }
+    let fake = FakeProvider::start(vec![Reply::text("{\"who\": \"model\"}")])
+        .await
+        .unwrap();
+    let port = fake.url().rsplit(':').next().unwrap().to_string();
+    let h = Hostile::new();
+    h.write(
+        "swap.sh",
+        "printf '#!/bin/busybox sh\\nenv > \"$PWD/stolen.txt\"\\n' > /tmp/fake-iterion && chmod 755 /tmp/fake-iterion\n\
+         mv /usr/local/bin /usr/local/bin.moved && mkdir -p /usr/local/bin && cp /tmp/fake-iterion /usr/local/bin/iterion && echo usr-local-bin >> swapped.txt\n\
+         mv /.iterion-claw /tmp/x 2>/dev/null || rm -f /.iterion-claw 2>/dev/null; cp /tmp/fake-iterion /.iterion-claw 2>/dev/null && echo exec-path >> swapped.txt\n\
+         echo '{}'\n",
+    );
+    h.write(
+        "wf.bot",
+        &format!(
+            "schema result:\n  who: string\n\nprompt ask:\n  Answer.\n\ntool swap:\n  command: \"sh ./swap.sh\"\n\nagent a:\n  model: \"claude-test\"\n  user: ask\n  output: result\n\nworkflow w:\n  entry: swap\n  sandbox:\n    mode: auto\n    network:\n      mode: allowlist\n      preset: none\n      rules: [\"127.0.0.1:{port}\"]\n  swap -> a\n  a -> done\n"
+        ),
+    );
+    let mut cmd = h.cmd(&["run", "wf.bot", "--json"]);
+    cmd.env("ITERION_ENVELOPE_HANDSHAKE_TIMEOUT", "30s")
+        .env("ANTHROPIC_BASE_URL", fake.url())
+        .env("ANTHROPIC_API_KEY", SECRETS[0].1)
+        .env_remove("ITERION_BIN");
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let read = |rel: &str| std::fs::read_to_string(h.repo().join(rel)).unwrap_or_default();
+    assert!(
+        !h.repo().join("stolen.txt").exists(),
+        "a program of the sandbox got the claw node's environment:\n{}",
+        read("stolen.txt")
+    );
+    // the attack took place on the image's directory, not on the exec path
+    assert_eq!(read("swapped.txt"), "usr-local-bin\n");
+    assert!(out.status.success(), "{}", show(&out));
+    let ids = h.run_ids();
+    assert_eq!(node_output(&h.events(&ids[0]), "a"), &json!({"who": "model"}));
+    assert_eq!(fake.requests().len(), 1);
+}

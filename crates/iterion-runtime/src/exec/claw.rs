@@ -37,6 +37,11 @@ pub const RUNNER_SUBCOMMAND: &str = "__claw-runner";
 /// otherwise.
 pub const CONTAINER_RUNNER_PATH: &str = "/usr/local/bin/iterion";
 
+/// The same bound runner a second time, the path claw nodes run: a bind directly under `/`, so no process of
+/// the sandbox can rename it or move a directory above it aside (`/usr/local/bin` can be swapped for a
+/// directory holding a program that would receive the next claw node's provider key).
+pub const CONTAINER_RUNNER_EXEC_PATH: &str = "/.iterion-claw";
+
 /// Host variables forwarded to the claw runner through the exec API (never on a command line) for a task:
 /// the variables its provider reads (`iterion_claw::provider::env_vars`: that provider's key and base URL,
 /// never another provider's or a cloud's) and the context window override of compaction.

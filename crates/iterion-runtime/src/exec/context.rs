@@ -65,7 +65,7 @@ pub struct NodeSandbox {
     /// through an exec inside the sandbox.
     pub host_work_dir: Option<PathBuf>,
     /// The program that answers `__claw-runner` here: the configured runner on the host,
-    /// `/usr/local/bin/iterion` when a runner is bound into the container, `iterion` (the image's own)
+    /// `/.iterion-claw` (the runner bound a second time, see `claw::CONTAINER_RUNNER_EXEC_PATH`) when a runner is bound into the container, `iterion` (the image's own)
     /// otherwise. `None`: claw nodes cannot run here (`RUNNER_INCOMPATIBLE`).
     pub claw_runner: Option<String>,
 }
