@@ -25,6 +25,8 @@ fn main() {
         "crates/iterion-claw/Cargo.toml",
         "crates/iterion-envelope/src",
         "crates/iterion-envelope/Cargo.toml",
+        "crates/iterion-boundary/src",
+        "crates/iterion-boundary/Cargo.toml",
         "Cargo.lock",
     ] {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());

@@ -164,11 +164,50 @@ pub fn proxy_from_env(env: &BTreeMap<String, String>) -> Option<String> {
 /// proxy come from it, never from argv or the task), `software` the `hello` software string. Returns the exit
 /// status; the caller should exit the process with it right away (a pending read of stdin would otherwise
 /// keep the runtime alive).
+///
+/// First the process guards its envelope channel against its own tools (see [`private_channel`]).
 pub async fn run_stdio(env: BTreeMap<String, String>, software: impl Into<String>) -> i32 {
+    let (reader, writer) = match private_channel() {
+        Ok(channel) => channel,
+        Err(e) => {
+            eprintln!("iterion-claw-runner: cannot set up the envelope channel: {e}");
+            return 2;
+        }
+    };
     let proxy = proxy_from_env(&env);
     let mut options = ServeOptions::new(env, software);
     options.proxy = proxy;
-    serve(tokio::io::stdin(), tokio::io::stdout(), options).await
+    serve(reader, writer, options).await
+}
+
+/// Takes the envelope channel off the standard streams, before any tool runs: the process becomes
+/// non-dumpable (a tool runs as the same user, and could otherwise open `/proc/<runner>/fd/1` and write a
+/// `result` of its choosing, or read the provider key in `/proc/<runner>/environ`), the channel moves to new
+/// close-on-exec descriptors that no child inherits, and descriptors 0 and 1 become `/dev/null` and stderr, so
+/// a program that does inherit them reaches no envelope.
+fn private_channel() -> std::io::Result<(tokio::fs::File, tokio::fs::File)> {
+    use std::os::fd::AsFd;
+    nix::sys::prctl::set_dumpable(false)?;
+    // `try_clone_to_owned` duplicates with F_DUPFD_CLOEXEC
+    let input = std::io::stdin().as_fd().try_clone_to_owned()?;
+    let output = std::io::stdout().as_fd().try_clone_to_owned()?;
+    let null = std::fs::File::open("/dev/null")?;
+    nix::unistd::dup2_stdin(&null)?;
+    nix::unistd::dup2_stdout(std::io::stderr())?;
+    Ok((
+        tokio::fs::File::from_std(std::fs::File::from(input)),
+        tokio::fs::File::from_std(std::fs::File::from(output)),
+    ))
+}
+
+/// The environment of the runner's `bash` tool: the runner's own (what the node's place gives any of its
+/// commands) without the variables the launcher added for the runner alone: every provider's key and base
+/// URL, and the compaction override.
+pub fn tool_env(env: &BTreeMap<String, String>) -> iterion_boundary::Env {
+    let runner_only = provider::all_env_vars();
+    iterion_boundary::Env::from_map(env.iter().filter(|(k, _)| {
+        !runner_only.contains(&k.as_str()) && k.as_str() != crate::compact::CONTEXT_WINDOW_VAR
+    }))
 }
 
 /// The conversation of a replayed session snapshot; one that cannot be decoded is a warning on stderr and a
@@ -205,7 +244,8 @@ async fn execute<D: ToolDelegate>(
             allowed,
             task.readonly,
             options.proxy.as_deref(),
-        )?;
+        )?
+        .with_shell_env(tool_env(&options.env));
         Ok((p, client, builtins))
     };
     match setup() {
@@ -219,5 +259,33 @@ async fn execute<D: ToolDelegate>(
                 .await
         }
         Err(e) => TaskResult::failure(e.to_string(), e.code()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tool_env_keeps_the_node_s_variables_and_no_provider_s() {
+        let env: BTreeMap<String, String> = [
+            ("PATH", "/usr/bin:/bin"),
+            ("HOME", "/home/dev"),
+            ("HTTPS_PROXY", "http://n:tok@127.0.0.1:3128"),
+            ("ITERION_NODE_ID", "a"),
+            ("ANTHROPIC_API_KEY", "sk-ant"),
+            ("ANTHROPIC_BASE_URL", "http://model"),
+            ("OPENAI_API_KEY", "sk-oai"),
+            ("GROQ_API_KEY", "gsk"),
+            (crate::compact::CONTEXT_WINDOW_VAR, "1000"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let names: Vec<String> = tool_env(&env)
+            .iter()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["HOME", "HTTPS_PROXY", "ITERION_NODE_ID", "PATH"]);
     }
 }

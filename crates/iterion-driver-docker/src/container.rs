@@ -22,6 +22,9 @@ pub(crate) struct RunInner {
     pub(crate) live: std::sync::atomic::AtomicUsize,
     /// The sandbox's own processes, which [`Run::kill_leftovers`] spares, and who records them.
     pub(crate) infrastructure: Mutex<Infrastructure>,
+    /// The static program [`Run::kill_leftovers`] runs by its container path (the bound relay), when the
+    /// sandbox has one; else the kill is a script of the image's `/bin/sh`.
+    pub(crate) reaper: Option<String>,
 }
 
 /// The processes present right after the start (init, the relay or `sleep`), and who records them.
@@ -154,7 +157,14 @@ impl RunInner {
             finished: tokio::sync::Mutex::new(Vec::new()),
             live: std::sync::atomic::AtomicUsize::new(0),
             infrastructure: Mutex::new(Infrastructure::Unknown),
+            reaper: None,
         }
+    }
+
+    /// Runs the leftover kill with `program` (a static program bound read-only at that container path).
+    pub(crate) fn with_reaper(mut self, program: Option<String>) -> Self {
+        self.reaper = program;
+        self
     }
 
     fn infrastructure(&self) -> std::sync::MutexGuard<'_, Infrastructure> {

@@ -557,10 +557,11 @@ pub fn home_tmpfs_options(uid: u32, gid: u32) -> String {
     format!("rw,nosuid,nodev,mode=0755,uid={uid},gid={gid}")
 }
 
-/// Reserved targets (03 §8.2): equal to or inside `/run/iterion` or `/iterion/artifact-files`.
+/// Reserved targets (03 §8.2): equal to or inside `/run/iterion`, `/iterion/artifact-files` or the reaper's
+/// `/.iterion-reap`.
 pub fn reserved_target(t: &str) -> bool {
     let p = Path::new(t);
-    ["/run/iterion", "/iterion/artifact-files"]
+    ["/run/iterion", "/iterion/artifact-files", "/.iterion-reap"]
         .iter()
         .any(|r| p.starts_with(r))
 }
@@ -1050,6 +1051,7 @@ mod tests {
         assert!(reserved_target("/run/iterion/exec"));
         assert!(reserved_target("/iterion/artifact-files/x"));
         assert!(!reserved_target("/run/iterionx"));
+        assert!(reserved_target("/.iterion-reap"));
         let a = Planned::bind("/a", "/x", false, Origin::Workspace);
         let b = Planned::bind("/b", "/x", true, Origin::User);
         assert!(

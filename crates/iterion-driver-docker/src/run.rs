@@ -185,12 +185,16 @@ impl Run for DockerRun {
             }
             Infrastructure::Unknown => return Ok(None),
         };
-        let mut cmd = vec![
-            "/bin/sh".to_string(),
-            "-c".to_string(),
-            iterion_driver::KILL_LEFTOVERS_SCRIPT.to_string(),
-            "iterion-reap".to_string(),
-        ];
+        // the bound relay needs no program of the image, which a node may have replaced
+        let mut cmd = match &self.inner.reaper {
+            Some(reaper) => vec![reaper.clone(), "reap".to_string()],
+            None => vec![
+                "/bin/sh".to_string(),
+                "-c".to_string(),
+                iterion_driver::KILL_LEFTOVERS_SCRIPT.to_string(),
+                "iterion-reap".to_string(),
+            ],
+        };
         cmd.extend(keep.iter().map(u32::to_string));
         let (code, out) = dexec::run_capture(&self.inner, "0", cmd, 64).await?;
         if code != 0 {

@@ -155,6 +155,8 @@ pub const RESERVED_TARGETS: &[&str] = &[
     "/run/iterion",
     "/iterion/artifact-files",
     "/usr/local/bin/iterion",
+    "/.iterion-claw",
+    "/.iterion-reap",
 ];
 
 /// Lexically cleaned absolute path (`.` and `..` resolved as text); `None` for a relative path.

@@ -6,10 +6,13 @@
 //! half-close propagation. No parsing, no authentication (the proxy authenticates), at most 1024 concurrent
 //! connections, errors on stderr at most once per second, SIGTERM/SIGINT exit 0.
 //!
+//! `iterion-relay reap <pid>...` is the driver's leftover kill in the same sandbox: it SIGKILLs every process
+//! but the listed ones, so the kill needs no program of the image (a node can replace `/bin/sh`).
+//!
 //! Standard library only, one file, compiled by `iterion-driver-docker`'s build script (through
 //! `iterion-embed`) with `+crt-static` so it runs in any image, including images without a C library. The
-//! only `unsafe` is the signal installation through the C library that std already links (std has no signal
-//! API).
+//! only `unsafe` is the signal installation and `kill(2)` through the C library that std already links (std
+//! has no signal API).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -50,6 +53,15 @@ mod signals {
     unsafe extern "C" {
         fn signal(signum: i32, handler: usize) -> usize;
         fn _exit(code: i32) -> !;
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    /// Sends SIGKILL to `pid`; whether it was delivered.
+    pub fn sigkill(pid: u32) -> bool {
+        let Ok(pid) = i32::try_from(pid) else {
+            return false;
+        };
+        // SAFETY: kill(2) takes two integers and touches no memory of ours; pid is positive.
+        pid > 0 && unsafe { kill(pid, 9) } == 0
     }
     extern "C" fn on_term(_: i32) {
         // SAFETY: `_exit` is async-signal-safe.
@@ -167,9 +179,64 @@ fn accept_loop(listener: TcpListener, socket: Arc<String>) {
     }
 }
 
+/// Whether a `/proc/<pid>/stat` line is of a process that can still run (not a zombie, not dead).
+fn alive(stat: &str) -> bool {
+    // the command name in parentheses may hold anything, ") " included: the state follows the last one
+    stat.rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next())
+        .is_some_and(|state| !matches!(state, 'Z' | 'X' | 'x'))
+}
+
+/// The pids `/proc` lists that are neither `me` nor in `keep`.
+fn others(keep: &[u32], me: u32) -> Vec<u32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| *p != me && !keep.contains(p))
+        .collect()
+}
+
+/// `iterion-relay reap <pid>...`: the leftover kill of a sandbox, with no program of the image involved (a
+/// node may have replaced its shell). SIGKILLs every process but the listed ones and itself, in passes until a
+/// pass finds none (at most 10, so processes forked during a pass are caught by the next); zombies are
+/// skipped. Prints how many signals were sent.
+fn reap(args: &[String]) -> i32 {
+    let keep: Result<Vec<u32>, _> = args.iter().map(|a| a.parse::<u32>()).collect();
+    let Ok(keep) = keep else {
+        eprintln!("iterion-relay: usage: iterion-relay reap <pid to spare>...");
+        return 2;
+    };
+    if std::fs::read_dir("/proc").is_err() {
+        eprintln!("iterion-relay: reap: /proc cannot be read");
+        return 1;
+    }
+    let me = std::process::id();
+    let mut sent = 0u64;
+    for _ in 0..10 {
+        let mut found = 0u64;
+        for pid in others(&keep, me) {
+            let live = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| alive(&s));
+            if live && signals::sigkill(pid) {
+                found += 1;
+            }
+        }
+        if found == 0 {
+            break;
+        }
+        sent += found;
+    }
+    let _ = writeln!(std::io::stdout(), "{sent}");
+    0
+}
+
 fn main() {
     signals::install();
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == "reap") {
+        std::process::exit(reap(&args[1..]));
+    }
     let (addr, socket) = match parse_args(&args) {
         Ok(v) => v,
         Err(e) => {
@@ -193,4 +260,29 @@ fn main() {
         let _ = std::thread::Builder::new().spawn(move || accept_loop(l6, s));
     }
     accept_loop(listener, socket);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_process_that_can_run_is_alive() {
+        assert!(alive("12 (sleep) S 1 12 12 0"));
+        assert!(alive("12 (a) Z) (b) R 1"));
+        assert!(!alive("12 (sleep) Z 1 12 12 0"));
+        assert!(!alive("12 (x) S) Z 1"));
+        assert!(!alive("12 (sleep) X 1"));
+        assert!(!alive("garbage"));
+    }
+
+    #[test]
+    fn the_reaper_spares_itself_and_the_listed_pids() {
+        let me = std::process::id();
+        let all = others(&[], u32::MAX);
+        assert!(all.contains(&me), "/proc lists this process");
+        assert!(!others(&[1], me).contains(&me));
+        assert!(!others(&[1, me], 0).contains(&1));
+        assert_eq!(reap(&["x".into()]), 2);
+    }
 }

@@ -200,20 +200,31 @@ async fn the_real_runner_writes_a_file_and_answers_the_schema() {
 }
 
 #[tokio::test]
-async fn keys_reach_the_runner_through_its_environment_only() {
+async fn only_the_node_provider_s_keys_reach_the_runner_through_its_environment() {
     let double = Double::new(&[json!({"type": "result", "data": {"output": {}}})], None, 0);
     let mut h = harness(double.program())
         .env("ANTHROPIC_API_KEY", "sk-ant-test-value")
         .env("GROQ_API_KEY", "gsk-test-value")
+        .env("OPENAI_API_KEY", "sk-openai-test-value")
+        .env("AWS_SECRET_ACCESS_KEY", "aws-test-value")
+        .env("AWS_ACCESS_KEY_ID", "aws-id-test-value")
         .env("UNRELATED_SECRET", "not-forwarded");
     let o = h.run(SIMPLE).await;
     assert_eq!(summary(&o), "finished");
     assert_eq!(double.text("argv"), "__claw-runner\n");
     let env = double.text("env");
     assert!(env.contains("ANTHROPIC_API_KEY=sk-ant-test-value\n"), "{env}");
-    assert!(env.contains("GROQ_API_KEY=gsk-test-value\n"), "{env}");
     assert!(env.contains("ITERION_NODE_ID=a\n"), "{env}");
-    assert!(!env.contains("UNRELATED_SECRET"), "{env}");
+    // the node's model is an Anthropic one: no other provider's key, no cloud credential
+    for other in [
+        "GROQ_API_KEY",
+        "OPENAI_API_KEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_ACCESS_KEY_ID",
+        "UNRELATED_SECRET",
+    ] {
+        assert!(!env.contains(other), "{other} reached the runner: {env}");
+    }
     let task = double.text("task");
     assert!(!task.contains("sk-ant-test-value"), "no key in the task: {task}");
 }

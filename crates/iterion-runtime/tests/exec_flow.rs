@@ -235,6 +235,40 @@ async fn fo4_max_parallel_branches_bounds_concurrency() {
 }
 
 #[tokio::test]
+async fn branches_whose_nodes_have_different_network_policies_run_one_at_a_time() {
+    let mut a = Agents::new();
+    for n in ["a", "b"] {
+        a.reply(n, "{}").sleep(n, "0.5");
+    }
+    a.h.policies_differ = true;
+    let out = a.h.run(&fo1("wait_all")).await;
+    assert_eq!(summary(&out), "finished", "{:#?}", a.h.rec.lines());
+    let mut spans = a.spans();
+    assert_eq!(spans.len(), 2);
+    spans.sort_by_key(|s| s.1);
+    assert!(spans[0].2 <= spans[1].1, "the branch nodes overlapped: {spans:?}");
+    // each execution ends as outside a fan-out (its leftovers killed before the next starts)
+    let ended = a.h.ended.lock().unwrap().clone();
+    assert!(
+        ended.starts_with(&["ended a".to_string(), "ended b".to_string()]),
+        "{ended:?}"
+    );
+    assert!(
+        !ended.iter().any(|e| e.starts_with("ended-concurrently")),
+        "{ended:?}"
+    );
+    assert!(
+        a.h.rec
+            .logs
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(_, m)| m.contains("the branches run one at a time")),
+        "the serialisation is logged"
+    );
+}
+
+#[tokio::test]
 async fn fo4_without_a_limit_branches_overlap() {
     let mut a = Agents::new();
     for n in ["a", "b"] {

@@ -376,6 +376,8 @@ async fn script_written_through_the_sandbox_when_the_work_dir_is_not_shared() {
         unavailable: Default::default(),
         exec_env: Vec::new(),
         claw_runner: None,
+        policies_differ: false,
+        ended: Default::default(),
     });
     struct NoHostPath(Arc<exec_common::HostSandboxes>);
     #[async_trait::async_trait]

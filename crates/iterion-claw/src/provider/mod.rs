@@ -129,31 +129,58 @@ fn known(name: &str) -> bool {
     n == "anthropic" || n == "openai" || COMPATIBLE.iter().any(|c| c.names.contains(&n.as_str()))
 }
 
+/// Where a named provider is addressed: wire, base URL variable (when it can be overridden), default base URL
+/// and key variable.
+fn endpoint(name: &str) -> (Wire, Option<&'static str>, &'static str, &'static str) {
+    match name {
+        "anthropic" => (
+            Wire::Anthropic,
+            Some("ANTHROPIC_BASE_URL"),
+            ANTHROPIC_DEFAULT_BASE,
+            "ANTHROPIC_API_KEY",
+        ),
+        other => match COMPATIBLE.iter().find(|c| c.names.contains(&other)) {
+            Some(c) => (Wire::OpenAi, None, c.base_url, c.key_var),
+            // `openai`, or an unknown name: an OpenAI-compatible endpoint configured through the OpenAI
+            // variables
+            None => (
+                Wire::OpenAi,
+                Some("OPENAI_BASE_URL"),
+                OPENAI_DEFAULT_BASE,
+                "OPENAI_API_KEY",
+            ),
+        },
+    }
+}
+
+/// The variables of the env map that [`resolve`] reads for this hint and model: the chosen provider's key
+/// variable and, where it has one, its base URL variable. The launcher hands the runner these and no other
+/// provider variable.
+pub fn env_vars(hint: &str, model: &str) -> Vec<&'static str> {
+    let (name, _) = choose(hint, model);
+    let (_, base_var, _, key_var) = endpoint(&name);
+    base_var.into_iter().chain([key_var]).collect()
+}
+
+/// Every variable any provider reads (keys and base URLs), whatever the task: what the runner keeps from its
+/// tools.
+pub fn all_env_vars() -> Vec<&'static str> {
+    let mut vars = vec![
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_BASE_URL",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+    ];
+    vars.extend(COMPATIBLE.iter().map(|c| c.key_var));
+    vars
+}
+
 /// Resolves the provider of a task from its hint and model, taking base URLs and keys from `env`.
 pub fn resolve(hint: &str, model: &str, env: &BTreeMap<String, String>) -> Result<Provider> {
     let (name, model) = choose(hint, model);
     let get = |k: &str| env.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
-    let (wire, base, key_var) = match name.as_str() {
-        "anthropic" => (
-            Wire::Anthropic,
-            get("ANTHROPIC_BASE_URL").unwrap_or(ANTHROPIC_DEFAULT_BASE),
-            "ANTHROPIC_API_KEY",
-        ),
-        "openai" => (
-            Wire::OpenAi,
-            get("OPENAI_BASE_URL").unwrap_or(OPENAI_DEFAULT_BASE),
-            "OPENAI_API_KEY",
-        ),
-        other => match COMPATIBLE.iter().find(|c| c.names.contains(&other)) {
-            Some(c) => (Wire::OpenAi, c.base_url, c.key_var),
-            // an unknown name: an OpenAI-compatible endpoint configured through the OpenAI variables
-            None => (
-                Wire::OpenAi,
-                get("OPENAI_BASE_URL").unwrap_or(OPENAI_DEFAULT_BASE),
-                "OPENAI_API_KEY",
-            ),
-        },
-    };
+    let (wire, base_var, default_base, key_var) = endpoint(&name);
+    let base = base_var.and_then(get).unwrap_or(default_base);
     let api_key = get(key_var)
         .ok_or_else(|| Error::MissingKey {
             provider: name.clone(),
@@ -301,6 +328,31 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn a_provider_reads_only_its_own_variables() {
+        let check = |hint: &str, model: &str, expect: &[&str]| {
+            let vars = env_vars(hint, model);
+            assert_eq!(vars, expect, "{hint:?} {model:?}");
+            // what resolve reads is exactly that: with only those set it resolves, with every other
+            // provider variable set and those missing it does not
+            let only: BTreeMap<String, String> =
+                vars.iter().map(|v| (v.to_string(), "http://x".into())).collect();
+            resolve(hint, model, &only).expect("resolves from its own variables");
+            let others: BTreeMap<String, String> = all_env_vars()
+                .into_iter()
+                .filter(|v| !vars.contains(v))
+                .map(|v| (v.to_string(), "http://x".into()))
+                .collect();
+            assert!(resolve(hint, model, &others).is_err(), "{hint:?} {model:?}");
+            assert!(vars.iter().all(|v| all_env_vars().contains(v)));
+        };
+        check("", "claude-x", &["ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"]);
+        check("", "gpt-5", &["OPENAI_BASE_URL", "OPENAI_API_KEY"]);
+        check("", "groq/llama", &["GROQ_API_KEY"]);
+        check("kimi", "k2", &["MOONSHOT_API_KEY"]);
+        check("somewhere", "m", &["OPENAI_BASE_URL", "OPENAI_API_KEY"]);
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub struct Builtins {
     work_dir: PathBuf,
     enabled: Vec<&'static str>,
     http: reqwest::Client,
+    shell_env: iterion_boundary::Env,
 }
 
 impl Builtins {
@@ -60,7 +61,16 @@ impl Builtins {
             work_dir: work_dir.to_path_buf(),
             enabled,
             http,
+            shell_env: iterion_boundary::Env::new(),
         })
+    }
+
+    /// The whole environment `bash` commands start with (empty unless set: nothing of the runner's own
+    /// environment is inherited).
+    #[must_use]
+    pub fn with_shell_env(mut self, env: iterion_boundary::Env) -> Self {
+        self.shell_env = env;
+        self
     }
 
     /// Whether `name` is an enabled builtin.
@@ -80,7 +90,7 @@ impl Builtins {
         }
         let out = match name {
             // capped per stream, so the JSON stays whole
-            "bash" => return shell::bash(&self.work_dir, input).await,
+            "bash" => return shell::bash(&self.work_dir, &self.shell_env, input).await,
             "read_file" => fs::read_file(&self.path(name, input, "path")?, input)?,
             "write_file" => fs::write_file(&self.path(name, input, "path")?, input)?,
             "file_edit" => fs::file_edit(&self.path(name, input, "path")?, input)?,

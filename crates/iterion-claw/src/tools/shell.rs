@@ -2,9 +2,9 @@
 
 use super::tool_err;
 use crate::error::Result;
+use iterion_boundary::{Env, HostCommand, Pipe};
 use serde_json::{Value, json};
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 /// Timeout of `bash` when the call gives none.
@@ -12,22 +12,33 @@ pub const DEFAULT_BASH_TIMEOUT: Duration = Duration::from_secs(120);
 /// Upper bound of a `bash` timeout.
 pub const MAX_BASH_TIMEOUT: Duration = Duration::from_secs(600);
 
-pub(super) async fn bash(work_dir: &Path, input: &Value) -> Result<String> {
+/// Runs `command` with `sh -c` semantics (bash when the image has it) in `work_dir`, with exactly `env` (see
+/// [`super::Builtins::with_shell_env`]): the runner's provider keys and its envelope channel never reach it
+/// (stdin is `/dev/null`, stdout and stderr are pipes the runner reads). A `bash` or `sh` planted in the work
+/// directory is never the one started.
+pub(super) async fn bash(work_dir: &Path, env: &Env, input: &Value) -> Result<String> {
     let command = super::str_arg("bash", input, "command")?;
     let timeout = input["timeout_ms"]
         .as_u64()
         .map_or(DEFAULT_BASH_TIMEOUT, Duration::from_millis)
         .min(MAX_BASH_TIMEOUT);
     let start = |shell: &str| {
-        tokio::process::Command::new(shell)
+        HostCommand::new(shell, env.clone())
             .arg("-c")
             .arg(&command)
             .current_dir(work_dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
+            .untrusted_dir(work_dir)
+            .stdin(Pipe::Null)
+            .stdout(Pipe::Piped)
+            .stderr(Pipe::Piped)
+            .into_tokio()
+            .map_err(|e| match e {
+                iterion_boundary::Error::NotFound { .. } => {
+                    std::io::Error::new(std::io::ErrorKind::NotFound, e.to_string())
+                }
+                other => std::io::Error::other(other.to_string()),
+            })
+            .and_then(|mut c| c.kill_on_drop(true).spawn())
     };
     // images without bash (a static busybox) still have a POSIX sh, as tool nodes do
     let child = match start("bash") {

@@ -12,13 +12,13 @@ use std::time::Duration;
 use crate::harness::{Hostile, engine_ready, show};
 
 /// A host loopback listener that records the first line each connection sends.
-struct Target {
-    port: u16,
+pub(crate) struct Target {
+    pub(crate) port: u16,
     seen: Arc<Mutex<Vec<String>>>,
 }
 
 impl Target {
-    fn start() -> Target {
+    pub(crate) fn start() -> Target {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -39,17 +39,17 @@ impl Target {
         Target { port, seen }
     }
 
-    fn seen(&self) -> Vec<String> {
+    pub(crate) fn seen(&self) -> Vec<String> {
         self.seen.lock().unwrap().clone()
     }
 }
 
 /// A shell snippet that prints the token of a proxy URL read on stdin (`http://user:token@host:port`).
-const TOKEN_OF: &str = r"sed -n 's#^[^=]*=\{0,1\}http://[^:/@]*:\([^@]*\)@.*#\1#p'";
+pub(crate) const TOKEN_OF: &str = r"sed -n 's#^[^=]*=\{0,1\}http://[^:/@]*:\([^@]*\)@.*#\1#p'";
 
 /// A shell snippet that opens a tunnel to the target through the relay with token `$1`, sends word `$2`, and
 /// prints the proxy's status line.
-fn connect_fn(port: u16) -> String {
+pub(crate) fn connect_fn(port: u16) -> String {
     format!(
         "connect() {{ printf 'CONNECT 127.0.0.1:{port} HTTP/1.1\\r\\nHost: 127.0.0.1:{port}\\r\\nProxy-Authorization: Bearer %s\\r\\n\\r\\n%s\\n' \"$1\" \"$2\" | nc -w 3 127.0.0.1 3128 | head -n 1; }}\n"
     )

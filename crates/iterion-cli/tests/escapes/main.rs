@@ -9,6 +9,7 @@
 mod attachments;
 mod bad_input;
 mod builds;
+mod claw_env;
 mod credentials;
 mod full_disk;
 mod git_paths;
@@ -16,6 +17,7 @@ mod harness;
 mod host_programs;
 mod host_state;
 mod placement;
+mod procs;
 mod quoting;
 mod store;
 mod worktree;

@@ -16,6 +16,10 @@ use std::path::{Path, PathBuf};
 
 /// Container path of the relay binary.
 pub const RELAY_BIN_TARGET: &str = "/run/iterion/relay/iterion-relay";
+/// Container path of the relay binary for the leftover kill (`iterion-relay reap`): a bind directly under
+/// `/`, so a process of the sandbox can neither rename it nor any directory above it (a path below a writable
+/// directory of the image could be moved aside and replaced).
+pub const REAPER_TARGET: &str = "/.iterion-reap";
 /// Container path of the proxy socket.
 pub const RELAY_SOCK_TARGET: &str = "/run/iterion/relay/proxy.sock";
 /// Where the relay listens inside the sandbox.
@@ -199,13 +203,13 @@ fn check_attachments_mounts(
     Ok(())
 }
 
-/// The proxy socket and the relay binary, read-only, for the relay placement; checks the binary
+/// The proxy socket and the relay binary (twice: the entrypoint and the reaper), read-only, for the relay placement; checks the binary
 /// against the engine's architecture.
 fn relay_mounts(
     settings: &DockerSettings,
     facts: &EngineFacts,
     lease: Option<&NetworkLease>,
-) -> Result<[Planned; 2], DError> {
+) -> Result<[Planned; 3], DError> {
     let l = lease.ok_or_else(|| DError::StartFailed {
         reason: "relay placement without a lease".into(),
         hint: None,
@@ -228,6 +232,7 @@ fn relay_mounts(
     Ok([
         Planned::bind(sock.to_string_lossy(), RELAY_SOCK_TARGET, true, Origin::Aux),
         Planned::bind(relay.to_string_lossy(), RELAY_BIN_TARGET, true, Origin::Aux),
+        Planned::bind(relay.to_string_lossy(), REAPER_TARGET, true, Origin::Aux),
     ])
 }
 

@@ -45,6 +45,18 @@ pub(super) struct Checked {
     pub(super) cached: bool,
 }
 
+/// The reaper's container path when the container has the relay bound there (the relay placement): the
+/// leftover kill runs it.
+fn bound_relay(inspected: &bollard::models::ContainerInspectResponse) -> Option<String> {
+    let target = super::plan::REAPER_TARGET;
+    inspected
+        .mounts
+        .iter()
+        .flatten()
+        .any(|m| m.destination.as_deref() == Some(target))
+        .then(|| target.to_string())
+}
+
 /// Starts the created container and checks it (03 §8.8 steps 4–6): it still runs, a shell answers within
 /// 10 s, and the processes that make up the sandbox itself are recorded (spared when a step's leftovers are
 /// killed; a failure there is only a warning). The shell probe and the listing share one exec.
@@ -84,7 +96,8 @@ pub(super) async fn start_and_check(
         c.workspace.to_string(),
         c.user.clone(),
         c.kind,
-    );
+    )
+    .with_reaper(bound_relay(&inspected));
     let run = DockerRun::new(inner);
     let cache =
         probe_cache.and_then(|dir| Some((dir, crate::probecache::key(&inspected, c.user.as_deref())?)));

@@ -37,30 +37,19 @@ pub const RUNNER_SUBCOMMAND: &str = "__claw-runner";
 /// otherwise.
 pub const CONTAINER_RUNNER_PATH: &str = "/usr/local/bin/iterion";
 
-/// Host variables forwarded to the claw runner through the exec API (never on a command line): the spec's
-/// list plus the key variables of the OpenAI-compatible providers the runner maps
-/// (`iterion_claw::provider::COMPATIBLE`) and the context window override of compaction.
-pub const CLAW_ENV: &[&str] = &[
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
-    "AZURE_OPENAI_API_KEY",
-    "AZURE_OPENAI_ENDPOINT",
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_BASE_URL",
-    "GEMINI_API_KEY",
-    "GOOGLE_API_KEY",
-    "GROQ_API_KEY",
-    "DEEPSEEK_API_KEY",
-    "MISTRAL_API_KEY",
-    "MOONSHOT_API_KEY",
-    "XAI_API_KEY",
-    "BEDROCK_REGION",
-    "AWS_REGION",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    iterion_claw::compact::CONTEXT_WINDOW_VAR,
-];
+/// The same bound runner a second time, the path claw nodes run: a bind directly under `/`, so no process of
+/// the sandbox can rename it or move a directory above it aside (`/usr/local/bin` can be swapped for a
+/// directory holding a program that would receive the next claw node's provider key).
+pub const CONTAINER_RUNNER_EXEC_PATH: &str = "/.iterion-claw";
+
+/// Host variables forwarded to the claw runner through the exec API (never on a command line) for a task:
+/// the variables its provider reads (`iterion_claw::provider::env_vars`: that provider's key and base URL,
+/// never another provider's or a cloud's) and the context window override of compaction.
+pub fn claw_env(task: &Task) -> Vec<&'static str> {
+    let mut names = iterion_claw::provider::env_vars(&task.provider_hint, &task.model);
+    names.push(iterion_claw::compact::CONTEXT_WINDOW_VAR);
+    names
+}
 
 /// `tool_max_steps` sent when the node sets none.
 pub const DEFAULT_TOOL_MAX_STEPS: u64 = 50;
@@ -238,11 +227,12 @@ fn deliver(env: &NodeEnv<'_>, msg: Inbound) {
     }
 }
 
-/// The exec-scope env of the runner: the node's base entries plus the non-empty host values of [`CLAW_ENV`].
-fn runner_env(env: &NodeEnv<'_>) -> Vec<(String, String)> {
+/// The exec-scope env of the runner: the node's base entries plus the non-empty host values of
+/// [`claw_env`] for its task.
+fn runner_env(env: &NodeEnv<'_>, task: &Task) -> Vec<(String, String)> {
     let mut exec_env = env.base_exec_env();
-    for name in CLAW_ENV {
-        if let Some(v) = env.host_env.get(*name).filter(|v| !v.is_empty()) {
+    for name in claw_env(task) {
+        if let Some(v) = env.host_env.get(name).filter(|v| !v.is_empty()) {
             exec_env.push(((*name).to_string(), v.clone()));
         }
     }
@@ -266,7 +256,7 @@ async fn exchange(
 ) -> Result<Exchange, NodeRun> {
     let kill = tokio_util::sync::CancellationToken::new();
     let req = env
-        .request(vec![program, RUNNER_SUBCOMMAND.into()], runner_env(env))
+        .request(vec![program, RUNNER_SUBCOMMAND.into()], runner_env(env, task))
         .cancel(kill.clone())
         .stdin(Stdin::Piped)
         .outputs(Output::Piped, Output::Piped);

@@ -65,7 +65,7 @@ pub struct NodeSandbox {
     /// through an exec inside the sandbox.
     pub host_work_dir: Option<PathBuf>,
     /// The program that answers `__claw-runner` here: the configured runner on the host,
-    /// `/usr/local/bin/iterion` when a runner is bound into the container, `iterion` (the image's own)
+    /// `/.iterion-claw` (the runner bound a second time, see `claw::CONTAINER_RUNNER_EXEC_PATH`) when a runner is bound into the container, `iterion` (the image's own)
     /// otherwise. `None`: claw nodes cannot run here (`RUNNER_INCOMPATIBLE`).
     pub claw_runner: Option<String>,
 }
@@ -109,6 +109,14 @@ pub trait NodeSandboxes: Send + Sync {
     /// same sandbox: revokes the execution's credential only. The processes left behind are killed by a
     /// [`NodeSandboxes::node_ended`] once every branch has reported.
     async fn node_ended_concurrently(&self, _node_id: &str, _sandbox: &NodeSandbox) {}
+
+    /// Whether these nodes would get credentials of different reach: the egress proxy is active and their
+    /// effective network policies are not all the same. Fan-out branches over such nodes run one at a time,
+    /// each execution ended by [`NodeSandboxes::node_ended`], so no process of one node shares a sandbox with
+    /// another node's credential.
+    fn policies_differ(&self, _node_ids: &[&str]) -> bool {
+        false
+    }
 }
 
 /// Where the executor reports: events, log lines, checkpoints and artifacts. Implemented by the lifecycle

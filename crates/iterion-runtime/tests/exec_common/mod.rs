@@ -144,10 +144,29 @@ pub struct HostSandboxes {
     pub exec_env: Vec<(String, String)>,
     /// The program answering `__claw-runner` (none: claw nodes fail `RUNNER_INCOMPATIBLE`).
     pub claw_runner: Option<String>,
+    /// What `policies_differ` answers for any nodes.
+    pub policies_differ: bool,
+    /// `ended <node>` / `ended-concurrently <node>`, in call order.
+    pub ended: Arc<Mutex<Vec<String>>>,
 }
 
 #[async_trait]
 impl NodeSandboxes for HostSandboxes {
+    fn policies_differ(&self, _node_ids: &[&str]) -> bool {
+        self.policies_differ
+    }
+
+    async fn node_ended(&self, node_id: &str, _sandbox: &NodeSandbox) {
+        self.ended.lock().unwrap().push(format!("ended {node_id}"));
+    }
+
+    async fn node_ended_concurrently(&self, node_id: &str, _sandbox: &NodeSandbox) {
+        self.ended
+            .lock()
+            .unwrap()
+            .push(format!("ended-concurrently {node_id}"));
+    }
+
     async fn sandbox_for(&self, node_id: &str) -> Result<NodeSandbox, SandboxUnavailable> {
         if let Some(u) = self.unavailable.get(node_id) {
             return Err(u.clone());
@@ -201,6 +220,8 @@ pub struct Harness {
     pub run: Option<Arc<dyn Run>>,
     pub claw_runner: Option<String>,
     pub attachments: Option<iterion_runtime::attachments::AttachmentValues>,
+    pub policies_differ: bool,
+    pub ended: Arc<Mutex<Vec<String>>>,
 }
 
 impl Harness {
@@ -225,6 +246,8 @@ impl Harness {
             run: None,
             claw_runner: None,
             attachments: None,
+            policies_differ: false,
+            ended: Arc::default(),
         }
     }
 
@@ -267,6 +290,8 @@ impl Harness {
             unavailable: self.unavailable.clone(),
             exec_env: Vec::new(),
             claw_runner: self.claw_runner.clone(),
+            policies_differ: self.policies_differ,
+            ended: self.ended.clone(),
         });
         let vars = if self.vars.is_empty() {
             iterion_runtime::exec::resolve_vars(

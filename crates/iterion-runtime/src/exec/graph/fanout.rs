@@ -19,7 +19,7 @@ use crate::events::{
 };
 use crate::exec::context::{ExecOutcome, NodeSandbox, RunSink};
 use crate::exec::node::{CallShape, NodeEnv, NodeRun, ms};
-use crate::exec::topology::{convergence_point, mutating_branches};
+use crate::exec::topology::{branch_nodes, convergence_point, mutating_branches};
 use crate::failure::FailureCode;
 use crate::store::{Checkpoint, LogLevel};
 
@@ -34,6 +34,9 @@ struct Shared {
     used: Vec<(String, NodeSandbox)>,
     /// Agent sessions made in the branches, with where they were made.
     sessions: Vec<(String, crate::events::PlacementKind)>,
+    /// The branches run one at a time, each node execution ended as outside a fan-out (its leftovers killed
+    /// before the next one starts): their nodes have different network policies.
+    serial: bool,
 }
 
 /// How a branch ended.
@@ -159,12 +162,15 @@ impl<'a> Engine<'a> {
             .and_then(|p| usize::try_from(p).ok())
             .filter(|p| *p > 0)
             .map_or(targets.len(), |p| p.min(targets.len()));
+        let serial = self.branches_need_serial(router, &targets, conv.as_deref());
+        let limit = if serial { 1 } else { limit };
         let shared = Mutex::new(Shared {
             usage: self.st.usage,
             warned: self.st.budget_warned.clone(),
             node_iterations: self.st.node_iterations.clone(),
             used: Vec::new(),
             sessions: Vec::new(),
+            serial,
         });
         let fan_cancel = self.ctx.cancel.child_token();
         let results: Vec<BranchResult> = {
@@ -220,6 +226,27 @@ impl<'a> Engine<'a> {
             return Err(self.budget_exceeded_duration(router, None));
         }
         self.join(router, conv, &strategy, fan.tolerant, results)
+    }
+
+    /// Whether the branches must run one at a time: the nodes they may execute (in a sandbox) would get
+    /// credentials of different reach. Logged once per fan-out.
+    fn branches_need_serial(&self, router: &str, targets: &[&str], conv: Option<&str>) -> bool {
+        let nodes: Vec<&str> = targets
+            .iter()
+            .flat_map(|t| branch_nodes(self.wf, t, conv))
+            .filter(|n| matches!(n.kind, NodeKind::Agent | NodeKind::Judge | NodeKind::Tool))
+            .map(|n| n.name.value.as_str())
+            .collect();
+        let serial = targets.len() > 1 && self.ctx.sandboxes.policies_differ(&nodes);
+        if serial {
+            self.ctx.sink.log(
+                LogLevel::Info,
+                &format!(
+                    "fan-out '{router}': its branches' nodes have different network policies; the branches run one at a time"
+                ),
+            );
+        }
+        serial
     }
 
     /// Joins the branches: failures by strategy, the merge of successful branches, `join_ready`.
@@ -613,8 +640,14 @@ impl<'a> Engine<'a> {
             with_deadlines(fut, &cancel, self.budget_deadline, self.timeout_deadline).await
         };
         // Siblings may be running in the same sandbox: only this execution's credential ends here; processes
-        // left behind are swept once every branch has reported.
-        self.ctx.sandboxes.node_ended_concurrently(id, &sandbox).await;
+        // left behind are swept once every branch has reported. Branches that run one at a time end each
+        // execution as outside a fan-out.
+        let serial = shared.lock().unwrap_or_else(|p| p.into_inner()).serial;
+        if serial {
+            self.ctx.sandboxes.node_ended(id, &sandbox).await;
+        } else {
+            self.ctx.sandboxes.node_ended_concurrently(id, &sandbox).await;
+        }
         {
             let mut g = shared.lock().unwrap_or_else(|p| p.into_inner());
             if !g

@@ -137,6 +137,19 @@ impl NodeSandboxes for Sandboxes {
         starter.mint(node_id, Some(node_id.to_owned()), policy)
     }
 
+    fn policies_differ(&self, node_ids: &[&str]) -> bool {
+        let Some(net) = self.starter.as_ref().and_then(|s| s.net.as_ref()) else {
+            return false;
+        };
+        let mut policies = node_ids
+            .iter()
+            .map(|id| net.node_policies.get(*id).unwrap_or(&net.run_policy));
+        let Some(first) = policies.next() else {
+            return false;
+        };
+        policies.any(|p| p != first)
+    }
+
     async fn node_ended_concurrently(&self, node_id: &str, _sandbox: &NodeSandbox) {
         if let Some(starter) = &self.starter {
             starter.revoke(node_id);

@@ -5,7 +5,7 @@ use iterion_driver::{AuxMount, AuxMountKind, ExecRequest, OutputLimits, Run, Sta
 
 use super::starter::Starter;
 use crate::events::{RunnerBinary, SandboxClawRoutedViaRunner};
-use crate::exec::claw::CONTAINER_RUNNER_PATH;
+use crate::exec::claw::{CONTAINER_RUNNER_EXEC_PATH, CONTAINER_RUNNER_PATH};
 use crate::failure::{FailureCode, FailurePhase};
 use crate::lifecycle::step_failure::Failure;
 
@@ -24,8 +24,9 @@ impl Starter {
         }
     }
 
-    /// Binds the configured runner read-only at [`CONTAINER_RUNNER_PATH`] when the driver can bind host files,
-    /// emits `sandbox_claw_routed_via_runner`, and returns the program claw nodes run there. A bound file that
+    /// Binds the configured runner read-only at [`CONTAINER_RUNNER_PATH`] and [`CONTAINER_RUNNER_EXEC_PATH`]
+    /// when the driver can bind host files, emits `sandbox_claw_routed_via_runner`, and returns the program
+    /// claw nodes run there (the second path, which the sandbox cannot move aside). A bound file that
     /// is not an ELF program for the engine's architecture is `SANDBOX_RUNNER_UNAVAILABLE` before the start.
     pub(super) async fn bind_runner(
         &self,
@@ -40,14 +41,16 @@ impl Starter {
             .filter(|_| self.driver.capabilities().host_binds);
         let (binary, host_path, program) = match bound {
             Some(path) => {
-                req.aux_mounts.push(AuxMount {
-                    kind: AuxMountKind::IterionBinary,
-                    host_path: path.clone(),
-                    container_path: CONTAINER_RUNNER_PATH.into(),
-                    read_only: true,
-                });
+                for container_path in [CONTAINER_RUNNER_PATH, CONTAINER_RUNNER_EXEC_PATH] {
+                    req.aux_mounts.push(AuxMount {
+                        kind: AuxMountKind::IterionBinary,
+                        host_path: path.clone(),
+                        container_path: container_path.into(),
+                        read_only: true,
+                    });
+                }
                 let shown = path.to_string_lossy().into_owned();
-                (RunnerBinary::Mounted, Some(shown), CONTAINER_RUNNER_PATH)
+                (RunnerBinary::Mounted, Some(shown), CONTAINER_RUNNER_EXEC_PATH)
             }
             None => (RunnerBinary::Image, None, IMAGE_RUNNER),
         };
