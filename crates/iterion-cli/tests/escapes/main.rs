@@ -17,6 +17,7 @@ mod host_programs;
 mod host_state;
 mod placement;
 mod quoting;
+mod scripts;
 mod worktree;
 
 use harness::{Hostile, engine_ready, node_output, show};
