@@ -7,9 +7,10 @@ use iterion_spec::model::Node;
 
 use super::node::{NodeEnv, NodeError, NodeRun, NodeSuccess, driver_error, ms, run_collect, tail};
 use super::output::tool_output;
-use super::render::{Mode, Scope, expand_command_env, render, render_shell, render_shell_script};
+use super::render::{Scope, expand_command_env, render_script_data, render_shell, render_shell_script};
 use crate::events::{ToolCalled, ToolError, ToolStarted};
 use crate::failure::FailureCode;
+use iterion_spec::script::ScriptLanguage;
 
 /// Interpreter and file extension of a script language.
 fn language(lang: &str) -> Option<(&'static str, &'static str)> {
@@ -36,7 +37,14 @@ fn expand(env: &NodeEnv<'_>, text: &str) -> String {
 struct Prepared {
     tool: String,
     argv: Vec<String>,
-    script: Option<(ScriptHome, String)>,
+    script: Option<Script>,
+}
+
+/// A script to write and the environment entries that carry its values.
+struct Script {
+    home: ScriptHome,
+    text: String,
+    values: Vec<(String, String)>,
 }
 
 fn failed(message: String) -> NodeError {
@@ -54,13 +62,19 @@ fn prepare(env: &NodeEnv<'_>, node: &Node, scope: &Scope<'_>) -> Result<Prepared
             )));
         };
         let source = expand(env, &script.value);
-        let text = if matches!(lang, "sh" | "bash") {
-            // The shell reads the script: quote for the shell, never a JSON string literal.
-            render_shell_script(&source, scope)
-                .map_err(|e| failed(format!("tool node '{id}': {e}; nothing was run")))?
-                .text
-        } else {
-            render(&source, Mode::JsonLiteral, scope).text
+        let (text, values) = match ScriptLanguage::of(lang) {
+            // a value is data the script parses from its environment, never source text
+            Some(l) => {
+                let r = render_script_data(&source, l, scope)
+                    .map_err(|e| failed(format!("tool node '{id}': {e}; nothing was run")))?;
+                (r.text, r.values)
+            }
+            // the shell reads the script: quote for the shell, never a JSON string literal
+            None => {
+                let r = render_shell_script(&source, scope)
+                    .map_err(|e| failed(format!("tool node '{id}': {e}; nothing was run")))?;
+                (r.text, Vec::new())
+            }
         };
         let home = ScriptHome::new(env, ext)
             .map_err(|e| failed(format!("tool node '{id}': {e}; nothing was run")))?;
@@ -74,7 +88,7 @@ fn prepare(env: &NodeEnv<'_>, node: &Node, scope: &Scope<'_>) -> Result<Prepared
         return Ok(Prepared {
             tool: format!("script:{lang}:{id}"),
             argv,
-            script: Some((home, text)),
+            script: Some(Script { home, text, values }),
         });
     }
     let Some(cmd) = &node.command else {
@@ -96,7 +110,7 @@ pub(crate) async fn run_tool(env: &NodeEnv<'_>, node: &Node, scope: &Scope<'_>) 
         Ok(p) => p,
         Err(e) => return NodeRun::Err(e),
     };
-    let input_size = script.as_ref().map_or_else(|| argv[2].len(), |(_, t)| t.len()) as u64;
+    let input_size = script.as_ref().map_or_else(|| argv[2].len(), |s| s.text.len()) as u64;
     env.sink.emit(
         ToolStarted {
             node_id: id.into(),
@@ -107,9 +121,10 @@ pub(crate) async fn run_tool(env: &NodeEnv<'_>, node: &Node, scope: &Scope<'_>) 
     );
     let started = Instant::now();
     let result = match &script {
-        Some((home, text)) => {
+        Some(Script { home, text, values }) => {
             let written = home.write(env, text).await;
             let mut exec_env = env.base_exec_env();
+            exec_env.extend(values.iter().cloned());
             if home.is_private() {
                 // the operator's node options and module path may name the working directory
                 exec_env.push(("NODE_OPTIONS".into(), String::new()));
