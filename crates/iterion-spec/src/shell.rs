@@ -11,7 +11,11 @@
 //!   backslash;
 //! - [`ShellContext::Refused`] — backticks, `${…}`, `$((…))` / `((…))`, here-documents, comments, right after
 //!   an unquoted `\` or `$`, bash `$'…'`, and anything after a construct this lexer cannot follow with
-//!   certainty (a `case` inside `$(…)`, a `'` inside a double-quoted `${…}`): no quoting is attempted.
+//!   certainty (a `case` inside `$(…)`, a `'` inside a double-quoted `${…}`, a here-document bash and dash
+//!   read differently): no quoting is attempted.
+//!
+//! Line continuations (`\<newline>`) are removed first, wherever the shell removes them, and here-documents
+//! follow POSIX. The cost is constant per character.
 //!
 //! ```
 //! use iterion_spec::shell::{ShellContext, ShellLexer};
@@ -58,7 +62,7 @@ impl Refusal {
             Refusal::AfterDollar => "right after '$'",
             Refusal::AnsiCQuote => "inside a $'…' string",
             Refusal::Ambiguous => {
-                "after a construct whose quoting cannot be followed (a 'case' inside $(…), a quote or a '{' inside ${…}, or an unbalanced ')')"
+                "after a construct whose quoting cannot be followed (a 'case' inside $(…), a quote or a '{' inside ${…}, an unbalanced ')', or a here-document that shells read differently)"
             }
         }
     }
