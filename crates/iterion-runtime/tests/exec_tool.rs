@@ -183,10 +183,12 @@ fn leftover_scripts(h: &Harness) -> Vec<String> {
         .collect()
 }
 
+/// TE13 in a container placement: the file is in the work dir while it runs, and removed afterwards (also after
+/// a failure).
 #[tokio::test]
 async fn te13_python_script_file_lives_only_during_execution() {
     let body = "import os, json, sys\nfiles = [f for f in os.listdir('.') if f.startswith('.iterion-script-')]\nprint(json.dumps({'files': files, 'v': {{input.v}}, 'raw': '{{!input.w}}', 'exe': os.path.basename(sys.executable).startswith('python')}))";
-    let mut h = Harness::new();
+    let mut h = Harness::new().placed("s", PlacementKind::Run);
     h.vars.insert("v".into(), json!("it's"));
     h.vars.insert("w".into(), json!("plain"));
     let out = h.run(&script_wf(body, "py")).await;
@@ -209,7 +211,7 @@ async fn te13_python_script_file_lives_only_during_execution() {
     assert!(leftover_scripts(&h).is_empty());
 
     // removed after a failure too
-    let mut h = Harness::new();
+    let mut h = Harness::new().placed("s", PlacementKind::Run);
     let out = h.run(&script_wf("raise SystemExit(4)", "py")).await;
     assert_eq!(summary(&out), "EXECUTION_FAILED node=s checkpoint=s");
     assert!(failure_contains(
@@ -217,6 +219,51 @@ async fn te13_python_script_file_lives_only_during_execution() {
         "tool node 's': script failed with status 4"
     ));
     assert!(leftover_scripts(&h).is_empty());
+}
+
+/// On the host a script runs from a private directory (mode 0700, outside the work dir, removed afterwards,
+/// also after a failure), with the work dir as its working directory, and Python runs isolated: a `json.py`
+/// written into the work dir is not what `import json` finds.
+#[tokio::test]
+async fn a_host_script_runs_from_a_private_directory_and_imports_nothing_from_the_work_dir() {
+    let body = "import os, sys, stat\nimport json\nd = os.path.dirname(os.path.abspath(__file__))\nprint(json.dumps({'cwd': os.getcwd(), 'dir': d, 'mode': stat.S_IMODE(os.stat(d).st_mode), 'isolated': sys.flags.isolated, 'planted': hasattr(json, 'PLANTED')}))";
+    let mut h = Harness::new();
+    std::fs::write(
+        h.work_dir().join("json.py"),
+        "PLANTED = True\nopen('pwned', 'w').close()\n",
+    )
+    .unwrap();
+    let out = h.run(&script_wf(body, "py")).await;
+    assert_eq!(summary(&out), "finished", "{:?}", h.rec.lines());
+    let o = h.rec.of("node_finished")[0]["output"].clone();
+    let work = h.work_dir();
+    assert_eq!(o["cwd"], work.to_string_lossy().as_ref(), "{o}");
+    let dir = std::path::PathBuf::from(o["dir"].as_str().unwrap());
+    assert!(!dir.starts_with(&work), "{o}");
+    assert_eq!(o["mode"], 0o700, "{o}");
+    assert_eq!(o["isolated"], 1, "{o}");
+    assert_eq!(o["planted"], false, "{o}");
+    assert!(!work.join("pwned").exists());
+    assert!(!dir.exists(), "the private directory is removed");
+    assert!(leftover_scripts(&h).is_empty());
+
+    // node: the script's directory is the private one too, and it is removed after a failure
+    let mut h = Harness::new();
+    let out = h
+        .run(&script_wf(
+            "console.log(require('path').dirname(__filename)); process.exit(3)",
+            "js",
+        ))
+        .await;
+    assert_eq!(summary(&out), "EXECUTION_FAILED node=s checkpoint=s");
+    let err = exec_common::failure_error(&out);
+    let dir = err
+        .lines()
+        .find_map(|l| l.strip_prefix("stdout: "))
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(!dir.starts_with(h.work_dir()), "{err}");
+    assert!(!dir.exists(), "the private directory is removed after a failure");
 }
 
 fn failure_contains(o: &iterion_runtime::exec::ExecOutcome, s: &str) -> bool {
@@ -371,7 +418,7 @@ async fn script_written_through_the_sandbox_when_the_work_dir_is_not_shared() {
     let sandboxes = Arc::new(exec_common::HostSandboxes {
         run,
         dir: dir.clone(),
-        placements: Default::default(),
+        placements: [("s".to_string(), PlacementKind::Run)].into(),
         shell: Shell::Bash,
         unavailable: Default::default(),
         exec_env: Vec::new(),

@@ -250,3 +250,100 @@ fn refused_contexts_and_nul_bytes_are_errors() {
         "echo \"{{input.nope}}\""
     );
 }
+
+/// Pieces of shell text that carry line continuations and here-documents (every kind of delimiter, several
+/// pending on one line, bodies with expansions and lines ending in `\`), around ordinary quoting.
+fn continuation_piece() -> impl Strategy<Value = &'static str> {
+    prop::sample::select(vec![
+        "\\\n",
+        "\\",
+        "\n",
+        "\t",
+        " ",
+        "cat <<E",
+        "cat <<-E",
+        "cat <<'E'",
+        "cat <<\\E",
+        "cat <<E <<'F'",
+        "<<E",
+        "E",
+        "F",
+        "\tE",
+        "E\\\n",
+        "x\\\n",
+        "$(",
+        "$\\\n(",
+        ")",
+        "${",
+        "}",
+        "`",
+        "'",
+        "\"",
+        "#",
+        "printf %s ",
+        "ca\\\nt ",
+        "ec\\\nho ",
+        "x",
+        // whole constructs where a continuation changes what follows
+        "echo \"$\\\n(printf %s ",
+        "echo a \\\n# ",
+        "cat <<E\nfoo\\\nE\n",
+        "cat <<-E\n\tfoo\\\n\tE\n",
+        "cat <<'E'\nfoo\\\nE\n",
+        "cat <\\\n<E\n",
+        "cat <<E\n$(echo\nE\n)\n",
+    ])
+}
+
+/// A template of continuation pieces with placeholders between them.
+fn continuation_template() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop_oneof![4 => continuation_piece().prop_map(str::to_string), 1 => Just("{{input.v}}".to_string())],
+        1..16,
+    )
+    .prop_map(|v| v.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Differential check against the real shells: whatever continuations and here-documents surround a
+    /// placeholder, either the renderer refuses it or `sh` and `bash` running the rendered command never run
+    /// what the value spells (no file appears in the empty working directory).
+    #[test]
+    fn continuations_and_here_documents_never_let_a_value_run(
+        template in continuation_template(),
+        v in prop::sample::select(vec![
+            "$(touch pwned-subst)",
+            "`touch pwned-tick`",
+            "'; touch pwned-sq; '",
+            "\"; touch pwned-dq; \"",
+            "\ntouch pwned-nl\n",
+            "E\ntouch pwned-eof\nE\n",
+            "\\\ntouch pwned-cont\n",
+        ]),
+    ) {
+        let input = json!({ "v": v });
+        let Ok(cmd) = render(&template, &input) else {
+            return Ok(());
+        };
+        let dir = tempfile::tempdir().unwrap();
+        for shell in shells() {
+            // the generated text may well be a syntax error: only what it runs matters
+            let _ = Command::new(shell)
+                .arg("-c")
+                .arg(&cmd)
+                .current_dir(dir.path())
+                .env_clear()
+                .env("PATH", "/usr/bin:/bin")
+                .output()
+                .unwrap();
+            let left: Vec<_> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name())
+                .collect();
+            prop_assert!(left.is_empty(), "{}: {:?} rendered {:?} created {:?}", shell, template, cmd, left);
+        }
+    }
+}

@@ -2,6 +2,9 @@
 //!
 //! - `C130` (error): a placeholder of a tool `command:` sits where no shell quoting is safe (backticks,
 //!   `${…}`, arithmetic, a here-document, a comment, right after `\` or `$`; see [`crate::shell`]);
+//! - `C131` (error): a placeholder of a `js` or `py` tool `script:` sits inside a string, a template literal's
+//!   text, a regular expression or a comment. In those languages a placeholder stands for an expression that
+//!   reads its value as data (see [`crate::script`]); where no expression may stand it is refused;
 //! - `C129` (warning): a tool node that runs on the host (`sandbox: none`) renders a value that a sandboxed
 //!   node controls (its output, directly or through edges, `with` mappings, loops or artifacts) into its
 //!   `command:` or `script:`. The value is quoted for its shell context, but it has crossed from the sandbox
@@ -11,11 +14,12 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::diag::Diagnostic;
 use crate::model::{Node, NodeKind, SandboxKind, Span, Spanned, Workflow};
+use crate::script::{ScriptContext, ScriptLanguage, ScriptRefusal};
 use crate::shell::{Refusal, ShellContext, placeholder_contexts};
 use crate::span::inner_span;
 use crate::template::walk;
 
-/// Every `C129` / `C130` diagnostic of a compiled workflow.
+/// Every `C129`, `C130` and `C131` diagnostic of a compiled workflow.
 pub fn check(w: &Workflow, file: &str) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     for n in &w.nodes {
@@ -24,6 +28,12 @@ pub fn check(w: &Workflow, file: &str) -> Vec<Diagnostic> {
         }
         if let Some(cmd) = &n.command {
             refusals(cmd, file, &mut out);
+        }
+        if let (Some(script), Some(lang)) = (
+            &n.script,
+            n.language.as_ref().and_then(|l| ScriptLanguage::of(&l.value)),
+        ) {
+            script_refusals(script, lang, file, &mut out);
         }
     }
     crossings(w, file, &mut out);
@@ -77,6 +87,43 @@ fn refusals(cmd: &Spanned<String>, file: &str, out: &mut Vec<Diagnostic>) {
                 r.describe()
             ),
             refusal_hint(r),
+        ));
+    }
+}
+
+/// How to avoid a placeholder inside a literal or a comment of a script.
+fn script_hint(r: ScriptRefusal, lang: ScriptLanguage) -> &'static str {
+    match (r, lang) {
+        (ScriptRefusal::Comment, _) => "remove the placeholder from the comment",
+        (ScriptRefusal::Template, _) => {
+            "write the placeholder inside ${…} of the template literal: `… ${ {{…}} } …`"
+        }
+        (_, ScriptLanguage::JavaScript) => {
+            "a placeholder is a value: use it as an expression outside the literal ('a ' + {{…}}, or `a ${ {{…}} }`)"
+        }
+        (_, ScriptLanguage::Python) => {
+            "a placeholder is a value: use it as an expression outside the literal ('a ' + str({{…}}), or '%s' % ({{…}},))"
+        }
+    }
+}
+
+fn script_refusals(script: &Spanned<String>, lang: ScriptLanguage, file: &str, out: &mut Vec<Diagnostic>) {
+    for (start, end, ctx) in crate::script::placeholder_contexts(lang, &script.value) {
+        let ScriptContext::Refused(r) = ctx else {
+            continue;
+        };
+        let text = &script.value[start..end];
+        out.push(diag(
+            "C131",
+            false,
+            file,
+            inner_span(script, start, end - start),
+            format!(
+                "placeholder '{text}' is {} of a {} script, where no expression can stand (a placeholder of a script is passed as data, never spliced into its source)",
+                r.describe(),
+                lang.short()
+            ),
+            script_hint(r, lang),
         ));
     }
 }
@@ -275,6 +322,53 @@ mod tests {
             "placeholder '{{input.v}}' is inside backticks of a tool command, where its value cannot be quoted safely"
         );
         assert!(d.hint.as_deref().unwrap().contains("$(…)"));
+        assert!(c.has_errors());
+    }
+
+    fn script_codes(lang: &str, script: &str) -> Vec<String> {
+        let src = format!(
+            "tool a:\n  language: {lang}\n  script: |\n{}\nworkflow w:\n  entry: a\n  a -> done\n",
+            script.lines().map(|l| format!("    {l}\n")).collect::<String>()
+        );
+        check(&src, "t.bot")
+            .diagnostics
+            .iter()
+            .filter(|d| d.code == "C131")
+            .map(|d| format!("{}:{}-{}", d.line, d.col, d.end_col))
+            .collect()
+    }
+
+    #[test]
+    fn a_script_placeholder_inside_a_literal_or_a_comment_is_a_positioned_error() {
+        assert_eq!(
+            script_codes(
+                "js",
+                "const a = {{input.a}};\nconst b = \"x{{input.b}}\";\nconst c = `${ {{input.c}} } {{input.d}}`;\n// {{input.e}}\nconst f = /{{input.f}}/;"
+            ),
+            ["5:17-28", "6:33-44", "7:8-19", "8:16-27"]
+        );
+        assert_eq!(
+            script_codes(
+                "py",
+                "a = {{input.a}}\nb = f'{ {{input.b}} }'\nc = \"\"\"\n{{input.c}}\"\"\"\n# {{input.d}}\ne = '{{!input.e}}'"
+            ),
+            ["5:13-24", "7:5-16", "8:7-18"]
+        );
+        assert_eq!(
+            script_codes("node", "f({{input.a}}, {{!input.b}})"),
+            Vec::<String>::new()
+        );
+        assert_eq!(script_codes("python3", "x = [{{input.a}}]"), Vec::<String>::new());
+        // a shell script is the shell's business (C130 rules at run time), not this check's
+        assert_eq!(script_codes("sh", "echo '{{input.a}}'"), Vec::<String>::new());
+        let src = "tool a:\n  language: js\n  script: \"f('{{input.a}}')\"\n\nworkflow w:\n  entry: a\n  a -> done\n";
+        let c = check(src, "t.bot");
+        let d = c.diagnostics.iter().find(|d| d.code == "C131").unwrap();
+        assert_eq!(
+            d.message,
+            "placeholder '{{input.a}}' is inside a string literal of a js script, where no expression can stand (a placeholder of a script is passed as data, never spliced into its source)"
+        );
+        assert!(d.hint.as_deref().unwrap().contains("'a ' + {{…}}"));
         assert!(c.has_errors());
     }
 

@@ -53,6 +53,7 @@ pub mod model;
 pub mod parser;
 pub mod resolve;
 pub mod resolved;
+pub mod script;
 pub mod shell;
 pub mod source;
 mod span;

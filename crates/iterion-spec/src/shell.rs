@@ -11,7 +11,11 @@
 //!   backslash;
 //! - [`ShellContext::Refused`] — backticks, `${…}`, `$((…))` / `((…))`, here-documents, comments, right after
 //!   an unquoted `\` or `$`, bash `$'…'`, and anything after a construct this lexer cannot follow with
-//!   certainty (a `case` inside `$(…)`, a `'` inside a double-quoted `${…}`): no quoting is attempted.
+//!   certainty (a `case` inside `$(…)`, a `'` inside a double-quoted `${…}`, a here-document bash and dash
+//!   read differently): no quoting is attempted.
+//!
+//! Line continuations (`\<newline>`) are removed first, wherever the shell removes them, and here-documents
+//! follow POSIX. The cost is constant per character.
 //!
 //! ```
 //! use iterion_spec::shell::{ShellContext, ShellLexer};
@@ -58,7 +62,7 @@ impl Refusal {
             Refusal::AfterDollar => "right after '$'",
             Refusal::AnsiCQuote => "inside a $'…' string",
             Refusal::Ambiguous => {
-                "after a construct whose quoting cannot be followed (a 'case' inside $(…), a quote or a '{' inside ${…}, or an unbalanced ')')"
+                "after a construct whose quoting cannot be followed (a 'case' inside $(…), a quote or a '{' inside ${…}, an unbalanced ')', or a here-document that shells read differently)"
             }
         }
     }
@@ -104,12 +108,37 @@ enum Frame {
     Comment,
     /// The delimiter word after `<<` / `<<-`.
     HereDelim(Delim),
-    /// A here-document body; `line` is the current line so far.
-    HereBody {
-        delim: String,
-        strip_tabs: bool,
-        line: String,
-    },
+    /// A here-document body.
+    HereBody(Body),
+}
+
+/// A pending here-document: its delimiter, `<<-`, and whether any part of the delimiter word was quoted (the
+/// body is then taken literally).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HereDoc {
+    delim: String,
+    strip_tabs: bool,
+    quoted: bool,
+}
+
+/// A here-document body being read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Body {
+    doc: HereDoc,
+    /// The current logical line after its leading tabs (`<<-`), kept only up to one byte longer than the
+    /// delimiter: a longer line cannot end the document.
+    line: String,
+    /// Still at the start of the logical line (leading tabs are stripped there only).
+    line_start: bool,
+    /// The logical line was joined from several physical lines by `\<newline>`.
+    continued: bool,
+    /// Unquoted body: right after an unescaped `\` / `$`.
+    escaped: bool,
+    dollar: bool,
+    /// Unquoted body: `$(`, `${` or `` ` `` constructs opened on this line and not closed (their own
+    /// brackets counted); a quote, a backslash or a line end inside one is beyond this lexer.
+    depth: u32,
+    tick: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -119,6 +148,8 @@ struct Delim {
     started: bool,
     quote: Option<char>,
     escaped: bool,
+    /// A quote or a backslash was part of the word.
+    quoted: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,8 +176,14 @@ pub struct ShellLexer {
     word_start: bool,
     /// The current unquoted word, when it is made only of letters (to spot `case`).
     word: String,
-    heredocs: Vec<(String, bool)>,
+    /// Here-documents whose body starts at the next unquoted newline, in order.
+    heredocs: std::collections::VecDeque<HereDoc>,
+    /// A `\` that may start a line continuation (`\<newline>`, removed before anything else reads the text).
+    held: bool,
     poisoned: bool,
+    /// Units of work done, to check that the cost is linear in the input.
+    #[cfg(test)]
+    ops: usize,
 }
 
 impl Default for ShellLexer {
@@ -165,8 +202,11 @@ impl ShellLexer {
             pending: Pending::None,
             word_start: true,
             word: String::new(),
-            heredocs: Vec::new(),
+            heredocs: std::collections::VecDeque::new(),
+            held: false,
             poisoned: false,
+            #[cfg(test)]
+            ops: 0,
         }
     }
 
@@ -182,6 +222,13 @@ impl ShellLexer {
         use ShellContext::{DoubleQuoted, Refused, SingleQuoted, Unquoted};
         if self.poisoned {
             return Refused(Refusal::Ambiguous);
+        }
+        if self.held {
+            return Refused(match self.top() {
+                Frame::HereDelim(_) | Frame::HereBody(_) => Refusal::HereDoc,
+                Frame::Backtick => Refusal::Backtick,
+                _ => Refusal::AfterBackslash,
+            });
         }
         match self.pending {
             Pending::Backslash => return Refused(Refusal::AfterBackslash),
@@ -199,7 +246,7 @@ impl ShellLexer {
             Frame::Arith { .. } | Frame::ArithBracket { .. } => Refused(Refusal::Arithmetic),
             Frame::AnsiC => Refused(Refusal::AnsiCQuote),
             Frame::Comment => Refused(Refusal::Comment),
-            Frame::HereDelim(_) | Frame::HereBody { .. } => Refused(Refusal::HereDoc),
+            Frame::HereDelim(_) | Frame::HereBody(_) => Refused(Refusal::HereDoc),
         }
     }
 
@@ -221,10 +268,61 @@ impl ShellLexer {
         matches!(self.top(), Frame::Top | Frame::Cmd { .. })
     }
 
+    /// One character: a line continuation (`\<newline>` wherever the shell removes it: everywhere but inside
+    /// `'…'`, `$'…'`, a comment and a literal here-document) is removed before the lexer proper sees the text,
+    /// as the shell does, so `$\<newline>(`, a keyword, `<<` or a `#` split by one read as if it were not
+    /// there.
     fn step(&mut self, c: char) {
         if self.poisoned {
             return;
         }
+        #[cfg(test)]
+        {
+            self.ops += 1;
+        }
+        if std::mem::take(&mut self.held) {
+            if c == '\n' {
+                self.continuation();
+                return;
+            }
+            self.lex('\\');
+            self.lex(c);
+            return;
+        }
+        if c == '\\' && self.continues() {
+            self.held = true;
+            return;
+        }
+        self.lex(c);
+    }
+
+    /// Whether a `\<newline>` here is a line continuation.
+    fn continues(&self) -> bool {
+        match self.top() {
+            Frame::Single | Frame::AnsiC | Frame::Comment => false,
+            Frame::HereDelim(d) => d.quote != Some('\''),
+            Frame::HereBody(b) => !b.doc.quoted,
+            _ => true,
+        }
+    }
+
+    /// A line continuation was removed; where shells differ on what it means, nothing after it is trusted.
+    fn continuation(&mut self) {
+        match self.stack.last_mut() {
+            // bash removes it inside a double-quoted delimiter, dash keeps it
+            Some(Frame::HereDelim(d)) if d.quote == Some('"') => self.poisoned = true,
+            Some(Frame::HereDelim(d)) => d.started = true,
+            Some(Frame::HereBody(b)) => {
+                if b.depth > 0 || b.escaped || b.dollar {
+                    self.poisoned = true;
+                }
+                b.continued = true;
+            }
+            _ => {}
+        }
+    }
+
+    fn lex(&mut self, c: char) {
         if !self.resolve_pending(c) {
             self.frame_char(c);
         }
@@ -397,7 +495,7 @@ impl ShellLexer {
                 }
             }
             Some(Frame::HereDelim(_)) => self.here_delim_char(c),
-            Some(Frame::HereBody { .. }) => self.here_body_char(c),
+            Some(Frame::HereBody(_)) => self.here_body_char(c),
         }
     }
 
@@ -407,6 +505,11 @@ impl ShellLexer {
             return;
         };
         if let Some(q) = d.quote {
+            if c == '\n' {
+                // a delimiter holding a line break: no line can equal it
+                self.poisoned = true;
+                return;
+            }
             if q == '"' && d.escaped {
                 d.escaped = false;
                 d.text.push(c);
@@ -428,10 +531,12 @@ impl ShellLexer {
             ' ' | '\t' if !d.started => {}
             '\'' | '"' => {
                 d.started = true;
+                d.quoted = true;
                 d.quote = Some(c);
             }
             '\\' => {
                 d.started = true;
+                d.quoted = true;
                 d.escaped = true;
             }
             c if META.contains(&c) => {
@@ -441,7 +546,15 @@ impl ShellLexer {
                     self.poisoned = true;
                     return;
                 }
-                self.heredocs.push((d.text, d.strip_tabs));
+                #[cfg(test)]
+                {
+                    self.ops += d.text.len();
+                }
+                self.heredocs.push_back(HereDoc {
+                    delim: d.text,
+                    strip_tabs: d.strip_tabs,
+                    quoted: d.quoted,
+                });
                 self.command_char(c);
             }
             '$' | '`' => self.poisoned = true, // a computed delimiter
@@ -452,41 +565,84 @@ impl ShellLexer {
         }
     }
 
-    /// A character of a here-document body: a line equal to the delimiter ends it.
+    /// A character of a here-document body: a logical line equal to the delimiter (after its leading tabs
+    /// with `<<-`) ends it. In an unquoted body `$(…)`, `${…}` and backticks are expanded, and bash reads
+    /// them with its parser while it looks for the delimiter: one that does not close on its line, or holds a
+    /// quote or a backslash, is beyond this lexer.
     fn here_body_char(&mut self, c: char) {
-        let Some(Frame::HereBody {
-            delim,
-            strip_tabs,
-            line,
-        }) = self.stack.last_mut()
-        else {
+        let Some(Frame::HereBody(b)) = self.stack.last_mut() else {
             return;
         };
-        if c != '\n' {
-            line.push(c);
+        if c == '\n' {
+            if b.depth > 0 || b.escaped {
+                self.poisoned = true;
+                return;
+            }
+            #[cfg(test)]
+            {
+                self.ops += b.line.len();
+            }
+            if b.line == b.doc.delim {
+                if b.continued {
+                    // bash ends the document on a joined line equal to the delimiter, dash does not
+                    self.poisoned = true;
+                    return;
+                }
+                self.pop();
+                self.next_heredoc();
+            } else {
+                b.line.clear();
+                b.line_start = true;
+                b.continued = false;
+                b.dollar = false;
+            }
             return;
         }
-        let l = if *strip_tabs {
-            line.trim_start_matches('\t')
-        } else {
-            line.as_str()
-        };
-        if l == delim {
-            self.pop();
-            self.next_heredoc();
-        } else {
-            line.clear();
+        if b.line_start && b.doc.strip_tabs && c == '\t' {
+            return;
+        }
+        b.line_start = false;
+        if b.line.len() <= b.doc.delim.len() {
+            b.line.push(c);
+        }
+        if b.doc.quoted {
+            return;
+        }
+        let dollar = std::mem::take(&mut b.dollar);
+        if std::mem::take(&mut b.escaped) {
+            return;
+        }
+        match c {
+            '\\' | '\'' | '"' if b.depth > 0 => self.poisoned = true,
+            '\\' => b.escaped = true,
+            '$' => b.dollar = true,
+            '(' | '{' if dollar || b.depth > 0 => b.depth += 1,
+            ')' | '}' if b.depth > u32::from(b.tick) => b.depth -= 1,
+            '`' if b.tick => {
+                b.tick = false;
+                b.depth = b.depth.saturating_sub(1);
+            }
+            '`' if b.depth > 0 => self.poisoned = true,
+            '`' => {
+                b.tick = true;
+                b.depth += 1;
+            }
+            _ => {}
         }
     }
 
     fn next_heredoc(&mut self) {
-        if !self.heredocs.is_empty() {
-            let (delim, strip_tabs) = self.heredocs.remove(0);
-            self.push(Frame::HereBody {
-                delim,
-                strip_tabs,
+        if let Some(doc) = self.heredocs.pop_front() {
+            self.push(Frame::HereBody(Body {
+                line_start: true,
+                doc,
                 line: String::new(),
-            });
+                continued: false,
+                escaped: false,
+                dollar: false,
+                depth: 0,
+                tick: false,
+            }));
         }
     }
 
@@ -575,6 +731,7 @@ mod tests {
     use super::Refusal::*;
     use super::ShellContext::*;
     use super::*;
+    use proptest::prelude::*;
 
     fn ctx(before: &str) -> ShellContext {
         let mut l = ShellLexer::new();
@@ -643,9 +800,113 @@ mod tests {
             ("echo $(echo case) ", Refused(Ambiguous)),
             ("echo $(echo casex) ", Unquoted),
             ("echo > ", Unquoted),
+            // line continuations, removed before anything else reads the text
+            ("echo \"$\\\n(", Refused(AfterDollar)),
+            ("echo \"$\\\n(x ", Unquoted),
+            ("echo \"$\\\n(x) ", DoubleQuoted),
+            ("echo $\\\n{x:-", Refused(ParamExpansion)),
+            ("echo $\\\n(\\\n(1 + ", Refused(Arithmetic)),
+            ("echo a \\\n# ", Refused(Comment)),
+            ("echo a\\\n# ", Unquoted),
+            ("echo a # \\\necho ", Unquoted),
+            ("echo '\\\n", SingleQuoted),
+            ("echo \"\\\n", DoubleQuoted),
+            ("echo \\\n", Unquoted),
+            ("echo \\", Refused(AfterBackslash)),
+            ("echo \"\\", Refused(AfterBackslash)),
+            ("x=$(ca\\\nse a in a) echo ", Refused(Ambiguous)),
+            ("cat <\\\n<E\nx\n", Refused(HereDoc)),
+            ("cat <\\\n<E\nx\nE\necho ", Unquoted),
+            ("cat <<E\\\nOF\nx\nEOF\necho ", Unquoted),
+            ("cat <<\"E\\\nF\"\n", Refused(Ambiguous)),
+            ("cat <<'E\nF'\n", Refused(Ambiguous)),
+            // here-document bodies
+            ("cat <<E\nfoo\\\nE\n", Refused(HereDoc)),
+            ("cat <<E\nfoo\\\nE\nE\necho ", Unquoted),
+            ("cat <<E\nE\\\n\n", Refused(Ambiguous)),
+            ("cat <<'E'\nfoo\\\nE\necho ", Unquoted),
+            ("cat <<\\E\nfoo\\\nE\necho ", Unquoted),
+            ("cat <<-E\n\tfoo\\\n\tE\n", Refused(HereDoc)),
+            ("cat <<-E\n\tfoo\\\n\tE\n\tE\necho ", Unquoted),
+            ("cat <<E\n\\\\\nE\necho ", Unquoted),
+            ("cat <<E\na $(id) ${HOME} `date` $((1+2))\nE\necho ", Unquoted),
+            ("cat <<E\n$(echo\nE\n)\nE\n", Refused(Ambiguous)),
+            ("cat <<E\n`echo\nE\n`\nE\n", Refused(Ambiguous)),
+            ("cat <<E\n$(echo \")\")\nE\n", Refused(Ambiguous)),
+            ("cat <<'E'\n$(echo\nE\necho ", Unquoted),
+            ("cat <<A <<'B'\n$(x)\nA\n$(\nB\necho ", Unquoted),
         ];
         for (before, want) in cases {
             assert_eq!(ctx(before), *want, "{before:?}");
+        }
+    }
+
+    /// Inputs built from the pieces that carry continuations and here-documents.
+    fn shell_text() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            Just("\\\n"),
+            Just("\\"),
+            Just("\n"),
+            Just("\t"),
+            Just(" "),
+            Just("<<E"),
+            Just("<<-E"),
+            Just("<<'E'"),
+            Just("<<\"E\""),
+            Just("<<\\E"),
+            Just("E"),
+            Just("cat"),
+            Just("case"),
+            Just("#"),
+            Just("'"),
+            Just("\""),
+            Just("`"),
+            Just("$"),
+            Just("("),
+            Just(")"),
+            Just("{"),
+            Just("}"),
+            Just("x"),
+        ];
+        proptest::collection::vec(piece, 0..60).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        /// No input makes the lexer panic, and its work is linear in the input: many pending here-documents
+        /// and long body lines included.
+        #[test]
+        fn never_panics_and_costs_linear_work(s in shell_text(), n in 1usize..200) {
+            let mut l = ShellLexer::new();
+            l.feed(&s);
+            let _ = l.context();
+            prop_assert!(l.ops <= 3 * s.chars().count() + 1, "{} ops for {:?}", l.ops, s);
+            // n pending documents on one line, then their bodies
+            let mut t = "cat".to_string();
+            for i in 0..n {
+                t.push_str(&format!(" <<E{i}"));
+            }
+            t.push('\n');
+            for i in 0..n {
+                t.push_str(&format!("{}\nE{i}\n", "y".repeat(n)));
+            }
+            t.push_str("echo ");
+            let mut l = ShellLexer::new();
+            l.feed(&t);
+            prop_assert_eq!(l.context(), Unquoted);
+            prop_assert!(l.ops <= 3 * t.len(), "{} ops for {} bytes", l.ops, t.len());
+        }
+
+        /// A line continuation is invisible: inserting `\<newline>` anywhere in a text without single quotes,
+        /// comments and here-documents (where it is not one) changes no context.
+        #[test]
+        fn a_continuation_outside_literals_changes_nothing(
+            s in "[a-z $(){}\"`;|&<>=]{0,30}",
+            at in any::<proptest::sample::Index>(),
+        ) {
+            prop_assume!(!s.contains("<<"));
+            let i = at.index(s.len() + 1);
+            let joined = format!("{}\\\n{}", &s[..i], &s[i..]);
+            prop_assert_eq!(ctx(&joined), ctx(&s), "{:?}", joined);
         }
     }
 

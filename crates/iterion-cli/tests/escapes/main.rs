@@ -19,6 +19,7 @@ mod host_state;
 mod placement;
 mod procs;
 mod quoting;
+mod scripts;
 mod store;
 mod worktree;
 

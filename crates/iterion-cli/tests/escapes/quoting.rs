@@ -183,3 +183,58 @@ fn validate_warns_when_sandboxed_output_reaches_a_host_command() {
     let v = h.iterion(&["validate", "trusted.bot"]);
     assert!(!show(&v).contains("C129"), "{}", show(&v));
 }
+
+/// Line continuations are removed before the shell reads anything else, so `"$\⏎(…)"` is a command
+/// substitution, not a quoted `$`: a value placed in it is quoted as the plain word it is, reaches the host
+/// command byte for byte and runs nothing. Where a continuation makes a placeholder land in a comment
+/// (`echo a \⏎# …`), in a here-document whose line ending in `\` hides the delimiter, or after a `case`
+/// split by one, the workflow is refused with `C130` and nothing runs.
+#[test]
+fn line_continuations_are_read_as_the_shell_reads_them() {
+    if !engine_ready("escapes::quoting::continuations") {
+        return;
+    }
+    let h = Hostile::new();
+    let out = h.outside();
+    let values = hostile_values(&out);
+    let o = out.display();
+    let wf = format!(
+        "{}tool b:\n  sandbox: none\n  command: |\n    printf '%s' \"$\\\n    (printf '%s' {{{{outputs.a.semi}}}})\" > {o}/cont-semi\n    printf '%s' \"$\\\n    (printf '%s' {{{{outputs.a.subst}}}})\" > {o}/cont-subst\n    echo '{{\"ok\": true}}'\n\nworkflow w:\n  entry: a\n  sandbox: auto\n  a -> b\n  b -> done\n",
+        emitter(&values)
+    );
+    let run = h.run_workflow("wf.bot", &wf);
+    assert_eq!(markers(&out), Vec::<String>::new(), "{}", show(&run));
+    assert!(run.status.success(), "{}", show(&run));
+    let get = |k: &str| {
+        values
+            .iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
+    for k in ["semi", "subst"] {
+        let got = std::fs::read_to_string(out.join(format!("cont-{k}"))).unwrap_or_default();
+        assert_eq!(got, get(k), "{k}");
+    }
+    for (i, cmd) in [
+        format!("echo hi > {o}/x \\\n    # {{{{outputs.a.newline}}}}"),
+        "cat <<E\n    foo\\\n    E\n    {{outputs.a.subst}}\n    E".to_string(),
+        "x=$(ca\\\n    se a in a) echo {{outputs.a.subst}};; esac)".to_string(),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let wf = format!(
+            "{}tool b:\n  sandbox: none\n  command: |\n    {cmd}\n\nworkflow w:\n  entry: a\n  sandbox: auto\n  a -> b\n  b -> done\n",
+            emitter(&values)
+        );
+        let name = format!("cont{i}.bot");
+        h.write(&name, &wf);
+        let v = h.iterion(&["validate", &name]);
+        assert!(show(&v).contains("error[C130]"), "{cmd}: {}", show(&v));
+        let run = h.iterion(&["run", &name, "--json"]);
+        assert!(!run.status.success(), "{cmd}: {}", show(&run));
+    }
+    assert_eq!(markers(&out), Vec::<String>::new());
+    assert_eq!(h.run_ids().len(), 1, "only the first workflow ran");
+}

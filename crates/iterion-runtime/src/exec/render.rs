@@ -7,11 +7,16 @@
 //!   single-quoted word, the inside of `'…'`, the inside of `"…"`), refused where no quoting is safe
 //!   (backticks, `${…}`, arithmetic, here-documents, comments, see [`iterion_spec::shell`]); `null` or a
 //!   missing path leaves the placeholder verbatim;
-//! - [`Mode::JsonLiteral`] for tool `script:`: JSON literals (`null` for missing);
+//! - [`render_shell_script`] for `sh`/`bash` tool `script:`: each value's JSON literal, quoted for the shell
+//!   context it lands in;
+//! - [`render_script_data`] for `js`/`py` tool `script:`: never the value itself: each placeholder becomes an
+//!   expression that parses the value's JSON from the script's environment (`ITERION_VALUE_<n>`), refused
+//!   inside a string, a template literal's text, a regular expression or a comment (see
+//!   [`iterion_spec::script`]);
 //! - [`Mode::Text`] for prompts and `with` values: plain text (missing → empty, with a warning).
 //!
 //! Raw placeholders `{{!path}}` insert strings verbatim, `null` for null or missing, compact JSON otherwise
-//! (shell and script renderings).
+//! (shell and script renderings): the author asked for the value as source text.
 //!
 //! ```
 //! use iterion_runtime::exec::render::{Scope, render_shell};
@@ -23,15 +28,14 @@
 //! ```
 use std::collections::BTreeMap;
 
+use iterion_spec::script::{ScriptContext, ScriptLanguage, ScriptLexer, ScriptRefusal};
 use iterion_spec::shell::{Refusal, ShellContext, ShellLexer};
-use iterion_spec::template::{Placeholder, Segment, scan_template};
+use iterion_spec::template::{Segment, scan_template};
 use serde_json::{Map, Value};
 
 /// How placeholders are rendered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// JSON literals (tool `script:`).
-    JsonLiteral,
     /// Plain text (prompts, `with` values).
     Text,
 }
@@ -189,16 +193,9 @@ fn raw_text(v: Option<&Value>) -> String {
     }
 }
 
-/// Renders one placeholder's value as script or text (a raw placeholder in text is ordinary text).
-fn render_value(p: &Placeholder, v: Option<&Value>, mode: Mode) -> String {
-    if p.raw && mode == Mode::JsonLiteral {
-        return raw_text(v);
-    }
+/// Renders one placeholder's value as text (a raw placeholder in text is ordinary text).
+fn render_value(v: Option<&Value>, mode: Mode) -> String {
     match mode {
-        Mode::JsonLiteral => match v {
-            None => "null".into(),
-            Some(v) => compact(v),
-        },
         Mode::Text => match v {
             None => String::new(),
             Some(Value::String(s)) => s.clone(),
@@ -374,6 +371,127 @@ fn render_shell_with(template: &str, scope: &Scope<'_>, how: ShellValues) -> Res
     Ok(Rendered { text, missing })
 }
 
+/// The longest environment entry (`NAME=value` and its NUL) a Linux `execve` accepts.
+const ENV_ENTRY_MAX: usize = 128 * 1024;
+
+/// Why a `js`/`py` tool script could not be rendered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Misplaced {
+    /// The placeholder sits where no expression can stand.
+    Context {
+        /// The placeholder text (`{{input.x}}`).
+        placeholder: String,
+        /// Where it sits.
+        refusal: ScriptRefusal,
+    },
+    /// The value's JSON is longer than one environment entry can be.
+    TooLarge {
+        /// The placeholder text.
+        placeholder: String,
+        /// The length of the value's JSON.
+        bytes: usize,
+    },
+}
+
+impl std::fmt::Display for Misplaced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Misplaced::Context { placeholder, refusal } => write!(
+                f,
+                "placeholder {placeholder} is {} of the script, where no expression can stand",
+                refusal.describe()
+            ),
+            Misplaced::TooLarge { placeholder, bytes } => write!(
+                f,
+                "the value of placeholder {placeholder} is {bytes} bytes of JSON, more than one environment entry of a script can hold ({} KiB)",
+                ENV_ENTRY_MAX / 1024
+            ),
+        }
+    }
+}
+
+/// A `js`/`py` script whose placeholders read their values from the environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataScript {
+    /// The script text.
+    pub text: String,
+    /// The environment entries the script reads: `ITERION_VALUE_<n>` = the compact JSON of the n-th value
+    /// (`null` for a missing path).
+    pub values: Vec<(String, String)>,
+    /// Placeholder texts whose path was missing.
+    pub missing: Vec<String>,
+}
+
+/// The expression a placeholder of a script becomes: the value, parsed from its JSON in environment entry
+/// `name`.
+fn value_expression(lang: ScriptLanguage, name: &str) -> String {
+    match lang {
+        ScriptLanguage::JavaScript => format!("(JSON.parse(process.env.{name}))"),
+        ScriptLanguage::Python => {
+            format!("(__import__('json').loads(__import__('os').environ['{name}']))")
+        }
+    }
+}
+
+/// Renders a `js`/`py` tool `script:` in one left-to-right pass. A value never becomes source text: each
+/// placeholder is replaced by an expression that parses the value from the environment entry
+/// `ITERION_VALUE_<n>` (its JSON; `null` for a missing path), so `{{input.n}} + 1` is arithmetic and a string
+/// holding quotes, `*/` or U+2028 is only ever a string. The context is tracked over the text the interpreter
+/// reads (authored text, expanded `${…}` values, raw insertions, the expressions); a placeholder inside a
+/// string, a template literal's text, a regular expression or a comment is refused. Raw placeholders insert
+/// their text verbatim, as the author asked.
+pub fn render_script_data(
+    template: &str,
+    lang: ScriptLanguage,
+    scope: &Scope<'_>,
+) -> Result<DataScript, Misplaced> {
+    let (segs, _errors) = scan_template(template);
+    let mut text = String::with_capacity(template.len());
+    let mut values = Vec::new();
+    let mut missing = Vec::new();
+    let mut lexer = ScriptLexer::new(lang);
+    for seg in segs {
+        let piece = match seg {
+            Segment::Text(t) => t,
+            Segment::Placeholder(p) => {
+                let original = &template[p.start..p.end];
+                let v = scope.lookup(&p.path);
+                if v.is_none() {
+                    missing.push(original.to_string());
+                }
+                if p.raw {
+                    raw_text(v.as_ref())
+                } else {
+                    if let ScriptContext::Refused(refusal) = lexer.context() {
+                        return Err(Misplaced::Context {
+                            placeholder: original.to_string(),
+                            refusal,
+                        });
+                    }
+                    let name = format!("ITERION_VALUE_{}", values.len());
+                    let json = v.as_ref().map_or_else(|| "null".to_string(), compact);
+                    if name.len() + json.len() + 2 > ENV_ENTRY_MAX {
+                        return Err(Misplaced::TooLarge {
+                            placeholder: original.to_string(),
+                            bytes: json.len(),
+                        });
+                    }
+                    let expr = value_expression(lang, &name);
+                    values.push((name, json));
+                    expr
+                }
+            }
+        };
+        lexer.feed(&piece);
+        text.push_str(&piece);
+    }
+    Ok(DataScript {
+        text,
+        values,
+        missing,
+    })
+}
+
 /// A rendered template and the placeholders that resolved to nothing (missing paths).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rendered {
@@ -397,7 +515,7 @@ pub fn render(template: &str, mode: Mode, scope: &Scope<'_>) -> Rendered {
                 if v.is_none() {
                     missing.push(original.to_string());
                 }
-                text.push_str(&render_value(&p, v.as_ref(), mode));
+                text.push_str(&render_value(v.as_ref(), mode));
             }
         }
     }
@@ -478,7 +596,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// TE1–TE7: `{{input.v}}`, `{{!input.v}}` in `command:`, `{{input.v}}` in `script:`.
+    /// TE1–TE7: `{{input.v}}`, `{{!input.v}}` in `command:`, `{{input.v}}` in a js `script:` (the JSON its
+    /// environment entry holds).
     fn check(v: Option<Value>, shell: &str, raw: &str, script: &str) {
         let input = match &v {
             Some(v) => json!({ "v": v }),
@@ -488,10 +607,13 @@ mod tests {
             input: &input,
             ..Scope::empty()
         };
+        let data = render_script_data("{{input.v}}", ScriptLanguage::JavaScript, &scope).unwrap();
+        assert_eq!(data.text, "(JSON.parse(process.env.ITERION_VALUE_0))");
+        assert_eq!(data.values.len(), 1);
         let got = (
             render_shell("{{input.v}}", &scope).unwrap().text,
             render_shell("{{!input.v}}", &scope).unwrap().text,
-            render("{{input.v}}", Mode::JsonLiteral, &scope).text,
+            data.values[0].1.clone(),
         );
         assert_eq!(got, (shell.into(), raw.into(), script.into()), "value {v:?}");
     }
@@ -518,6 +640,85 @@ mod tests {
         ); // TE7
         check(Some(Value::Null), "{{input.v}}", "null", "null");
         check(Some(json!([[1], 2])), "'[[1],2]'", "[[1],2]", "[[1],2]");
+    }
+
+    #[test]
+    fn script_values_are_data_and_misplaced_placeholders_are_refused() {
+        let input = json!({"s": "\"); require('x') //\u{2028}*/", "n": 2});
+        let scope = Scope {
+            input: &input,
+            ..Scope::empty()
+        };
+        let py = render_script_data(
+            "x = {{input.n}} + 1; y = [{{input.s}}, {{input.nope}}, '{{!input.n}}']",
+            ScriptLanguage::Python,
+            &scope,
+        )
+        .unwrap();
+        assert_eq!(
+            py.text,
+            "x = (__import__('json').loads(__import__('os').environ['ITERION_VALUE_0'])) + 1; y = [(__import__('json').loads(__import__('os').environ['ITERION_VALUE_1'])), (__import__('json').loads(__import__('os').environ['ITERION_VALUE_2'])), '2']"
+        );
+        assert_eq!(
+            py.values,
+            [
+                ("ITERION_VALUE_0".to_string(), "2".to_string()),
+                ("ITERION_VALUE_1".to_string(), json!(input["s"]).to_string()),
+                ("ITERION_VALUE_2".to_string(), "null".to_string()),
+            ]
+        );
+        assert_eq!(py.missing, ["{{input.nope}}"]);
+        for (lang, t, refusal) in [
+            (
+                ScriptLanguage::JavaScript,
+                "f('{{input.s}}')",
+                ScriptRefusal::String,
+            ),
+            (
+                ScriptLanguage::JavaScript,
+                "f(`a {{input.s}}`)",
+                ScriptRefusal::Template,
+            ),
+            (
+                ScriptLanguage::JavaScript,
+                "/* {{input.s}} */",
+                ScriptRefusal::Comment,
+            ),
+            (
+                ScriptLanguage::Python,
+                "f'{ {{input.s}} }'",
+                ScriptRefusal::String,
+            ),
+            // a raw value that opens a string moves the placeholders after it into it
+            (
+                ScriptLanguage::Python,
+                "{{!input.s}} {{input.n}}",
+                ScriptRefusal::String,
+            ),
+        ] {
+            assert_eq!(
+                render_script_data(t, lang, &scope),
+                Err(Misplaced::Context {
+                    placeholder: if t.contains("input.n") {
+                        "{{input.n}}"
+                    } else {
+                        "{{input.s}}"
+                    }
+                    .into(),
+                    refusal
+                }),
+                "{t}"
+            );
+        }
+        let big = json!({"b": "x".repeat(ENV_ENTRY_MAX)});
+        let scope = Scope {
+            input: &big,
+            ..Scope::empty()
+        };
+        assert!(matches!(
+            render_script_data("f({{input.b}})", ScriptLanguage::JavaScript, &scope),
+            Err(Misplaced::TooLarge { .. })
+        ));
     }
 
     #[test]
