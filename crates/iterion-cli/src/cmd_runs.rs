@@ -114,6 +114,10 @@ iterion runs show RUN --json | jq .status\n\nEXIT CODES:\n  0 shown; 1 the run w
         /// Also print the run's events.
         #[arg(long)]
         events: bool,
+        /// Print only the full output of node NAME, as text (each time it finished; with --json one JSON line
+        /// each).
+        #[arg(long, value_name = "NAME", conflicts_with = "events")]
+        node: Option<String>,
         /// Run store directory (default: the store of the current project).
         #[arg(long, value_name = "DIR")]
         store_dir: Option<PathBuf>,
@@ -184,8 +188,19 @@ pub fn run(args: RunsArgs, env: &BTreeMap<String, String>) -> ExitCode {
         RunsCommand::Show {
             run_id,
             events,
+            node: Some(node),
             store_dir,
             json,
+        } if !events => {
+            let store = Store::at(resolve_store(store_dir.as_deref(), env, &cwd));
+            node_output(&store, &run_id, &node, json, &mut out)
+        }
+        RunsCommand::Show {
+            run_id,
+            events,
+            store_dir,
+            json,
+            ..
         } => {
             let store = Store::at(resolve_store(store_dir.as_deref(), env, &cwd));
             show(&store, &run_id, events, json, &mut out)
@@ -542,6 +557,108 @@ fn show(store: &Store, query: &str, with_events: bool, json: bool, out: &mut imp
         let _ = writeln!(out, "{shown}");
     }
     ExitCode::SUCCESS
+}
+
+/// `runs show RUN --node NAME`: every output node `NAME` finished with, read from the run's events, as text (a
+/// string as it is, an object one `key: value` per field with multi-line strings as indented blocks), each under
+/// a header; with `json` one JSON line per output. No output of that node is an error naming the nodes that have
+/// one.
+fn node_output(store: &Store, query: &str, node: &str, json: bool, out: &mut impl Write) -> ExitCode {
+    if let Err(e) = store::validate_component("run id", query) {
+        return fail(2, &e.to_string());
+    }
+    let run_id = match find_run(store, query) {
+        Ok(id) => id,
+        Err((code, message)) => return fail(code, &message),
+    };
+    let lines = match store.event_lines(run_id.as_str()) {
+        Ok(l) => l,
+        Err(e) => return fail(1, &error_chain(&e)),
+    };
+    let mut finished: Vec<String> = Vec::new();
+    let mut shown = 0usize;
+    for line in lines {
+        let line = match line {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = out.flush();
+                return fail(1, &error_chain(&e));
+            }
+        };
+        let Some(rec) = EventRecord::decode(&line) else {
+            continue;
+        };
+        if rec.event_type != "node_finished" {
+            continue;
+        }
+        let Some(id) = rec.node_id.as_deref() else {
+            continue;
+        };
+        let Some(output) = rec.data.get("output") else {
+            continue;
+        };
+        if id != node {
+            if !finished.iter().any(|f| f == id) {
+                finished.push(id.to_owned());
+            }
+            continue;
+        }
+        shown += 1;
+        if json {
+            let _ = writeln!(out, "{output}");
+            continue;
+        }
+        let ms = rec.data.get("duration_ms").and_then(serde_json::Value::as_u64);
+        let when = ms.map_or(String::new(), |ms| format!(", {ms} ms"));
+        let branch = rec
+            .branch_id
+            .as_deref()
+            .map_or(String::new(), |b| format!(", branch {b}"));
+        let _ = writeln!(out, "── node {} (#{shown}{when}{branch}) ──", clean(node));
+        let _ = write!(out, "{}", clean(&output_text(output)));
+    }
+    if shown == 0 {
+        let others = if finished.is_empty() {
+            "no node of it finished with an output".to_owned()
+        } else {
+            format!("nodes with an output: {}", finished.join(", "))
+        };
+        return fail(
+            1,
+            &format!("node '{node}' has no output in run {run_id} ({others})"),
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+/// A node output as text: a string as it is; an object one `key: value` line per field (a multi-line string
+/// as an indented block below its key, other values as JSON); anything else as JSON. Ends with a newline.
+fn output_text(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    let mut s = match v {
+        Value::String(t) => t.clone(),
+        Value::Object(m) => {
+            let mut t = String::new();
+            for (k, v) in m {
+                match v {
+                    Value::String(x) if x.contains('\n') => {
+                        t.push_str(&format!("{k}:\n"));
+                        for l in x.lines() {
+                            t.push_str(&format!("    {l}\n"));
+                        }
+                    }
+                    Value::String(x) => t.push_str(&format!("{k}: {x}\n")),
+                    other => t.push_str(&format!("{k}: {other}\n")),
+                }
+            }
+            t
+        }
+        other => other.to_string(),
+    };
+    if !s.ends_with('\n') {
+        s.push('\n');
+    }
+    s
 }
 
 /// How often `runs logs --follow` looks for new events.

@@ -569,3 +569,41 @@ fn a_worktree_run_says_which_changes_of_the_checkout_it_does_not_see() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("node c: finished"), "{stdout}");
 }
+
+#[test]
+fn runs_show_node_prints_one_nodes_full_output_as_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let wf = "tool t:\n  command: `printf 'line one\\nline two\\n'`\n\ncompute c:\n  expr:\n    n: \"1 + 1\"\n\nworkflow w:\n  entry: t\n  t -> c\n  c -> done\n";
+    std::fs::write(dir.path().join("w.bot"), wf).unwrap();
+    let store = dir.path().join("store");
+    let cmd = |args: &[&str]| {
+        Command::new(BIN)
+            .args(args)
+            .arg("--store-dir")
+            .arg(&store)
+            .current_dir(dir.path())
+            .env("HOME", dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = cmd(&["run", "w.bot", "--sandbox", "none", "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let runs: Vec<_> = std::fs::read_dir(store.join("runs")).unwrap().flatten().collect();
+    let id = runs[0].file_name().to_string_lossy().into_owned();
+    let out = cmd(&["runs", "show", &id, "--node", "t"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.starts_with("── node t (#1"), "{shown}");
+    // the text with its real line breaks (a block under its key), not a JSON string with \n escapes
+    assert!(shown.contains("result:\n    line one\n    line two\n"), "{shown}");
+    let out = cmd(&["runs", "show", &id, "--node", "c", "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), r#"{"n":2}"#);
+    let out = cmd(&["runs", "show", &id, "--node", "nope"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("node 'nope' has no output") && err.contains("nodes with an output: t, c"),
+        "{err}"
+    );
+}
