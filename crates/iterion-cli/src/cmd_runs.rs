@@ -387,6 +387,23 @@ fn human_duration(d: Duration) -> String {
     }
 }
 
+/// A `running` run whose process is gone (`kill -9`, a crash): nobody holds its lock. Its record still says
+/// `running` until the next `iterion run` of the store recovers it or it is resumed.
+fn owner_gone(store: &Store, id: &str, doc: &RunDocument) -> bool {
+    doc.status == RunStatus::Running
+        && store
+            .run_dir(id)
+            .is_ok_and(|d| store::RunLock::is_held(&d.join(names::LOCK)).is_ok_and(|held| !held))
+}
+
+/// What to do about a run whose process is gone.
+fn owner_gone_hint(id: &str) -> String {
+    format!(
+        "run {id} says running but its process is gone: `iterion resume {id}` continues it (its leftover \
+         sandbox is reaped first), `iterion sandbox prune --yes` removes what it left"
+    )
+}
+
 fn list(store: &Store, filter: &Filter, json: bool, out: &mut impl Write) -> ExitCode {
     let mut entries = match store.list_runs() {
         Ok(e) => e,
@@ -411,6 +428,7 @@ fn list(store: &Store, filter: &Filter, json: bool, out: &mut impl Write) -> Exi
                     "name": d.name,
                     "workflow": d.workflow_name,
                     "status": d.status,
+                    "owner_gone": owner_gone(store, &e.id, d),
                     "failure_code": d.failure_code,
                     "started": d.created_at,
                     "finished": d.finished_at,
@@ -441,12 +459,18 @@ fn list(store: &Store, filter: &Filter, json: bool, out: &mut impl Write) -> Exi
         "STARTED".into(),
         "DURATION".into(),
     ]];
+    let mut gone = Vec::new();
     for e in &entries {
         rows.push(match &e.document {
             Ok(d) => [
                 e.id.clone(),
                 d.name.clone(),
-                d.status.to_string(),
+                if owner_gone(store, &e.id, d) {
+                    gone.push(e.id.clone());
+                    format!("{} (owner gone)", d.status)
+                } else {
+                    d.status.to_string()
+                },
                 d.failure_code.map_or_else(|| "-".to_owned(), |c| c.to_string()),
                 d.workflow_name.clone(),
                 d.created_at.clone(),
@@ -485,6 +509,9 @@ fn list(store: &Store, filter: &Filter, json: bool, out: &mut impl Write) -> Exi
             }
         }
         let _ = writeln!(out, "{}", line.trim_end());
+    }
+    for id in &gone {
+        eprintln!("note: {}", clean(&owner_gone_hint(id)));
     }
     ExitCode::SUCCESS
 }
@@ -536,6 +563,9 @@ fn show(store: &Store, query: &str, with_events: bool, json: bool, out: &mut imp
     } else {
         // The stored run: its error, names and event data may hold any text a node produced.
         let _ = write!(out, "{}", clean(&summary(&doc, store.root(), &dir)));
+        if owner_gone(store, run_id, &doc) {
+            let _ = write!(out, "{}", clean(&field("Note", &owner_gone_hint(run_id))));
+        }
         if events.is_some() {
             let _ = writeln!(out);
         }

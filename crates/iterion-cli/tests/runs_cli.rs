@@ -678,3 +678,48 @@ fn logs_follows_a_run_in_progress_until_it_ends() {
     let out = iterion(&["runs", "logs", "nope", "--store-dir", &store_s], dir.path());
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
 }
+
+#[test]
+fn a_running_run_whose_process_is_gone_says_so_and_how_to_clean_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("store");
+    let store = Store::create(&root).unwrap().with_log_clock(LogClock::utc());
+    // `kill -9`: the record says running, nobody holds its lock any more
+    store
+        .create_run(
+            &RunId::parse("gone0001").unwrap(),
+            new_run("gone0001", "2026-01-14T08:00:00Z"),
+        )
+        .map(drop)
+        .unwrap();
+    // a live run: its process (this test) holds the lock
+    let _live = store
+        .create_run(
+            &RunId::parse("live0001").unwrap(),
+            new_run("live0001", "2026-01-14T09:00:00Z"),
+        )
+        .unwrap();
+    let s = root.to_str().unwrap();
+    let o = iterion(&["runs", "list", "--store-dir", s], tmp.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let line = |id: &str| out.lines().find(|l| l.starts_with(id)).unwrap().to_owned();
+    assert!(line("gone0001").contains("running (owner gone)"), "{out}");
+    assert!(!line("live0001").contains("owner gone"), "{out}");
+    let err = stderr(&o);
+    assert!(
+        err.contains("run gone0001 says running but its process is gone: `iterion resume gone0001`"),
+        "{err}"
+    );
+    assert!(!err.contains("live0001"), "{err}");
+    let o = iterion(&["runs", "list", "--json", "--store-dir", s], tmp.path());
+    let docs: Vec<serde_json::Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |id: &str| docs.iter().find(|d| d["id"] == id).unwrap()["owner_gone"].clone();
+    assert_eq!(of("gone0001"), serde_json::json!(true));
+    assert_eq!(of("live0001"), serde_json::json!(false));
+    let o = iterion(&["runs", "show", "gone0001", "--store-dir", s], tmp.path());
+    assert!(stdout(&o).contains("Note:"), "{}", stdout(&o));
+}
