@@ -290,6 +290,15 @@ fn remove(store: &Store, queries: &[String], json: bool, out: &mut impl Write) -
             }
             Ok(r) => {
                 let _ = writeln!(out, "removed {}", removal_line(&r));
+                // a run removed while its record said running had a process that died with it: what that
+                // process started on the engine is not the store's to remove
+                if r.status == Some(RunStatus::Running) {
+                    eprintln!(
+                        "note: run {} was still recorded as running: a sandbox its process left is removed by the \
+                         next run's reaper, or now by `iterion sandbox prune --yes`",
+                        clean(&r.id)
+                    );
+                }
             }
             Err((c, message)) => {
                 code = fail(c, &message);
