@@ -127,6 +127,12 @@ impl Key<'_> {
 }
 
 /// A parsed scalar-ish value on the right of `key:`.
+/// The interaction modes a node or the workflow may name.
+const INTERACTIONS: &[&str] = &["none", "human", "llm", "llm_or_human"];
+
+/// The reasoning efforts a bare `reasoning_effort` may name.
+const REASONING_EFFORTS: &[&str] = &["low", "medium", "high", "xhigh", "max"];
+
 enum Val {
     Str(Spanned<String>),
     Name(Spanned<String>),
@@ -506,6 +512,26 @@ impl<'a> Parser<'a> {
         match self.simple(prop, Accept::BOOL) {
             Some(Val::Bool(b)) => Some(b.value),
             _ => None,
+        }
+    }
+
+    /// `reasoning_effort`: a bare name must be one of [`REASONING_EFFORTS`] (else `E020`, as the reference's
+    /// parser reads it); a quoted string is kept for the compiler (`C027`, skipped when it holds `$`).
+    fn reasoning_effort_prop(&mut self, prop: &str) -> Option<Spanned<String>> {
+        match self.simple(prop, Accept::STR_NAME)? {
+            Val::Name(n) if !REASONING_EFFORTS.contains(&n.value.as_str()) => {
+                self.diag_at(
+                    "E020",
+                    n.span,
+                    format!(
+                        "invalid value for '{prop}': '{}' (want {}, or a quoted string such as \"${{EFFORT:-high}}\")",
+                        n.value,
+                        REASONING_EFFORTS.join(", ")
+                    ),
+                );
+                None
+            }
+            v => Some(v.into_text()),
         }
     }
 
@@ -961,6 +987,21 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// A node declared `done` or `fail`: `C042`, as the reference's validator reports it (other declarations
+    /// with those names are `E011`).
+    fn reserved_node(&mut self, name: &Spanned<String>) -> bool {
+        if name.value == "done" || name.value == "fail" {
+            self.diag_at(
+                "C042",
+                name.span,
+                format!("'{}' is a terminal node and cannot be declared", name.value),
+            );
+            true
+        } else {
+            false
+        }
+    }
+
     fn top_decl(&mut self) -> Option<Decl> {
         let kw_tok = self.bump();
         let kw = self.text(kw_tok);
@@ -1046,7 +1087,7 @@ impl<'a> Parser<'a> {
                     _ => NodeKind::Compute,
                 };
                 let name = self.decl_name(kw)?;
-                let reserved = self.reserved(&name);
+                let reserved = self.reserved_node(&name);
                 let n = self.node_body(name, kind);
                 if reserved {
                     self.nodes.truncate(n);
@@ -1425,12 +1466,12 @@ impl<'a> Parser<'a> {
                 "capabilities" => set!(capabilities, p.tool_list_prop(k)),
                 "tool_max_steps" => set!(tool_max_steps, p.int_prop(k)),
                 "max_tokens" => set!(max_tokens, p.int_prop(k)),
-                "reasoning_effort" => set!(reasoning_effort, p.str_or_name_prop(k)),
+                "reasoning_effort" => set!(reasoning_effort, p.reasoning_effort_prop(k)),
                 "readonly" => set!(readonly, p.bool_prop(k)),
-                "interaction" => set!(interaction, p.name_prop(k)),
+                "interaction" => set!(interaction, p.enum_prop(k, INTERACTIONS)),
                 "interaction_prompt" => set!(interaction_prompt, p.name_prop(k)),
                 "interaction_model" => set!(interaction_model, p.str_prop(k)),
-                "await" => set!(await_mode, p.name_prop(k)),
+                "await" => set!(await_mode, p.enum_prop(k, &["wait_all", "best_effort"])),
                 "mode" => set!(
                     router_mode,
                     p.enum_prop(k, &["fan_out_all", "condition", "round_robin", "llm"])
@@ -1701,7 +1742,7 @@ impl<'a> Parser<'a> {
                 "default_backend" => w.default_backend = p.str_or_name_prop(k),
                 "tool_policy" => w.tool_policy = p.tool_list_prop(k),
                 "capabilities" => w.capabilities = p.tool_list_prop(k),
-                "interaction" => w.interaction = p.name_prop(k),
+                "interaction" => w.interaction = p.enum_prop(k, INTERACTIONS),
                 "mcp" => w.mcp = Some(p.mcp_block()),
                 "compaction" => w.compaction = Some(Spanned::new(p.compaction_block(), key.span)),
                 "budget" => {
