@@ -718,12 +718,6 @@ pub async fn build_planned(
         extra,
         entries,
     } = planned;
-    // The classic builder turns every `labels` entry into a step of its own (an intermediate container each):
-    // the labels go in as one LABEL line appended to a copy of the Dockerfile instead, where that is exact.
-    let (df_name, extra, labels) = match one_label_step(&context, &df_name, extra.as_ref(), input) {
-        Some((name, text)) => (name.clone(), Some((name, text)), HashMap::new()),
-        None => (df_name, extra, build_labels(input)),
-    };
     let offline = input.network == BuildNetwork::None;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(16);
     let producer = tokio::task::spawn_blocking(move || {
@@ -737,6 +731,7 @@ pub async fn build_planned(
     });
     let body = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
 
+    let labels = build_labels(input);
     let buildargs: HashMap<String, String> = input.args.clone().into_iter().collect();
     let mut opts = BuildImageOptionsBuilder::default()
         .t(&input.tag)
@@ -842,75 +837,6 @@ async fn registry_config(
         }
     }
     Ok((!out.is_empty()).then_some(out))
-}
-
-/// A copy of the Dockerfile with `labels` as one `LABEL` line at its end (its name in the archive, its bytes),
-/// for the classic builder, which makes one step per label it is given. `None` where the copy would not mean
-/// the same: a `target` (the labels belong to that stage, not to the last), an `escape` parser directive (the
-/// quoting below assumes `\`), or a Dockerfile that cannot be read.
-fn one_label_step(
-    context: &Path,
-    dockerfile_name: &str,
-    extra: Option<&(String, Vec<u8>)>,
-    input: &BuildInput,
-) -> Option<(String, Vec<u8>)> {
-    if input.target.is_some() {
-        return None;
-    }
-    let mut text = match extra {
-        Some((_, data)) => data.clone(),
-        None => read_regular(&context.join(dockerfile_name), MAX_FILE_BYTES)
-            .into_bytes()
-            .ok()?,
-    };
-    if has_escape_directive(&text) {
-        return None;
-    }
-    let labels: BTreeMap<String, String> = build_labels(input).into_iter().collect();
-    if !text.ends_with(b"\n") {
-        text.push(b'\n');
-    }
-    text.extend_from_slice(b"LABEL");
-    for (k, v) in &labels {
-        text.extend_from_slice(format!(" \"{}\"=\"{}\"", label_quote(k), label_quote(v)).as_bytes());
-    }
-    text.push(b'\n');
-    let name = format!(
-        ".iterion/Dockerfile.{}",
-        &hex::encode(Sha256::digest(&text))[..16]
-    );
-    Some((name, text))
-}
-
-/// `s` inside a double-quoted Dockerfile word: `\`, `"` and `$` escaped (no variable is expanded), a line break
-/// as a space.
-fn label_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '\\' | '"' | '$' => {
-                out.push('\\');
-                out.push(c);
-            }
-            '\n' | '\r' => out.push(' '),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// Whether the Dockerfile's parser directives (comment lines at its top) set `escape`.
-fn has_escape_directive(text: &[u8]) -> bool {
-    String::from_utf8_lossy(text)
-        .lines()
-        .map(str::trim)
-        .take_while(|l| l.starts_with('#'))
-        .any(|l| {
-            l.trim_start_matches('#')
-                .split('=')
-                .next()
-                .is_some_and(|k| k.trim().eq_ignore_ascii_case("escape"))
-        })
 }
 
 /// The labels of a built image: the caller's plus iterion's build labels.
@@ -1036,16 +962,6 @@ async fn build_buildkit(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn label_values_are_quoted_for_one_label_line() {
-        assert_eq!(label_quote(r#"a "b" \ $HOME"#), r#"a \"b\" \\ \$HOME"#);
-        assert_eq!(label_quote("x\ny"), "x y");
-        assert!(has_escape_directive(b"# escape=`\nFROM x\n"));
-        assert!(has_escape_directive(b"# syntax=a\n#  ESCAPE = `\nFROM x\n"));
-        assert!(!has_escape_directive(b"FROM x\n# escape=`\n"));
-        assert!(!has_escape_directive(b"# a comment\nFROM x\n"));
-    }
 
     fn check(ignore: &str, path: &str, excluded: bool) {
         assert_eq!(
