@@ -413,11 +413,20 @@ pub fn write_context<W: Write>(
     entries: &[ContextEntry],
     extra: Option<(&str, &[u8])>,
 ) -> std::io::Result<W> {
+    write_context_with(w, entries, extra.as_slice())
+}
+
+/// [`write_context`] with any number of extra files (name, bytes), written after the entries.
+fn write_context_with<W: Write>(
+    w: W,
+    entries: &[ContextEntry],
+    extras: &[(&str, &[u8])],
+) -> std::io::Result<W> {
     let mut b = tar::Builder::new(w);
     for e in entries {
         append_entry(&mut b, e)?;
     }
-    if let Some((name, data)) = extra {
+    for &(name, data) in extras {
         let mut h = tar::Header::new_ustar();
         h.set_entry_type(tar::EntryType::Regular);
         h.set_mode(0o644);
@@ -718,20 +727,33 @@ pub async fn build_planned(
         extra,
         entries,
     } = planned;
+    // The classic builder turns every `labels` entry into a step of its own (an intermediate container each):
+    // the labels go in as one LABEL line appended to a copy of the Dockerfile instead, where that is exact.
+    // The copy is named by the archive's `.dockerignore`, so the engine drops it from the context once it has
+    // read it (as it does with an excluded Dockerfile): a `COPY .` never puts it in the image.
+    let (df_name, extras, entries, labels) = match one_label_step(&context, &df_name, extra.as_ref(), input) {
+        Some((name, text)) => match ignore_naming(&context, &entries, &name) {
+            Some(ignore) => {
+                let entries: Vec<ContextEntry> = entries
+                    .into_iter()
+                    .filter(|e| e.name() != ".dockerignore")
+                    .collect();
+                let extras = vec![(name.clone(), text), (".dockerignore".to_owned(), ignore)];
+                (name, extras, entries, HashMap::new())
+            }
+            None => (df_name, extra.into_iter().collect(), entries, build_labels(input)),
+        },
+        None => (df_name, extra.into_iter().collect(), entries, build_labels(input)),
+    };
     let offline = input.network == BuildNetwork::None;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(16);
     let producer = tokio::task::spawn_blocking(move || {
         let w = ChanWriter(tx);
-        write_context(
-            w,
-            &entries,
-            extra.as_ref().map(|(n, d)| (n.as_str(), d.as_slice())),
-        )
-        .map(|_| ())
+        let extras: Vec<(&str, &[u8])> = extras.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect();
+        write_context_with(w, &entries, &extras).map(|_| ())
     });
     let body = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
 
-    let labels = build_labels(input);
     let buildargs: HashMap<String, String> = input.args.clone().into_iter().collect();
     let mut opts = BuildImageOptionsBuilder::default()
         .t(&input.tag)
@@ -837,6 +859,98 @@ async fn registry_config(
         }
     }
     Ok((!out.is_empty()).then_some(out))
+}
+
+/// A copy of the Dockerfile with `labels` as one `LABEL` line at its end (its name in the archive, at its root so
+/// that no directory is left behind once the engine drops it, and its bytes),
+/// for the classic builder, which makes one step per label it is given. `None` where the copy would not mean
+/// the same: a `target` (the labels belong to that stage, not to the last), an `escape` parser directive (the
+/// quoting below assumes `\`), or a Dockerfile that cannot be read.
+fn one_label_step(
+    context: &Path,
+    dockerfile_name: &str,
+    extra: Option<&(String, Vec<u8>)>,
+    input: &BuildInput,
+) -> Option<(String, Vec<u8>)> {
+    if input.target.is_some() {
+        return None;
+    }
+    let mut text = match extra {
+        Some((_, data)) => data.clone(),
+        None => read_regular(&context.join(dockerfile_name), MAX_FILE_BYTES)
+            .into_bytes()
+            .ok()?,
+    };
+    if has_escape_directive(&text) {
+        return None;
+    }
+    let labels: BTreeMap<String, String> = build_labels(input).into_iter().collect();
+    if !text.ends_with(b"\n") {
+        text.push(b'\n');
+    }
+    text.extend_from_slice(b"LABEL");
+    for (k, v) in &labels {
+        text.extend_from_slice(format!(" \"{}\"=\"{}\"", label_quote(k), label_quote(v)).as_bytes());
+    }
+    text.push(b'\n');
+    let name = format!(
+        ".iterion.Dockerfile.{}",
+        &hex::encode(Sha256::digest(&text))[..16]
+    );
+    Some((name, text))
+}
+
+/// The `.dockerignore` the archive carries with the Dockerfile copy `copy`: the context's own (when the archive
+/// holds it) with a last line naming the copy, or, without one, a file naming the copy and itself (so that
+/// neither reaches the image, as no `.dockerignore` would). `None` when the context's cannot be read, or does
+/// not exclude itself (a `COPY .` would then put the added line in the image).
+fn ignore_naming(context: &Path, entries: &[ContextEntry], copy: &str) -> Option<Vec<u8>> {
+    if entries.iter().any(|e| e.name() == ".dockerignore") {
+        let mut text = read_regular(&context.join(".dockerignore"), MAX_FILE_BYTES)
+            .into_bytes()
+            .ok()?;
+        if !DockerIgnore::parse(&String::from_utf8_lossy(&text)).excluded(".dockerignore") {
+            return None;
+        }
+        if !text.is_empty() && !text.ends_with(b"\n") {
+            text.push(b'\n');
+        }
+        text.extend_from_slice(format!("{copy}\n").as_bytes());
+        Some(text)
+    } else {
+        Some(format!("{copy}\n.dockerignore\n").into_bytes())
+    }
+}
+
+/// `s` inside a double-quoted Dockerfile word: `\`, `"` and `$` escaped (no variable is expanded), a line break
+/// as a space.
+fn label_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' | '"' | '$' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '\n' | '\r' => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Whether the Dockerfile's parser directives (comment lines at its top) set `escape`.
+fn has_escape_directive(text: &[u8]) -> bool {
+    String::from_utf8_lossy(text)
+        .lines()
+        .map(str::trim)
+        .take_while(|l| l.starts_with('#'))
+        .any(|l| {
+            l.trim_start_matches('#')
+                .split('=')
+                .next()
+                .is_some_and(|k| k.trim().eq_ignore_ascii_case("escape"))
+        })
 }
 
 /// The labels of a built image: the caller's plus iterion's build labels.
@@ -962,6 +1076,16 @@ async fn build_buildkit(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn label_values_are_quoted_for_one_label_line() {
+        assert_eq!(label_quote(r#"a "b" \ $HOME"#), r#"a \"b\" \\ \$HOME"#);
+        assert_eq!(label_quote("x\ny"), "x y");
+        assert!(has_escape_directive(b"# escape=`\nFROM x\n"));
+        assert!(has_escape_directive(b"# syntax=a\n#  ESCAPE = `\nFROM x\n"));
+        assert!(!has_escape_directive(b"FROM x\n# escape=`\n"));
+        assert!(!has_escape_directive(b"# a comment\nFROM x\n"));
+    }
 
     fn check(ignore: &str, path: &str, excluded: bool) {
         assert_eq!(

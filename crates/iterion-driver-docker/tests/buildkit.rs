@@ -330,3 +330,48 @@ async fn an_offline_buildkit_build_refuses_what_buildkit_would_fetch() {
         }
     }
 }
+
+/// The classic builder makes one step (an intermediate container) per label it is given: iterion's labels reach
+/// the image through one LABEL line, in one step, and all of them arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_classic_build_sets_every_label_in_one_step() {
+    if !iterion_test_support::engine_required("a_classic_build_sets_every_label_in_one_step") {
+        return;
+    }
+    let img = iterion_test_support::docker_image::ensure_test_image().expect("test image");
+    let driver = docker_driver(BuilderSetting::Classic).await;
+    let nonce = format!("{:08x}", rand::random::<u32>());
+    // no trailing newline: the LABEL line still starts a line of its own; the whole context is copied, and the
+    // Dockerfile copy carrying the labels (and the .dockerignore naming it) must not be part of it
+    let w = ws(&format!("FROM {img}\nRUN echo {nonce} > /n\nCOPY . /ctx"));
+    let b = build(&driver, &w, &img, None, |_| {}).await;
+    assert_eq!(b.builder().kind, BuilderKind::Classic);
+    let steps: Vec<String> = b
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            DriverEvent::Log { message, .. } if message.contains(" : LABEL") => Some(message.clone()),
+            _ => None,
+        })
+        .collect();
+    let prepared = b.prepared.expect("built");
+    assert_eq!(steps.len(), 1, "{steps:#?}");
+    let tag = prepared.image.clone().expect("image").reference;
+    let labels = support::engine_get(&format!("/images/{tag}/json"))["Config"]["Labels"].clone();
+    assert_eq!(labels["iterion.io/managed"], "true", "{labels}");
+    assert_eq!(labels["iterion.io/component"], "build", "{labels}");
+    assert_eq!(
+        labels["iterion.io/builder-pid"],
+        std::process::id().to_string(),
+        "{labels}"
+    );
+    assert_eq!(
+        labels["iterion.io/store"],
+        w.store.path().display().to_string(),
+        "{labels}"
+    );
+    assert_eq!(
+        run_in(&driver, &w, prepared, "cat /n; ls -A /ctx").await.trim(),
+        format!("{nonce}\nDockerfile")
+    );
+}
