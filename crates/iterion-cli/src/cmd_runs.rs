@@ -161,7 +161,7 @@ pub fn run(args: RunsArgs, env: &BTreeMap<String, String>) -> ExitCode {
             json,
         } => {
             let store = Store::at(resolve_store(store_dir.as_deref(), env, &cwd));
-            remove(&store, &runs, json, &mut out)
+            remove(&store, &runs, json, env, &mut out)
         }
         RunsCommand::Prune {
             older_than,
@@ -276,8 +276,15 @@ fn removal_line(r: &RunRemoval) -> String {
     clean(&line).into_owned()
 }
 
-fn remove(store: &Store, queries: &[String], json: bool, out: &mut impl Write) -> ExitCode {
+fn remove(
+    store: &Store,
+    queries: &[String],
+    json: bool,
+    env: &BTreeMap<String, String>,
+    out: &mut impl Write,
+) -> ExitCode {
     let mut code = ExitCode::SUCCESS;
+    let mut orphaned = Vec::new();
     for q in queries {
         if let Err(e) = store::validate_component("run id", q) {
             return fail(2, &e.to_string());
@@ -290,14 +297,10 @@ fn remove(store: &Store, queries: &[String], json: bool, out: &mut impl Write) -
             }
             Ok(r) => {
                 let _ = writeln!(out, "removed {}", removal_line(&r));
-                // a run removed while its record said running had a process that died with it: what that
-                // process started on the engine is not the store's to remove
+                // removed while its record said running: its process died without cleaning up (the removal
+                // held the run's lock, so no process owns it)
                 if r.status == Some(RunStatus::Running) {
-                    eprintln!(
-                        "note: run {} was still recorded as running: a sandbox its process left is removed by the \
-                         next run's reaper, or now by `iterion sandbox prune --yes`",
-                        clean(&r.id)
-                    );
+                    orphaned.push(r.id.clone());
                 }
             }
             Err((c, message)) => {
@@ -305,7 +308,54 @@ fn remove(store: &Store, queries: &[String], json: bool, out: &mut impl Write) -
             }
         }
     }
+    if !orphaned.is_empty() {
+        remove_leftovers(&orphaned, env);
+    }
     code
+}
+
+/// What the dead processes of removed runs left on the container engine (their sandbox containers and
+/// networks), removed by the reaper's predicate; said on stderr. With no engine, says how to do it later.
+fn remove_leftovers(runs: &[String], env: &BTreeMap<String, String>) {
+    use iterion_runtime::api::{HostOptions, Runtime};
+    use iterion_runtime::lifecycle::reaper::{PruneAction, PruneScope};
+    let later = |why: &str| {
+        eprintln!(
+            "note: {} was still recorded as running; what its process left on the engine was not removed ({}): \
+             the next run's reaper or `iterion sandbox prune --yes` removes it",
+            clean(&runs.join(", ")),
+            clean(why)
+        );
+    };
+    let cwd = std::env::current_dir().unwrap_or_else(|_| std::env::temp_dir());
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return later(&e.to_string()),
+    };
+    let result = rt.block_on(async {
+        let opts = HostOptions::new().cwd(&cwd).argv0(crate::argv0());
+        let builder = Runtime::from_host(env, &opts).await.map_err(|e| e.to_string())?;
+        let runtime = builder.build().map_err(|e| e.to_string())?;
+        runtime.prune_runs(true, PruneScope::Mine, Some(runs)).await
+    });
+    match result {
+        Ok(list) => {
+            for p in &list {
+                let what = match p.action {
+                    PruneAction::Removed => "removed",
+                    PruneAction::Failed => "could not remove",
+                    _ => "kept",
+                };
+                eprintln!(
+                    "{what} {} {} of a removed run: {}",
+                    format!("{:?}", p.resource.kind).to_lowercase(),
+                    clean(&p.resource.name),
+                    clean(&p.reason)
+                );
+            }
+        }
+        Err(e) => later(&e),
+    }
 }
 
 fn prune(store: &Store, filter: &PruneFilter, yes: bool, json: bool, out: &mut impl Write) -> ExitCode {

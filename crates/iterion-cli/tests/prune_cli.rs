@@ -253,3 +253,61 @@ fn prune_keeps_what_another_users_store_left_unless_asked_for_all_users() {
     assert_eq!(entry(&doc, &id)["action"], "removed", "{doc:#}");
     assert!(!exists(&format!("/containers/{id}/json")));
 }
+
+#[test]
+fn runs_rm_of_a_run_whose_process_is_gone_removes_what_it_left_on_the_engine() {
+    if !engine_required("runs_rm_leftovers") {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    use iterion_runtime::store::{LaunchInputs, NewRun, Owner, RunId, Store};
+    let image = iterion_test_support::docker_image::ensure_test_image().expect("image");
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("store");
+    let store = Store::create(&root).unwrap();
+    let run = iterion_test_support::conformance::unique_name();
+    // `kill -9` of the run's process: the record says running, nobody holds its lock, its container is left
+    store
+        .create_run(
+            &RunId::parse(&run).unwrap(),
+            NewRun {
+                id: run.clone(),
+                workflow_name: "w".into(),
+                file_path: "/w/w.bot".into(),
+                workflow_bytes: b"workflow w {}".to_vec(),
+                inputs: LaunchInputs::default(),
+                work_dir: "/w".into(),
+                env: Default::default(),
+                iterion_version: "0.1.0".into(),
+                owner: Owner::current(),
+                now: "2026-01-14T08:00:00Z".into(),
+            },
+        )
+        .map(drop)
+        .unwrap();
+    let _g = Guard(vec![run.clone()]);
+    let mut child = Command::new("true").spawn().unwrap();
+    let dead_pid = child.id();
+    child.wait().unwrap();
+    let (status, v) = engine(
+        "POST",
+        &format!("/containers/create?name=iterion-{run}"),
+        &json!({"Image": image, "Cmd": ["sleep", "infinity"], "Labels": labels(&run, dead_pid, 1, &root, &[("iterion.io/component", "run")])}),
+    );
+    assert_eq!(status, 201, "{v}");
+    let id = v["Id"].as_str().unwrap().to_owned();
+    let out = Command::new(BIN)
+        .args(["runs", "rm", &run, "--store-dir"])
+        .arg(&root)
+        .env("HOME", tmp.path())
+        .env_remove("ITERION_SANDBOX_DRIVER")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("removed container iterion-{run} of a removed run")),
+        "{err}"
+    );
+    assert!(!exists(&format!("/containers/{id}/json")));
+}

@@ -493,6 +493,17 @@ impl Runtime {
         apply: bool,
         scope: crate::lifecycle::reaper::PruneScope,
     ) -> std::result::Result<Vec<Pruned>, String> {
+        self.prune_runs(apply, scope, None).await
+    }
+
+    /// [`Runtime::prune`] limited to the resources of `runs` when given (`iterion runs rm` of a run whose
+    /// process is gone removes what that process left on the engine).
+    pub async fn prune_runs(
+        &self,
+        apply: bool,
+        scope: crate::lifecycle::reaper::PruneScope,
+        runs: Option<&[String]>,
+    ) -> std::result::Result<Vec<Pruned>, String> {
         let drivers: Vec<Arc<dyn Driver>> = match &self.cfg.drivers.container {
             DriverChoice::Container(d) => vec![d.clone()],
             DriverChoice::Unavailable { reason } => {
@@ -507,6 +518,7 @@ impl Runtime {
             self.cfg.record_key.as_ref(),
             apply,
             scope,
+            runs,
             std::time::Duration::from_secs(60),
         )
         .await

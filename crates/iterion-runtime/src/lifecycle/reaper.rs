@@ -291,13 +291,14 @@ fn foreign_store_owner(r: &ManagedResource) -> Option<u32> {
 /// whose builder is gone is removed, unless a kept container of a live run uses it. With `apply` false (the
 /// default of the command) nothing is written or removed: the result says what would be. Bounded by `bound`;
 /// a driver that cannot list is an error naming it. Under [`PruneScope::Mine`] a resource of a store another
-/// user owns is kept.
+/// user owns is kept. `only_runs` limits it to the resources of those runs.
 pub async fn prune(
     drivers: &[Arc<dyn Driver>],
     me: &Owner,
     key: Option<&RecordKey>,
     apply: bool,
     scope: PruneScope,
+    only_runs: Option<&[String]>,
     bound: Duration,
 ) -> Result<Vec<Pruned>, String> {
     let work = async {
@@ -308,7 +309,10 @@ pub async fn prune(
                 .await
                 .map_err(|e| format!("cannot list the resources of the {} engine: {e}", d.kind()))?;
             let mut judged = Vec::new();
-            for r in list.into_iter().map(owned_by_builder) {
+            let wanted = |r: &ManagedResource| {
+                only_runs.is_none_or(|ids| r.labels.get(RUN_ID).is_some_and(|id| ids.contains(id)))
+            };
+            for r in list.into_iter().filter(wanted).map(owned_by_builder) {
                 let v = match foreign_store_owner(&r).filter(|_| scope == PruneScope::Mine) {
                     Some(uid) => Verdict::Keep(format!(
                         "its store belongs to another user (uid {uid}); --all-users acts on it"
