@@ -110,33 +110,34 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     result
 }
 
-/// `git init` and one commit of the copy, with an identity of its own (the user's git config is not needed).
+/// `git init` and one commit of the copy, through iterion's hardened git (`PATH`'s git, no system or global
+/// configuration, hooks and filters off), with an identity of its own.
 fn git_init(dir: &Path) -> Result<()> {
-    let git = |args: &[&str]| -> Result<()> {
-        let out = Command::new("git")
-            .args([
-                "-c",
-                "user.name=iterion demo",
-                "-c",
-                "user.email=demo@iterion.invalid",
-            ])
-            .args(["-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null"])
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .context("run git (the demo copy is made a git repository)")?;
-        if !out.status.success() {
-            bail!(
-                "git {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(())
+    use iterion_boundary::git::{Identity, ObjectFormat, Pinned};
+    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    let git = iterion_boundary::HostGit::from_env(&env)
+        .context("find git (the demo copy is made a git repository)")?;
+    git.outside(dir)
+        .args(["init", "-q", "--object-format=sha1"])
+        .arg(dir)
+        .run()
+        .context("git init of the demo copy")?;
+    let (git_dir, index) = (dir.join(".git"), dir.join(".git/index"));
+    let at = Pinned::checkout(&git_dir, dir, &index, ObjectFormat::Sha1);
+    git.at(at)
+        .args(["add", "-A"])
+        .run()
+        .context("git add of the demo copy")?;
+    let me = Identity {
+        name: "iterion demo".into(),
+        email: "demo@iterion.invalid".into(),
     };
-    git(&["init", "-q"])?;
-    git(&["add", "-A"])?;
-    git(&["commit", "-q", "-m", "iterion demo"])
+    let mut commit = git.at(at).args(["commit", "-q", "-m", "iterion demo"]);
+    for (k, v) in me.vars() {
+        commit = commit.env(k, v);
+    }
+    commit.run().context("git commit of the demo copy")?;
+    Ok(())
 }
 
 /// The run in the copy `dir`, then what it wrote and what the proxy blocked.
