@@ -12,6 +12,7 @@
 mod allow;
 mod cycles;
 mod long_fn;
+mod paths;
 mod spawn;
 mod store_fs;
 mod tree;
