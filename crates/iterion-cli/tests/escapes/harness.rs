@@ -276,6 +276,20 @@ pub fn node_output<'a>(events: &'a [Value], id: &str) -> &'a Value {
 }
 
 /// stdout and stderr of an output, for assertion messages.
+/// Writes workflow `name` and checks that both `validate` and `run` refuse it with `code` before anything
+/// runs, `validate` positioning the diagnostic at a location that starts with `at` (`what` labels failures).
+pub fn refused_before_running(h: &Hostile, name: &str, wf: &str, code: &str, at: &str, what: &str) {
+    h.write(name, wf);
+    let v = h.iterion(&["validate", name]);
+    let text = show(&v);
+    assert!(!v.status.success(), "{what}: {text}");
+    assert!(text.contains(&format!("error[{code}]")), "{what}: {text}");
+    assert!(text.contains(at), "{what}: positioned diagnostic: {text}");
+    let run = h.iterion(&["run", name, "--json"]);
+    assert!(!run.status.success(), "{what}: {}", show(&run));
+    assert!(show(&run).contains(code), "{what}: {}", show(&run));
+}
+
 pub fn show(out: &Output) -> String {
     format!(
         "status {:?}\n--- stdout\n{}\n--- stderr\n{}",

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::harness::{Hostile, engine_ready, node_output, show};
+use super::harness::{Hostile, engine_ready, node_output, refused_before_running, show};
 
 /// Hostile values a sandboxed node emits; each aims a `touch` at the host's `outside/` directory.
 fn hostile_values(out: &Path) -> Vec<(&'static str, String)> {
@@ -141,18 +141,7 @@ fn a_placeholder_where_no_quoting_is_safe_is_refused_before_anything_runs() {
             emitter(&values)
         );
         let name = format!("wf{i}.bot");
-        h.write(&name, &wf);
-        let v = h.iterion(&["validate", &name]);
-        let text = show(&v);
-        assert!(!v.status.success(), "{cmd}: {text}");
-        assert!(text.contains("error[C130]"), "{cmd}: {text}");
-        assert!(
-            text.contains(&format!("{name}:")),
-            "{cmd}: positioned diagnostic: {text}"
-        );
-        let run = h.iterion(&["run", &name, "--json"]);
-        assert!(!run.status.success(), "{cmd}: {}", show(&run));
-        assert!(show(&run).contains("C130"), "{cmd}: {}", show(&run));
+        refused_before_running(&h, &name, &wf, "C130", &format!("{name}:"), cmd);
     }
     assert_eq!(markers(&out), Vec::<String>::new());
     assert_eq!(

@@ -2,7 +2,7 @@
 //! they like into the workspace and produced the values it reads. The interpreter must find nothing a sandbox
 //! planted (Python's `json.py` beside the script or in the working directory), and no value may run as code.
 
-use super::harness::{Hostile, engine_ready, node_output, show};
+use super::harness::{Hostile, engine_ready, node_output, refused_before_running, show};
 
 /// Node `plant` (in the container) writes a `json.py` and a `sitecustomize.py` into the workspace, each
 /// dropping a marker outside when imported; host node `use` runs a Python script that imports `json`, with the
@@ -163,18 +163,7 @@ fn a_script_placeholder_inside_a_literal_or_a_comment_is_refused_before_anything
             emitter(&values)
         );
         let name = format!("wf{i}.bot");
-        h.write(&name, &wf);
-        let v = h.iterion(&["validate", &name]);
-        let text = show(&v);
-        assert!(!v.status.success(), "{body}: {text}");
-        assert!(text.contains("error[C131]"), "{body}: {text}");
-        assert!(
-            text.contains(&format!("{name}:11:")),
-            "{body}: positioned diagnostic: {text}"
-        );
-        let run = h.iterion(&["run", &name, "--json"]);
-        assert!(!run.status.success(), "{body}: {}", show(&run));
-        assert!(show(&run).contains("C131"), "{body}: {}", show(&run));
+        refused_before_running(&h, &name, &wf, "C131", &format!("{name}:11:"), body);
     }
     assert_eq!(markers(&out), Vec::<String>::new());
     assert_eq!(
