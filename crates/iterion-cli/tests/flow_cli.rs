@@ -261,16 +261,7 @@ fn json_mode_ends_with_the_pause_and_string_answers_do_not_satisfy_a_boolean_edg
     let wf = "compute c:\n  expr:\n    n: \"1 + 1\"\n\nhuman h:\n  interaction: human\n\nworkflow w:\n  entry: c\n  c -> h with { n: \"{{outputs.c.n}}\" }\n  h -> done when approved\n  h -> fail when not approved\n";
     std::fs::write(dir.path().join("w.bot"), wf).unwrap();
     let store = dir.path().join("store");
-    let run = |args: &[&str]| {
-        Command::new(BIN)
-            .args(args)
-            .arg("--store-dir")
-            .arg(&store)
-            .current_dir(dir.path())
-            .env("HOME", dir.path())
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| in_dir(&dir, &store, args);
     let out = run(&["run", "w.bot", "--sandbox", "none", "--json"]);
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -349,7 +340,8 @@ fn gate_dir() -> (tempfile::TempDir, PathBuf) {
     (dir, store)
 }
 
-fn gate_cmd(dir: &tempfile::TempDir, store: &std::path::Path, args: &[&str]) -> Output {
+/// `iterion ARGS --store-dir STORE` in `dir`, with `dir` as HOME.
+fn in_dir(dir: &tempfile::TempDir, store: &std::path::Path, args: &[&str]) -> Output {
     Command::new(BIN)
         .args(args)
         .arg("--store-dir")
@@ -367,7 +359,7 @@ fn run_doc(store: &std::path::Path, id: &str) -> Value {
 #[test]
 fn a_gate_names_its_answers_and_takes_them_typed_by_its_schema() {
     let (dir, store) = gate_dir();
-    let out = gate_cmd(&dir, &store, &["run", "w.bot", "--sandbox", "none", "--json"]);
+    let out = in_dir(&dir, &store, &["run", "w.bot", "--sandbox", "none", "--json"]);
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
@@ -382,7 +374,7 @@ fn a_gate_names_its_answers_and_takes_them_typed_by_its_schema() {
         r#"{"approved": "yes please", "extra": 1}"#,
     )
     .unwrap();
-    let out = gate_cmd(
+    let out = in_dir(
         &dir,
         &store,
         &["resume", &id, "--answers-file", "bad.json", "--sandbox", "none"],
@@ -398,7 +390,7 @@ fn a_gate_names_its_answers_and_takes_them_typed_by_its_schema() {
     );
     assert_eq!(run_doc(&store, &id)["status"], "paused_waiting_human");
     // `--answer approved=true` is read as the boolean the edge needs
-    let out = gate_cmd(
+    let out = in_dir(
         &dir,
         &store,
         &[
@@ -426,7 +418,7 @@ fn a_gate_names_its_answers_and_takes_them_typed_by_its_schema() {
 #[test]
 fn the_paused_block_names_the_answers_a_gate_takes() {
     let (dir, store) = gate_dir();
-    let out = gate_cmd(
+    let out = in_dir(
         &dir,
         &store,
         &["run", "w.bot", "--sandbox", "none", "--no-interactive"],
@@ -447,12 +439,12 @@ fn answers_for_a_run_that_is_not_waiting_are_an_error_not_dropped() {
     let wf = "human h:\n  interaction: human\n\nworkflow w:\n  entry: h\n  h -> done when approved\n  h -> fail when not approved\n";
     std::fs::write(dir.path().join("w.bot"), wf).unwrap();
     let store = dir.path().join("store");
-    let out = gate_cmd(&dir, &store, &["run", "w.bot", "--sandbox", "none", "--json"]);
+    let out = in_dir(&dir, &store, &["run", "w.bot", "--sandbox", "none", "--json"]);
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     let id = last["run_id"].as_str().unwrap().to_string();
-    let out = gate_cmd(
+    let out = in_dir(
         &dir,
         &store,
         &["resume", &id, "--answer", "approved=true", "--sandbox", "none"],
@@ -461,7 +453,7 @@ fn answers_for_a_run_that_is_not_waiting_are_an_error_not_dropped() {
     let before = run_doc(&store, &id);
     assert_eq!(before["status"], "failed_resumable");
     std::fs::write(dir.path().join("a.json"), r#"{"approved": true}"#).unwrap();
-    let out = gate_cmd(
+    let out = in_dir(
         &dir,
         &store,
         &["resume", &id, "--answers-file", "a.json", "--sandbox", "none"],
@@ -576,16 +568,7 @@ fn runs_show_node_prints_one_nodes_full_output_as_text() {
     let wf = "tool t:\n  command: `printf 'line one\\nline two\\n'`\n\ncompute c:\n  expr:\n    n: \"1 + 1\"\n\nworkflow w:\n  entry: t\n  t -> c\n  c -> done\n";
     std::fs::write(dir.path().join("w.bot"), wf).unwrap();
     let store = dir.path().join("store");
-    let cmd = |args: &[&str]| {
-        Command::new(BIN)
-            .args(args)
-            .arg("--store-dir")
-            .arg(&store)
-            .current_dir(dir.path())
-            .env("HOME", dir.path())
-            .output()
-            .unwrap()
-    };
+    let cmd = |args: &[&str]| in_dir(&dir, &store, args);
     let out = cmd(&["run", "w.bot", "--sandbox", "none", "--json"]);
     assert!(out.status.success(), "{}", text(&out));
     let runs: Vec<_> = std::fs::read_dir(store.join("runs")).unwrap().flatten().collect();
