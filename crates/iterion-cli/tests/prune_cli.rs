@@ -51,6 +51,25 @@ fn labels(run_id: &str, pid: u32, start: u64, store: &Path, extra: &[(&str, &str
     l
 }
 
+/// The pid of a process that has exited: it names no process (or one started at another time).
+fn exited_pid() -> u32 {
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+/// A container of `image` named `name` with `labels`, created (not started); its id.
+fn sleeping_container(image: &str, name: &str, labels: Value) -> String {
+    let (status, v) = engine(
+        "POST",
+        &format!("/containers/create?name={name}"),
+        &json!({"Image": image, "Cmd": ["sleep", "infinity"], "Labels": labels}),
+    );
+    assert_eq!(status, 201, "{v}");
+    v["Id"].as_str().unwrap().to_owned()
+}
+
 /// Removes everything labelled with the test's run ids.
 struct Guard(Vec<String>);
 
@@ -116,21 +135,10 @@ fn prune_lists_then_removes_what_a_dead_owner_left_and_keeps_a_live_owners() {
         iterion_test_support::conformance::unique_name(),
     );
     let _g = Guard(vec![dead_run.clone(), live_run.clone()]);
-    // a process that has exited: its pid names no process (or one started at another time)
-    let mut child = Command::new("true").spawn().unwrap();
-    let dead_pid = child.id();
-    child.wait().unwrap();
+    let dead_pid = exited_pid();
     let me = iterion_driver::owner::current_owner(store.path());
 
-    let create = |name: &str, l: Value| {
-        let (status, v) = engine(
-            "POST",
-            &format!("/containers/create?name={name}"),
-            &json!({"Image": image, "Cmd": ["sleep", "infinity"], "Labels": l}),
-        );
-        assert_eq!(status, 201, "{v}");
-        v["Id"].as_str().unwrap().to_owned()
-    };
+    let create = |name: &str, l: Value| sleeping_container(&image, name, l);
     let dead_c = create(
         &format!("iterion-{dead_run}"),
         labels(
@@ -229,16 +237,18 @@ fn prune_keeps_what_another_users_store_left_unless_asked_for_all_users() {
     }
     let run = iterion_test_support::conformance::unique_name();
     let _g = Guard(vec![run.clone()]);
-    let mut child = Command::new("true").spawn().unwrap();
-    let dead_pid = child.id();
-    child.wait().unwrap();
-    let (status, v) = engine(
-        "POST",
-        &format!("/containers/create?name=iterion-{run}"),
-        &json!({"Image": image, "Cmd": ["sleep", "infinity"], "Labels": labels(&run, dead_pid, 1, store.path(), &[("iterion.io/component", "run")])}),
+    let dead_pid = exited_pid();
+    let id = sleeping_container(
+        &image,
+        &format!("iterion-{run}"),
+        labels(
+            &run,
+            dead_pid,
+            1,
+            store.path(),
+            &[("iterion.io/component", "run")],
+        ),
     );
-    assert_eq!(status, 201, "{v}");
-    let id = v["Id"].as_str().unwrap().to_owned();
     let (_, doc) = prune(&["--yes"]);
     let e = entry(&doc, &id);
     assert_eq!(e["action"], "kept", "{e:#}");
@@ -286,16 +296,12 @@ fn runs_rm_of_a_run_whose_process_is_gone_removes_what_it_left_on_the_engine() {
         .map(drop)
         .unwrap();
     let _g = Guard(vec![run.clone()]);
-    let mut child = Command::new("true").spawn().unwrap();
-    let dead_pid = child.id();
-    child.wait().unwrap();
-    let (status, v) = engine(
-        "POST",
-        &format!("/containers/create?name=iterion-{run}"),
-        &json!({"Image": image, "Cmd": ["sleep", "infinity"], "Labels": labels(&run, dead_pid, 1, &root, &[("iterion.io/component", "run")])}),
+    let dead_pid = exited_pid();
+    let id = sleeping_container(
+        &image,
+        &format!("iterion-{run}"),
+        labels(&run, dead_pid, 1, &root, &[("iterion.io/component", "run")]),
     );
-    assert_eq!(status, 201, "{v}");
-    let id = v["Id"].as_str().unwrap().to_owned();
     let out = Command::new(BIN)
         .args(["runs", "rm", &run, "--store-dir"])
         .arg(&root)
