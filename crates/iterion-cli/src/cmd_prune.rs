@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use iterion_runtime::api::{HostOptions, Runtime};
-use iterion_runtime::lifecycle::reaper::{PruneAction, Pruned};
+use iterion_runtime::lifecycle::reaper::{PruneAction, PruneScope, Pruned};
 use serde_json::json;
 
 use crate::terminal::clean;
@@ -106,30 +106,40 @@ pub fn render_json(list: &[Pruned], apply: bool) -> serde_json::Value {
     json!({"dry_run": !apply, "resources": resources})
 }
 
-/// Runs `iterion sandbox prune`.
-pub fn run(args: PruneArgs, env: &BTreeMap<String, String>) -> ExitCode {
+/// The reaper's predicate over the engine iterion selects (`driver` forces one), removing when `apply`, for
+/// the stores `scope` names and, when given, only the resources of `runs`. `iterion sandbox prune` and the
+/// engine side of `iterion runs rm` both go through it.
+pub(crate) fn prune_engine(
+    env: &BTreeMap<String, String>,
+    driver: Option<String>,
+    apply: bool,
+    scope: PruneScope,
+    runs: Option<&[String]>,
+) -> Result<Vec<Pruned>, String> {
     let cwd = std::env::current_dir().unwrap_or_else(|_| std::env::temp_dir());
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let result = rt.block_on(async {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    rt.block_on(async {
         let opts = HostOptions::new()
             .cwd(&cwd)
-            .forced_driver(args.sandbox_driver.clone())
+            .forced_driver(driver)
             .argv0(crate::argv0());
         let builder = Runtime::from_host(env, &opts).await.map_err(|e| e.to_string())?;
         let runtime = builder.build().map_err(|e| e.to_string())?;
-        let scope = if args.all_users {
-            iterion_runtime::lifecycle::reaper::PruneScope::All
-        } else {
-            iterion_runtime::lifecycle::reaper::PruneScope::Mine
-        };
-        runtime.prune(args.yes, scope).await
-    });
+        runtime.prune_runs(apply, scope, runs).await
+    })
+}
+
+/// Runs `iterion sandbox prune`.
+pub fn run(args: PruneArgs, env: &BTreeMap<String, String>) -> ExitCode {
+    let scope = if args.all_users {
+        PruneScope::All
+    } else {
+        PruneScope::Mine
+    };
+    let result = prune_engine(env, args.sandbox_driver.clone(), args.yes, scope, None);
     let list = match result {
         Ok(l) => l,
         Err(e) => {

@@ -317,7 +317,6 @@ fn remove(
 /// What the dead processes of removed runs left on the container engine (their sandbox containers and
 /// networks), removed by the reaper's predicate; said on stderr. With no engine, says how to do it later.
 fn remove_leftovers(runs: &[String], env: &BTreeMap<String, String>) {
-    use iterion_runtime::api::{HostOptions, Runtime};
     use iterion_runtime::lifecycle::reaper::{PruneAction, PruneScope};
     let later = |why: &str| {
         eprintln!(
@@ -327,17 +326,7 @@ fn remove_leftovers(runs: &[String], env: &BTreeMap<String, String>) {
             clean(why)
         );
     };
-    let cwd = std::env::current_dir().unwrap_or_else(|_| std::env::temp_dir());
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => return later(&e.to_string()),
-    };
-    let result = rt.block_on(async {
-        let opts = HostOptions::new().cwd(&cwd).argv0(crate::argv0());
-        let builder = Runtime::from_host(env, &opts).await.map_err(|e| e.to_string())?;
-        let runtime = builder.build().map_err(|e| e.to_string())?;
-        runtime.prune_runs(true, PruneScope::Mine, Some(runs)).await
-    });
+    let result = crate::cmd_prune::prune_engine(env, None, true, PruneScope::Mine, Some(runs));
     match result {
         Ok(list) => {
             for p in &list {
