@@ -148,14 +148,10 @@ fn clusters(rt: &tokio::runtime::Runtime, test: &str) -> Vec<Cloud> {
         None if std::env::var("ITERION_REQUIRE_K8S").as_deref() == Ok("1") => {
             panic!("{test}: ITERION_REQUIRE_K8S=1 but ITERION_K8S_TEST_KUBECONFIG is not set")
         }
-        // Written to the process's stderr, not through the test harness's capture: visible in every run.
-        None => {
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr(),
-                "notice: {test}: no real cluster (ITERION_K8S_TEST_KUBECONFIG is not set); the engine-backed fake only"
-            );
-        }
+        // Past the test harness's capture: visible in every run.
+        None => iterion_test_support::notice(&format!(
+            "notice: {test}: no real cluster (ITERION_K8S_TEST_KUBECONFIG is not set); the engine-backed fake only"
+        )),
     }
     out
 }

@@ -400,11 +400,9 @@ async fn conformance_suite_against_a_real_cluster() {
             var("ITERION_REQUIRE_K8S").as_deref() != Some("1"),
             "ITERION_REQUIRE_K8S=1 but ITERION_K8S_TEST_KUBECONFIG is not set"
         );
-        // Written to the process's stderr, not through the test harness's capture: visible in every run.
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "notice: conformance_suite_against_a_real_cluster skipped: ITERION_K8S_TEST_KUBECONFIG is not set"
+        // Past the test harness's capture: visible in every run.
+        iterion_test_support::notice(
+            "notice: conformance_suite_against_a_real_cluster skipped: ITERION_K8S_TEST_KUBECONFIG is not set",
         );
         return;
     };
