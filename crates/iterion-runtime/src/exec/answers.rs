@@ -157,6 +157,11 @@ pub fn check_answers(
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let missing: Vec<&str> = fields
+        .iter()
+        .filter(|f| !answers.contains_key(&f.name))
+        .map(|f| f.name.as_str())
+        .collect();
     let mut problems = Vec::new();
     let mut out = Map::new();
     for (k, v) in answers {
@@ -170,12 +175,6 @@ pub fn check_answers(
             None => problems.push(format!("'{k}' is not an answer this node takes")),
         }
     }
-    let missing: Vec<&str> = fields
-        .iter()
-        .filter(|f| !out.contains_key(&f.name))
-        .map(|f| f.name.as_str())
-        .filter(|name| !problems.iter().any(|p| p.starts_with(&format!("'{name}'"))))
-        .collect();
     if !missing.is_empty() {
         problems.push(format!("no answer for {}", missing.join(", ")));
     }
