@@ -122,7 +122,8 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
             "iterion-runtime",
         ],
     ),
-    // tooling above the product: tests may exercise any library crate; xtask shares the test-image builder
+    // tooling above the product: tests may exercise any library crate; xtask shares the test-image builder and
+    // runs git through the boundary's hardened runner
     (
         "iterion-test-support",
         9,
@@ -137,7 +138,7 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
             "iterion-envelope",
         ],
     ),
-    ("xtask", 9, &["iterion-test-support"]),
+    ("xtask", 9, &["iterion-boundary", "iterion-test-support"]),
 ];
 
 /// Foreign crates confined to the listed workspace crates (normal deps; dev-deps are free).
