@@ -266,6 +266,31 @@ pub struct SandboxDecl {
     /// `network:`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkDecl>,
+    /// `secrets:` (workflow level only): the secrets the workflow asks the operator for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<Vec<SecretDecl>>,
+}
+
+/// One entry of `sandbox.secrets:`, as written: a secret the workflow asks for, by name.
+///
+/// A declaration is a request, never a grant: the value comes from the operator's environment, and only when
+/// the operator names the secret at launch (`iterion run --secret NAME`). An `env` secret reaches the sandbox
+/// as a placeholder the run's egress proxy replaces with the value in requests to `hosts` only; a `file`
+/// secret is a read-only file in the container.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SecretDecl {
+    /// The secret's name: the environment variable that holds its value on the host and its placeholder
+    /// (or, for `as: file`, its file's path) in the sandbox.
+    pub name: Spanned<String>,
+    /// `hosts:` host patterns the value may be sent to (`env` secrets).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<Vec<Spanned<String>>>,
+    /// `as:` (`env`, the default, or `file`).
+    #[serde(rename = "as", skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<Spanned<String>>,
+    /// `plain_http:`: also substitute in plain-HTTP requests to the bound hosts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plain_http: Option<bool>,
 }
 
 impl SandboxDecl {
@@ -287,6 +312,7 @@ impl SandboxDecl {
             env: None,
             mounts: None,
             network: None,
+            secrets: None,
         }
     }
 

@@ -1673,11 +1673,46 @@ impl<'a> Parser<'a> {
                     }
                     d.network = Some(nw);
                 }
+                "secrets" => {
+                    let mut list: Vec<crate::model::SecretDecl> = Vec::new();
+                    p.block("secret names", |p| {
+                        if let Some(s) = p.secret_decl() {
+                            list.push(s);
+                        }
+                    });
+                    d.secrets = Some(list);
+                }
                 _ => p.unknown_prop(&key, "sandbox"),
             }
         });
         d.kind = d.derive_kind();
         Some(d)
+    }
+
+    /// One `NAME: [hosts…]` or `NAME:` block (`hosts`, `as`, `plain_http`) of `sandbox.secrets`.
+    fn secret_decl(&mut self) -> Option<crate::model::SecretDecl> {
+        let name = self.key()?;
+        let prop = name.value;
+        let mut s = crate::model::SecretDecl {
+            name: name.owned(),
+            hosts: None,
+            delivery: None,
+            plain_http: None,
+        };
+        if self.kind() == TokenKind::LBracket {
+            s.hosts = self.list_prop(prop);
+            return Some(s);
+        }
+        self.block("secret properties", |p| {
+            let Some(k) = p.key() else { return };
+            match k.value {
+                "hosts" => s.hosts = p.list_prop(k.value),
+                "as" => s.delivery = p.name_prop(k.value),
+                "plain_http" => s.plain_http = p.bool_prop(k.value),
+                _ => p.unknown_prop(&k, "sandbox.secrets"),
+            }
+        });
+        Some(s)
     }
 
     // ----------------------------------------------------------------------------------------------------

@@ -588,6 +588,63 @@ pub fn validate_env_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// Names a secret may not take: the run sets them itself (trust files, the proxy), or a placeholder in them would
+/// break every process (the search path, the loader).
+const RESERVED_SECRET_NAMES: &[&str] = &[
+    "PATH",
+    "HOME",
+    "SHELL",
+    "USER",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "SSL_CERT_FILE",
+    "NIX_SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "CARGO_HTTP_CAINFO",
+    "PIP_CERT",
+    "AWS_CA_BUNDLE",
+    "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH",
+    "NODE_EXTRA_CA_CERTS",
+    "DENO_CERT",
+];
+
+/// Validates a secret's name (a `sandbox.secrets` key or an operator's `--secret NAME`): an environment
+/// variable name of at most 128 characters, outside the `ITERION_` namespace, not a proxy variable and not one
+/// of the names the run reserves.
+pub fn validate_secret_name(name: &str) -> Result<(), String> {
+    validate_env_name(name)?;
+    if name.len() > 128 {
+        return Err("longer than 128 characters".to_owned());
+    }
+    let upper = name.to_ascii_uppercase();
+    if upper.starts_with("ITERION_") {
+        return Err("the ITERION_ namespace is iterion's own".to_owned());
+    }
+    if upper.ends_with("_PROXY") {
+        return Err("proxy variables are set by the run".to_owned());
+    }
+    if RESERVED_SECRET_NAMES.contains(&upper.as_str()) {
+        return Err("the run sets this variable itself".to_owned());
+    }
+    Ok(())
+}
+
+/// Validates a host a secret is bound to: a host-name pattern of the network rules (`api.github.com`,
+/// `**.github.com`, with an optional `:port`) or one IP address (with an optional `:port`); never a negation,
+/// an address range, a scheme or a path.
+pub fn validate_secret_host(text: &str) -> Result<(), String> {
+    if text.contains("://") || text.contains('/') {
+        return Err("a host pattern, not a URL or an address range (no scheme, no '/')".to_owned());
+    }
+    match iterion_netpolicy::Rule::parse(text) {
+        Ok(r) if r.negated() => Err("a negated pattern cannot receive a secret".to_owned()),
+        Ok(_) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Validates an environment value: no NUL, CR or LF. The reason never quotes the value.
 pub fn validate_env_value(value: &str) -> Result<(), String> {
     if value.contains('\0') {

@@ -718,6 +718,37 @@ fn sb(r: (Option<SandboxDecl>, String), kind: &str, expect: &str) {
 }
 
 #[test]
+fn sandbox_secrets() {
+    let ok = "sandbox:\n  mode: auto\n  secrets:\n    GH_TOKEN: [\"api.github.com\"]\n    NPM_TOKEN:\n      hosts: [\"registry.npmjs.org\", \"127.0.0.1:8080\"]\n      plain_http: true\n    DEPLOY_KEY:\n      as: file";
+    let (decl, got) = wf_sandbox(ok);
+    assert_eq!(got, "");
+    let secrets = decl.unwrap().secrets.unwrap();
+    let names: Vec<&str> = secrets.iter().map(|s| s.name.value.as_str()).collect();
+    assert_eq!(names, ["GH_TOKEN", "NPM_TOKEN", "DEPLOY_KEY"]);
+    assert_eq!(secrets[1].plain_http, Some(true));
+    assert_eq!(secrets[2].delivery.as_ref().unwrap().value, "file");
+    for bad in [
+        "    GH_TOKEN: []",                           // no host: could go nowhere
+        "    GH_TOKEN: [\"!api.github.com\"]",        // a negation
+        "    GH_TOKEN: [\"https://api.github.com\"]", // a URL
+        "    GH_TOKEN: [\"10.0.0.0/8\"]",             // a range
+        "    ITERION_X: [\"a.example\"]",             // iterion's namespace
+        "    HTTPS_PROXY: [\"a.example\"]",           // set by the run
+        "    K:\n      as: file\n      hosts: [\"a.example\"]",
+        "    K:\n      as: mail",
+        "    K: [\"a.example\"]\n    K: [\"b.example\"]",
+    ] {
+        let (_, got) = wf_sandbox(&format!("sandbox:\n  mode: auto\n  secrets:\n{bad}"));
+        assert!(got.split(' ').any(|c| c == "C132"), "{bad}: {got}");
+    }
+    let (_, got) = node_sandbox("sandbox:\n  secrets:\n    K: [\"a.example\"]");
+    assert!(got.contains("C132"), "{got}");
+    // an unknown property of a secret is named
+    let (_, got) = wf_sandbox("sandbox:\n  mode: auto\n  secrets:\n    K:\n      host: [\"a\"]");
+    assert!(got.contains("E012"), "{got}");
+}
+
+#[test]
 fn sandbox_blocks() {
     sb(wf_sandbox("sandbox: auto"), "auto", ""); // S1
     sb(wf_sandbox("sandbox: none"), "off", "C128"); // S1

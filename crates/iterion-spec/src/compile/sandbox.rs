@@ -37,6 +37,7 @@ impl Compiler<'_> {
                 format!("invalid host_state '{}' (want auto or none)", h.value),
             );
         }
+        self.secrets(d);
         if d.mode_str() == Some("none") {
             let props = d.properties_set();
             if !props.is_empty() {
@@ -227,6 +228,75 @@ impl Compiler<'_> {
             for (off, len, msg) in sandbox_variable_warnings(&s.value) {
                 let span = inner_span(s, off, len);
                 self.warn("C105", span, msg);
+            }
+        }
+    }
+
+    /// `C132`: `sandbox.secrets` entries (workflow level only; names, delivery, host patterns).
+    fn secrets(&mut self, d: &SandboxDecl) {
+        let Some(list) = &d.secrets else { return };
+        if d.scope == SandboxScope::Node {
+            let idx = self.err(
+                "C132",
+                d.span,
+                "secrets are declared in the workflow's sandbox block, not on a node",
+            );
+            self.hint(idx, "move the secrets: block to the workflow's sandbox:");
+            return;
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for s in list {
+            let name = &s.name.value;
+            if let Err(why) = values::validate_secret_name(name) {
+                self.err(
+                    "C132",
+                    s.name.span,
+                    format!("invalid secret name '{name}': {why}"),
+                );
+            }
+            if !seen.insert(name.clone()) {
+                self.err("C132", s.name.span, format!("secret '{name}' is declared twice"));
+            }
+            let file = match s.delivery.as_ref().map(|d| d.value.as_str()) {
+                None | Some("env") => false,
+                Some("file") => true,
+                Some(other) => {
+                    let span = s.delivery.as_ref().map_or(s.name.span, |d| d.span);
+                    self.err(
+                        "C132",
+                        span,
+                        format!("invalid delivery 'as: {other}' for secret '{name}' (want env or file)"),
+                    );
+                    continue;
+                }
+            };
+            let hosts = s.hosts.as_deref().unwrap_or_default();
+            if file && (!hosts.is_empty() || s.plain_http.is_some()) {
+                self.err(
+                    "C132",
+                    s.name.span,
+                    format!("secret '{name}' is delivered as a file: it takes no hosts and no plain_http"),
+                );
+            }
+            if !file && hosts.is_empty() {
+                let idx = self.err(
+                    "C132",
+                    s.name.span,
+                    format!("secret '{name}' names no hosts: its value could be sent nowhere"),
+                );
+                self.hint(
+                    idx,
+                    &format!("{name}: [\"api.example.com\"] (the hosts that may receive it)"),
+                );
+            }
+            for h in hosts {
+                if let Err(why) = values::validate_secret_host(&h.value) {
+                    self.err(
+                        "C132",
+                        h.span,
+                        format!("invalid host '{}' for secret '{name}': {why}", h.value),
+                    );
+                }
             }
         }
     }
