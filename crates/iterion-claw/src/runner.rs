@@ -237,7 +237,8 @@ async fn execute<D: ToolDelegate>(
 ) -> TaskResult {
     let setup = || -> crate::Result<(provider::Provider, Client, Builtins)> {
         let p = provider::resolve(&task.provider_hint, &task.model, &options.env)?;
-        let client = Client::new(options.proxy.as_deref(), options.retry)?;
+        let roots = crate::provider::trust_file_roots(&options.env);
+        let client = Client::with_roots(options.proxy.as_deref(), options.retry, &roots)?;
         let allowed: &[String] = if task.has_tools { &task.allowed_tools } else { &[] };
         let builtins = Builtins::new(
             &PathBuf::from(&task.work_dir),

@@ -64,6 +64,12 @@ pub struct SandboxArgs {
     /// repeatable. The value never appears in events, logs or arguments.
     #[arg(long, value_name = "id=NAME,env=VAR|src=PATH")]
     pub sandbox_build_secret: Vec<String>,
+    /// Grant a secret to the sandbox (repeatable): `NAME` for one the workflow declares, `NAME=HOST[,HOST...]`
+    /// for any (`http://HOST` also allows plain HTTP). The value is read from the environment variable NAME
+    /// and never enters the sandbox: it sees a placeholder that the run's proxy replaces in requests to the
+    /// bound hosts only.
+    #[arg(long = "secret", value_name = "NAME[=HOSTS]")]
+    pub secrets: Vec<String>,
 }
 
 /// Arguments of `iterion run`.
@@ -302,6 +308,16 @@ fn flags_of(a: &SandboxArgs, env: &BTreeMap<String, String>) -> Result<SandboxFl
     f.default_image = a.sandbox_default_image.clone().filter(|s| !s.trim().is_empty());
     f.driver = a.sandbox_driver.clone();
     f.operator_env = entries;
+    let mut problems = Vec::new();
+    for s in &a.secrets {
+        match iterion_runtime::lifecycle::secrets::parse_secret_flag(s) {
+            Ok(flag) => f.secrets.push(flag),
+            Err(e) => problems.push(e),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(usage(problems.join("\n")));
+    }
     Ok(f)
 }
 

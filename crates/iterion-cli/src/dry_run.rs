@@ -90,6 +90,30 @@ fn lines(d: &DryRun) -> Vec<String> {
             more(text)
         });
     }
+    for (i, s) in d.secrets.iter().enumerate() {
+        let to = match s.delivery {
+            iterion_runtime::lifecycle::secrets::Delivery::File => {
+                format!("a read-only file at /run/iterion/secrets/{}", s.name)
+            }
+            iterion_runtime::lifecycle::secrets::Delivery::Env => {
+                let plain = if s.plain_http { ", plain HTTP too" } else { "" };
+                format!("a placeholder; the value only to {}{plain}", s.hosts.join(", "))
+            }
+        };
+        let who = match s.source {
+            iterion_runtime::lifecycle::secrets::GrantSource::Provider => "provider key",
+            iterion_runtime::lifecycle::secrets::GrantSource::Workflow => "declared, granted",
+            iterion_runtime::lifecycle::secrets::GrantSource::Operator => "--secret",
+        };
+        let text = format!("{} → {to} ({who})", s.name);
+        l.push(if i == 0 { row("Secrets", text) } else { more(text) });
+    }
+    for name in &d.secrets_ungranted {
+        l.push(row(
+            "Warning",
+            format!("the workflow asks for secret {name}, not granted (--secret {name}): the sandbox will not get it"),
+        ));
+    }
     match &d.refused {
         None => l.push(row("Verdict", "the run could start (nothing was created)")),
         Some(r) => {

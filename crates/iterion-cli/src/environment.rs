@@ -188,6 +188,16 @@ pub const READ: &[(&str, &str, &str)] = &[
         "1: refuse a filtering policy the proxy cannot enforce",
     ),
     (
+        "ITERION_SANDBOX_PROVIDER_KEYS",
+        "proxy",
+        "direct: give sandboxed model backends their provider key itself instead of a placeholder the proxy replaces",
+    ),
+    (
+        "ITERION_SANDBOX_TLS_UPSTREAM_CA",
+        "unset",
+        "PEM file of CAs the run's proxy also trusts for upstream TLS when it inspects (a private CA)",
+    ),
+    (
         "ITERION_SANDBOX_SILENT_DENY",
         "the proxy's list",
         "comma-separated hosts denied without a network_blocked event",

@@ -260,6 +260,7 @@ pub fn make_check(
         "engine_reachable" => "container engine answers",
         "spec_safety" => "spec safety",
         "env_deny" => "repository environment",
+        "secrets" => "secret bindings",
         "image_resolvable" => "image resolvable",
         "build_context" => "build context",
         "k8s_spec_compatible" => "Kubernetes compatibility",

@@ -535,6 +535,8 @@ pub enum AuxMountKind {
     TlsBundle,
     /// The doctor's probe binary.
     ProbeBinary,
+    /// A file secret, read-only.
+    SecretFile,
 }
 
 /// A runtime-owned bind mount.

@@ -113,6 +113,9 @@ mod server;
 mod shared;
 #[cfg(feature = "tls-inspection")]
 mod tls;
+
+/// Whether this build can inspect TLS (the `tls-inspection` feature): without it a secret binding is refused.
+pub const TLS_INSPECTION: bool = cfg!(feature = "tls-inspection");
 mod tunnel;
 
 #[cfg(test)]

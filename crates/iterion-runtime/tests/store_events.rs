@@ -130,6 +130,8 @@ fn catalogue() -> Vec<Event> {
             proxy: s("/home/jo/.iterion/projects/-w-app/runs/r/net/proxy.sock"),
             enforced: true,
             node_overrides: vec![s("fetch")],
+            tls_inspection: false,
+            secrets: Vec::new(),
         }
         .into(),
         SandboxNetworkAdvisory {

@@ -62,6 +62,19 @@ pub struct Retry {
     pub code: &'static str,
 }
 
+/// The certificates of the PEM file named by `SSL_CERT_FILE` in `env` (at most 4 MiB; an unreadable or
+/// unparsable file adds none): in a sandbox whose proxy inspects TLS, the run's bundle, so the runner trusts the
+/// proxy's CA the way every other client of the container does.
+pub fn trust_file_roots(env: &std::collections::BTreeMap<String, String>) -> Vec<reqwest::Certificate> {
+    let Some(path) = env.get("SSL_CERT_FILE").filter(|p| !p.is_empty()) else {
+        return Vec::new();
+    };
+    match iterion_boundary::fs::read_file(std::path::Path::new(path), 4 << 20) {
+        Ok(pem) => reqwest::Certificate::from_pem_bundle(&pem).unwrap_or_default(),
+        Err(_) => Vec::new(),
+    }
+}
+
 /// HTTP client for the providers.
 ///
 /// Built on `reqwest` (rustls, no default features): a well-kept client with HTTP proxy support including
@@ -76,9 +89,22 @@ pub struct Client {
 impl Client {
     /// A client sending every request through `proxy` when given (e.g. `http://user:pass@proxy:3128`).
     pub fn new(proxy: Option<&str>, retry: RetryPolicy) -> Result<Self> {
+        Self::with_roots(proxy, retry, &[])
+    }
+
+    /// [`Client::new`] trusting `roots` besides the built-in Mozilla set (a run's TLS-inspection CA, see
+    /// [`trust_file_roots`]).
+    pub fn with_roots(
+        proxy: Option<&str>,
+        retry: RetryPolicy,
+        roots: &[reqwest::Certificate],
+    ) -> Result<Self> {
         let mut b = reqwest::Client::builder()
             .no_proxy()
             .connect_timeout(Duration::from_secs(30));
+        for r in roots {
+            b = b.add_root_certificate(r.clone());
+        }
         if let Some(p) = proxy.filter(|p| !p.is_empty()) {
             let proxy = reqwest::Proxy::all(p).map_err(|e| Error::Client {
                 message: format!("proxy url: {e}"),

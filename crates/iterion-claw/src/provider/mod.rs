@@ -10,7 +10,7 @@ mod http;
 mod openai;
 mod sse;
 
-pub use http::{Client, Retry, RetryPolicy};
+pub use http::{Client, Retry, RetryPolicy, trust_file_roots};
 
 use crate::error::{Error, Result};
 use serde_json::Value;

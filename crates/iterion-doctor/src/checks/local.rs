@@ -501,6 +501,79 @@ pub(super) fn env_deny(ctx: &Ctx<'_>) -> Check {
     c
 }
 
+/// The secret bindings a run would make (the workflow's declarations and the model nodes' provider keys), and
+/// for each bound host whether its requests are inspected (TLS) or allowed in plain HTTP.
+pub(super) fn secrets(ctx: &Ctx<'_>) -> Check {
+    const ID: &str = "secrets";
+    use iterion_runtime::lifecycle::secrets::{Delivery, GrantSource};
+    let Some(w) = &ctx.workflow else {
+        return skip(ID, "no workflow");
+    };
+    if ctx.specs.is_empty() {
+        return skip(ID, "no active sandbox scope: secrets reach only a container");
+    }
+    let planned = iterion_runtime::lifecycle::secrets::planned(w, &ctx.inputs.env);
+    if planned.is_empty() {
+        return skip(
+            ID,
+            "the workflow declares no secret and no model node's key is set",
+        );
+    }
+    let mut lines = Vec::new();
+    let mut problems = Vec::new();
+    let mut details = Vec::new();
+    for p in &planned {
+        let s = &p.info;
+        let how = match s.delivery {
+            Delivery::File => "a read-only file".to_owned(),
+            Delivery::Env => s
+                .hosts
+                .iter()
+                .map(|h| {
+                    let via = if !iterion_netproxy::TLS_INSPECTION {
+                        "not inspectable: this build has no TLS inspection"
+                    } else if s.plain_http {
+                        "TLS inspected, plain HTTP allowed"
+                    } else {
+                        "TLS inspected"
+                    };
+                    format!("{h} ({via})")
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        let who = match s.source {
+            GrantSource::Provider => "provider key",
+            _ => "declared",
+        };
+        lines.push(format!("{} → {how} [{who}]", s.name));
+        if !p.value_set {
+            problems.push(format!(
+                "{} is not set on this host (iterion run --secret {} reads it)",
+                s.name, s.name
+            ));
+        }
+        if s.delivery == Delivery::File && !ctx.capabilities().host_binds {
+            problems.push(format!("{}: this driver cannot deliver file secrets", s.name));
+        }
+        if s.delivery == Delivery::Env && !iterion_netproxy::TLS_INSPECTION {
+            problems.push(format!("{}: this build cannot inspect TLS", s.name));
+        }
+        details.push(serde_json::to_value(p).unwrap_or_default());
+    }
+    let mut c = if problems.is_empty() {
+        pass(ID, lines.join("; "))
+    } else {
+        warn(
+            ID,
+            format!("{}; {}", lines.join("; "), problems.join("; ")),
+            "a declared secret is delivered only when the operator grants it: export NAME and pass --secret NAME",
+        )
+    };
+    c.details = json!({"secrets": details});
+    c
+}
+
 pub(super) async fn image_resolvable(ctx: &Ctx<'_>) -> Check {
     const ID: &str = "image_resolvable";
     if ctx.specs.is_empty() {

@@ -452,6 +452,7 @@ async fn battery(ctx: &Ctx<'_>) -> Vec<Check> {
     run!(engine_reachable(ctx).await);
     run!(spec_safety(ctx));
     run!(env_deny(ctx));
+    run!(secrets(ctx));
     run!(image_resolvable(ctx).await);
     run!(build_context(ctx));
     run!(k8s_spec_compatible(ctx));

@@ -255,6 +255,12 @@ pub struct SandboxNetworkStarted {
     pub enforced: bool,
     /// Node ids with their own policy.
     pub node_overrides: Vec<String>,
+    /// Whether the proxy inspects TLS (the run has secret bindings); its CA is in the containers' trust.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tls_inspection: bool,
+    /// The run's secret bindings: names, hosts, delivery and who bound them (never a value or placeholder).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<crate::lifecycle::secrets::SecretInfo>,
 }
 impl EventData for SandboxNetworkStarted {
     const TYPE: &'static str = "sandbox_network_started";

@@ -21,6 +21,14 @@ pub const CLAUDE_ENV: &[&str] = &[
     "CLAUDE_CODE_OAUTH_TOKEN",
 ];
 
+/// The credentials of [`CLAUDE_ENV`]: in a container, each reaches the agent CLI as a placeholder of the run's
+/// proxy bound to the Anthropic endpoint (unless the operator keeps provider keys direct).
+pub const CLAUDE_KEYS: &[&str] = &[
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+];
+
 const BACKEND: &str = "claude_code";
 
 /// Bound of the agent CLI probe (4.12).
@@ -364,6 +372,8 @@ pub(crate) async fn run_claude_code(
     let mut exec_env = env.base_exec_env();
     for name in CLAUDE_ENV {
         if let Some(v) = env.host_env.get(*name).filter(|v| !v.is_empty()) {
+            // in a container, a key is the run proxy's placeholder for it
+            let v = env.sandbox.key_placeholders.get(*name).unwrap_or(v);
             exec_env.push(((*name).to_string(), v.clone()));
         }
     }

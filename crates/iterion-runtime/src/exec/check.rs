@@ -43,6 +43,20 @@ pub fn claw_nodes(workflow: &Workflow, env: &BTreeMap<String, String>) -> std::c
         .collect()
 }
 
+/// The key variable and base URL a claw node's runner will use (after `${…}` expansion), when its key is set.
+pub(crate) fn claw_key(node: &Node, env: &BTreeMap<String, String>) -> Option<(&'static str, String)> {
+    let lookup = |n: &str| env.get(n).cloned();
+    let exp = |f: &Option<Spanned<String>>| {
+        f.as_ref()
+            .map(|s| expand_env(&s.value, EnvContext::NodeField, &lookup))
+            .unwrap_or_default()
+    };
+    let (hint, model) = (exp(&node.provider), exp(&node.model));
+    let key = *iterion_claw::provider::env_vars(&hint, &model).last()?;
+    let provider = iterion_claw::provider::resolve(&hint, &model, env).ok()?;
+    Some((key, provider.base_url))
+}
+
 /// The provider a claw node's runner will use (after `${…}` expansion of `provider` and `model`), with the
 /// span to blame, by the runner's choice rule.
 fn claw_provider(node: &Node, env: &BTreeMap<String, String>) -> (String, Span) {

@@ -228,11 +228,12 @@ fn deliver(env: &NodeEnv<'_>, msg: Inbound) {
 }
 
 /// The exec-scope env of the runner: the node's base entries plus the non-empty host values of
-/// [`claw_env`] for its task.
+/// [`claw_env`] for its task — in a container, a provider key is the run proxy's placeholder for it.
 fn runner_env(env: &NodeEnv<'_>, task: &Task) -> Vec<(String, String)> {
     let mut exec_env = env.base_exec_env();
     for name in claw_env(task) {
         if let Some(v) = env.host_env.get(name).filter(|v| !v.is_empty()) {
+            let v = env.sandbox.key_placeholders.get(name).unwrap_or(v);
             exec_env.push(((*name).to_string(), v.clone()));
         }
     }

@@ -68,6 +68,9 @@ pub struct NodeSandbox {
     /// `/.iterion-claw` (the runner bound a second time, see `claw::CONTAINER_RUNNER_EXEC_PATH`) when a runner is bound into the container, `iterion` (the image's own)
     /// otherwise. `None`: claw nodes cannot run here (`RUNNER_INCOMPATIBLE`).
     pub claw_runner: Option<String>,
+    /// Provider key → placeholder of the run's proxy: a model backend here gets the placeholder instead of
+    /// the host's key (empty on the host, or when the operator keeps provider keys direct).
+    pub key_placeholders: Arc<std::collections::BTreeMap<String, String>>,
 }
 
 /// Why a node's sandbox could not be provided (a node container that failed to start, 5.2).

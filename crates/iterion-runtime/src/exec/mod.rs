@@ -33,7 +33,7 @@
 //! # }
 //! ```
 
-mod agent;
+pub(crate) mod agent;
 pub mod answers;
 mod backends;
 pub mod check;

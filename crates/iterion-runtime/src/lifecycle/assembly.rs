@@ -19,6 +19,48 @@ pub fn container_env(
     proxy_url: Option<&str>,
     artifact_files: bool,
 ) -> iterion_envdeny::Result<MergedEnv> {
+    container_env_with(spec, operator, proxy_url, artifact_files, Vec::new())
+}
+
+/// Where the run's CA files are in a container.
+pub const TLS_DIR: &str = "/run/iterion/tls";
+
+/// The system trust store's usual path (Debian, Ubuntu, Alpine, Arch): the run's bundle is bound over it, so
+/// clients that read only the system store trust the run's CA too.
+pub const SYSTEM_TRUST_STORE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// The trust variables of TLS inspection and their values: the bundle (the Mozilla roots and the run's CA)
+/// for the clients that replace their roots with a file, the CA alone for those that add it to theirs.
+pub fn tls_trust_env() -> Vec<(String, String)> {
+    let bundle = format!("{TLS_DIR}/ca-bundle.pem");
+    let ca = format!("{TLS_DIR}/ca.pem");
+    let mut v: Vec<(String, String)> = [
+        "SSL_CERT_FILE",
+        "NIX_SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+        "CARGO_HTTP_CAINFO",
+        "PIP_CERT",
+        "AWS_CA_BUNDLE",
+        "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH",
+    ]
+    .iter()
+    .map(|n| ((*n).to_owned(), bundle.clone()))
+    .collect();
+    v.push(("NODE_EXTRA_CA_CERTS".into(), ca.clone()));
+    v.push(("DENO_CERT".into(), ca));
+    v
+}
+
+/// [`container_env`] with the trust variables of TLS inspection (`tls`, see [`tls_trust_env`]).
+pub fn container_env_with(
+    spec: &ResolvedSandbox,
+    operator: &BTreeMap<String, String>,
+    proxy_url: Option<&str>,
+    artifact_files: bool,
+    tls: Vec<(String, String)>,
+) -> iterion_envdeny::Result<MergedEnv> {
     let mut repo = RepoEnv::new();
     repo.container_env = spec.env_layers.repo.clone();
     let mut layers = EnvLayers::new();
@@ -31,6 +73,9 @@ pub fn container_env(
     }
     if artifact_files {
         reserved = reserved.with_artifact_files();
+    }
+    if !tls.is_empty() {
+        reserved = reserved.with_tls(tls);
     }
     iterion_envdeny::merge(&layers, &reserved)
 }

@@ -67,6 +67,9 @@ pub struct SandboxFlags {
     pub driver: Option<String>,
     /// `--sandbox-env` entries, already parsed.
     pub operator_env: Vec<SandboxEnvEntry>,
+    /// `--secret` grants, already parsed ([`crate::lifecycle::secrets::parse_secret_flag`]); a resume takes
+    /// them again (values are never recorded).
+    pub secrets: Vec<crate::lifecycle::secrets::SecretFlag>,
 }
 
 /// Configuration shared by every run of a runtime.

@@ -67,6 +67,12 @@ pub struct DryRun {
     /// The attachments the run would store (checked: declared, readable, of an accepted type).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub attachments: Vec<PlannedAttachment>,
+    /// The secrets the run would bind (names, hosts, delivery, source; never a value).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<super::secrets::SecretInfo>,
+    /// Secrets the workflow declares that the operator did not grant (`--secret NAME`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub secrets_ungranted: Vec<String>,
     /// The refusal, when the run could not start.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused: Option<Refusal>,
@@ -157,6 +163,8 @@ pub fn dry_run(cfg: &Config, launch: &Launch) -> Result<DryRun> {
                 size: a.size,
             })
             .collect(),
+        secrets: Vec::new(),
+        secrets_ungranted: Vec::new(),
         refused: None,
     };
     if let Planned::Refused(reason) = &planned {
@@ -171,6 +179,26 @@ pub fn dry_run(cfg: &Config, launch: &Launch) -> Result<DryRun> {
         }
     };
     out.skipped = plan.run_skippable.clone();
+    match super::secrets::resolve(
+        super::secrets::declared(&launch.workflow),
+        &launch.sandbox.secrets,
+        &super::secrets::provider_keys(&launch.workflow, &cfg.env),
+        &cfg.env,
+    ) {
+        Ok(s) => {
+            out.secrets = s.infos();
+            out.secrets_ungranted = s.ungranted;
+        }
+        Err(problems) => {
+            out.refused = Some(Refusal {
+                code: FailureCode::SandboxSpecInvalid,
+                error: format!("the run's secrets: {}", problems.join("; ")),
+                hint: None,
+            });
+            out.plan = Some(plan);
+            return Ok(out);
+        }
+    }
     let codex = crate::exec::codex::codex_nodes(&launch.workflow, &cfg.env);
     if let Err(f) = decide(cfg, &plan, &launch.sandbox.operator_env, &codex, &mut out) {
         out.refused = Some(f.into());

@@ -39,6 +39,7 @@ pub mod housekeeping;
 mod netblock;
 pub mod reaper;
 mod sandbox;
+pub mod secrets;
 pub mod settings;
 mod sink;
 mod step_failure;
@@ -273,6 +274,7 @@ pub(crate) async fn launch_with(
         work_dir,
         repo_root,
         operator_env: launch.sandbox.operator_env,
+        secret_flags: launch.sandbox.secrets,
         store_dir: launch.store_dir,
         worktree,
         refused,
@@ -398,6 +400,7 @@ pub async fn resume(cfg: &Config, req: Resume) -> Result<Outcome> {
         work_dir,
         repo_root,
         operator_env,
+        secret_flags: req.sandbox.secrets.clone(),
         store_dir: req.store_dir.clone(),
         worktree,
         refused: None,
@@ -556,6 +559,7 @@ struct DriveInput {
     work_dir: PathBuf,
     repo_root: Option<PathBuf>,
     operator_env: Vec<SandboxEnvEntry>,
+    secret_flags: Vec<secrets::SecretFlag>,
     store_dir: PathBuf,
     /// The run's git worktree (`worktree: auto`), committed when the run finishes.
     worktree: Option<crate::exec::Worktree>,
@@ -601,6 +605,12 @@ async fn drive(
         repo_root: input.repo_root.clone(),
         worktree: input.worktree.clone(),
         operator_env: input.operator_env.clone(),
+        secrets: secrets::resolve(
+            secrets::declared(&input.workflow),
+            &input.secret_flags,
+            &secrets::provider_keys(&input.workflow, &cfg.env),
+            &cfg.env,
+        ),
         owner,
         claw_nodes: crate::exec::check::claw_nodes(&input.workflow, &cfg.env),
         codex_nodes: crate::exec::codex::codex_nodes(&input.workflow, &cfg.env),

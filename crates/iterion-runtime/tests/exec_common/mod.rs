@@ -182,6 +182,7 @@ impl NodeSandboxes for HostSandboxes {
             workdir: self.dir.to_string_lossy().into_owned(),
             host_work_dir: Some(self.dir.clone()),
             claw_runner: self.claw_runner.clone(),
+            key_placeholders: Default::default(),
         })
     }
 

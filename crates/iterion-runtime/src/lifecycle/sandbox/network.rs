@@ -14,6 +14,7 @@ use super::setup::Setup;
 use super::starter::{Net, url_host};
 use crate::events::{
     BlockReason, NetworkBlocked, NetworkPlacement, SandboxNetworkAdvisory, SandboxNetworkStarted,
+    SecretSubstituted,
 };
 use crate::failure::{FailureCode, FailurePhase};
 use crate::lifecycle::netblock::Dedup;
@@ -29,6 +30,7 @@ impl Setup<'_> {
         run_compiled: Arc<Policy>,
         compiled: &BTreeMap<String, Arc<Policy>>,
         overrides: &[String],
+        secrets: &crate::lifecycle::secrets::Secrets,
         guard: &mut Guard,
     ) -> Result<Net, Failure> {
         let cfg = self.cfg;
@@ -66,11 +68,40 @@ impl Setup<'_> {
             )
             .phase(FailurePhase::Network)
         };
+        // secret bindings: the proxy inspects TLS with a CA of the run's own and swaps placeholders for values
+        let bindings = secrets.bindings();
+        let placeholders: BTreeMap<String, String> = bindings
+            .iter()
+            .map(|b| (b.name().to_owned(), b.placeholder().to_owned()))
+            .collect();
+        if !bindings.is_empty() {
+            let mut tls = iterion_netproxy::TlsInspection::new().run_id(self.run_id.clone());
+            for b in bindings {
+                tls = tls.binding(b);
+            }
+            if let Some(pem) = crate::lifecycle::secrets::upstream_ca(&cfg.env)
+                .map_err(|e| Failure::new(FailureCode::SandboxSpecInvalid, e).phase(FailurePhase::Network))?
+            {
+                tls = tls.upstream_root_pem(pem);
+            }
+            builder = builder.tls_inspection(tls);
+        }
         let config = builder.build().map_err(|e| start_failed(e.to_string()))?;
         let proxy = Proxy::start(config)
             .await
             .map_err(|e| start_failed(e.to_string()))?;
         proxy.remove_credential(BOOTSTRAP);
+        let tls_dir = match proxy.trust_bundle() {
+            None => None,
+            Some(bundle) => {
+                let dir = self.run_dir.join("tls");
+                bundle
+                    .write_to(&dir)
+                    .map_err(|e| start_failed(format!("cannot write the run's CA files: {e}")))?;
+                Some(dir)
+            }
+        };
+        let tls_inspection = proxy.tls_inspection_active();
         let placement = lease.placement;
         let port = match placement {
             iterion_driver::EgressPlacement::Advisory => proxy
@@ -108,6 +139,12 @@ impl Setup<'_> {
             proxy: proxy_text,
             enforced: lease.enforced,
             node_overrides: overrides.to_vec(),
+            tls_inspection,
+            secrets: secrets
+                .infos()
+                .into_iter()
+                .filter(|i| i.delivery == crate::lifecycle::secrets::Delivery::Env)
+                .collect(),
         });
         Ok(Net {
             lease,
@@ -117,6 +154,8 @@ impl Setup<'_> {
             run_policy: run_compiled,
             node_policies: compiled.clone(),
             endpoint: iterion_driver::ProxyEndpoint { host, port },
+            placeholders,
+            tls_dir,
         })
     }
 }
@@ -128,7 +167,40 @@ fn proxy_events(
     run_id: String,
 ) -> impl Fn(ProxyEvent) + Send + Sync + 'static {
     let dedup = Mutex::new(Dedup::new());
+    let substituted = Mutex::new(SubstitutionAudit::default());
     move |ev| {
+        if let ProxyEvent::SecretSubstituted {
+            secret,
+            host,
+            port,
+            method,
+            path,
+            node_id,
+            decision_id,
+            count,
+        } = ev
+        {
+            let due = substituted.lock().unwrap_or_else(|p| p.into_inner()).admit(
+                &secret,
+                &host,
+                node_id.as_deref(),
+                count,
+                Instant::now(),
+            );
+            if let Some(count) = due {
+                em.emit(SecretSubstituted {
+                    secret,
+                    host,
+                    port,
+                    method,
+                    path,
+                    node_id,
+                    decision_id: decision_id.to_string(),
+                    count,
+                });
+            }
+            return;
+        }
         // an allowed name that does not resolve is no policy decision, but the node's request failed: say so
         if let ProxyEvent::DnsFailed {
             host,
@@ -187,8 +259,83 @@ fn proxy_events(
                 node_id: d.node_id.clone(),
                 suppressed,
                 address: d.address.clone(),
-                secret: None,
+                secret: d.secret.clone(),
             });
         }
+    }
+}
+
+/// The audit of substitutions: the first per `(secret, host, node)` at once, then at most one event a minute
+/// per key carrying the count since the previous event.
+#[derive(Default)]
+struct SubstitutionAudit {
+    /// key → (last event, substitutions since).
+    seen: std::collections::HashMap<(String, String, Option<String>), (Instant, u64)>,
+}
+
+impl SubstitutionAudit {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+    /// The count to report now, or `None` while the key's minute runs.
+    fn admit(
+        &mut self,
+        secret: &str,
+        host: &str,
+        node: Option<&str>,
+        count: u64,
+        now: Instant,
+    ) -> Option<u64> {
+        let key = (secret.to_owned(), host.to_owned(), node.map(str::to_owned));
+        match self.seen.get_mut(&key) {
+            None => {
+                self.seen.insert(key, (now, 0));
+                Some(count)
+            }
+            Some((last, pending)) => {
+                *pending += count;
+                if now.duration_since(*last) >= Self::EVERY {
+                    let n = *pending;
+                    *last = now;
+                    *pending = 0;
+                    Some(n)
+                } else {
+                    None
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SubstitutionAudit;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn substitutions_are_reported_at_once_then_once_a_minute_with_the_count() {
+        let mut a = SubstitutionAudit::default();
+        let t = Instant::now();
+        assert_eq!(a.admit("GH_TOKEN", "api.github.com", Some("n"), 1, t), Some(1));
+        assert_eq!(
+            a.admit(
+                "GH_TOKEN",
+                "api.github.com",
+                Some("n"),
+                2,
+                t + Duration::from_secs(1)
+            ),
+            None
+        );
+        assert_eq!(a.admit("GH_TOKEN", "api.github.com", Some("m"), 1, t), Some(1));
+        assert_eq!(
+            a.admit(
+                "GH_TOKEN",
+                "api.github.com",
+                Some("n"),
+                1,
+                t + Duration::from_secs(61)
+            ),
+            Some(3)
+        );
     }
 }

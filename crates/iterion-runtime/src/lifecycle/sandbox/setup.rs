@@ -41,6 +41,8 @@ pub(crate) struct Setup<'a> {
     /// objects through a read-only bind.
     pub(crate) worktree: Option<crate::exec::Worktree>,
     pub(crate) operator_env: Vec<SandboxEnvEntry>,
+    /// The run's secrets (or the problems of the operator's grants), see [`crate::lifecycle::secrets`].
+    pub(crate) secrets: Result<crate::lifecycle::secrets::Secrets, Vec<String>>,
     pub(crate) owner: OwnerInfo,
     /// Agent and judge nodes whose backend is `claw` (they need the runner where they are placed).
     pub(crate) claw_nodes: std::collections::BTreeSet<String>,
@@ -81,7 +83,13 @@ impl Setup<'_> {
             workdir: wd,
             host_work_dir: Some(self.work_dir.clone()),
             claw_runner: self.cfg.claw_runner.host(),
+            key_placeholders: Arc::default(),
         })
+    }
+
+    /// `file_secrets_dropped` of a run-scope `sandbox_skipped` when the run has file secrets.
+    fn files_dropped(&self, run_scope: bool) -> Option<bool> {
+        (run_scope && self.secrets.as_ref().is_ok_and(|s| s.has_files())).then_some(true)
     }
 
     pub(super) fn emit_skipped(
@@ -97,7 +105,7 @@ impl Setup<'_> {
             source: spec.source.clone(),
             reason: reason.to_owned(),
             node_id: node_id.map(str::to_owned),
-            file_secrets_dropped: None,
+            file_secrets_dropped: self.files_dropped(node_id.is_none()),
         });
     }
 
@@ -109,6 +117,7 @@ impl Setup<'_> {
     ) -> Result<Arc<Sandboxes>, Failure> {
         // 4.2
         let plan = self.accept(plan)?;
+        let secrets = self.checked_secrets()?;
         self.record_plan(&plan);
         // 4.3
         self.emit_resolution(&plan);
@@ -122,6 +131,7 @@ impl Setup<'_> {
             .collect();
         self.emit_host_skips(&plan);
         if !plan.any_active() {
+            self.secrets_undelivered(secrets, "the run has no container");
             return Ok(host_only(placements, host));
         }
         // 4.4
@@ -137,6 +147,7 @@ impl Setup<'_> {
             DriverChoice::Container(d) => d.clone(),
             choice => {
                 self.degrade(choice, plan.run.as_ref(), &own)?;
+                self.secrets_undelivered(secrets, "the run found no container runtime");
                 for p in placements.values_mut() {
                     *p = PlacementKind::Host;
                 }
@@ -168,6 +179,84 @@ impl Setup<'_> {
             starter: Some(Arc::new(starter)),
             driver_name: Some(kind),
         }))
+    }
+
+    /// The run's secrets, or `SANDBOX_SPEC_INVALID` naming every problem of the operator's grants; a secret
+    /// the workflow asks for without a grant is a warning (the sandbox does not get it).
+    fn checked_secrets(&self) -> Result<&crate::lifecycle::secrets::Secrets, Failure> {
+        match &self.secrets {
+            Ok(s) => {
+                if crate::lifecycle::secrets::provider_keys_direct(&self.cfg.env)
+                    && !self.claw_nodes.is_empty()
+                {
+                    self.em.log(
+                        LogLevel::Warn,
+                        "sandbox: ITERION_SANDBOX_PROVIDER_KEYS=direct: a sandboxed model backend holds its provider key inside the container (not a placeholder)",
+                    );
+                }
+                for name in &s.ungranted {
+                    self.em.log(
+                        LogLevel::Warn,
+                        &format!(
+                            "sandbox: the workflow asks for secret {name}; the operator did not grant it (iterion run --secret {name}), so the sandbox does not get it"
+                        ),
+                    );
+                }
+                Ok(s)
+            }
+            Err(problems) => Err(Failure::new(
+                FailureCode::SandboxSpecInvalid,
+                format!("the run's secrets: {}", problems.join("; ")),
+            )
+            .phase(FailurePhase::Resolve)),
+        }
+    }
+
+    /// The private host directory of the run's file secrets (none without any); a driver without host binds
+    /// cannot deliver them and the run fails before anything is created.
+    fn secret_files(
+        &self,
+        secrets: &crate::lifecycle::secrets::Secrets,
+        host_binds: bool,
+    ) -> Result<Option<Arc<crate::lifecycle::secrets::SecretDir>>, Failure> {
+        if !secrets.has_files() {
+            return Ok(None);
+        }
+        if !host_binds {
+            return Err(Failure::new(
+                FailureCode::SandboxSpecInvalid,
+                "file secrets need a driver that binds host files into the container; this driver copies the workspace instead and cannot deliver them",
+            )
+            .phase(FailurePhase::Start));
+        }
+        secrets
+            .write_files(&self.cfg.env)
+            .map(|d| d.map(Arc::new))
+            .map_err(|e| Failure::new(FailureCode::SandboxStartFailed, e).phase(FailurePhase::Start))
+    }
+
+    /// A run without a container delivers no secret: each granted one is named in a warning, and file secrets
+    /// set `file_secrets_dropped` on the run record. Provider keys stay with their host processes as before.
+    fn secrets_undelivered(&self, s: &crate::lifecycle::secrets::Secrets, why: &str) {
+        use crate::lifecycle::secrets::GrantSource;
+        let names: Vec<&str> = s
+            .grants
+            .iter()
+            .filter(|g| g.source != GrantSource::Provider)
+            .map(|g| g.name.as_str())
+            .collect();
+        if !names.is_empty() {
+            self.em.log(
+                LogLevel::Warn,
+                &format!(
+                    "sandbox: {why}: the secrets {} are not delivered (a secret reaches only a container, through the run's proxy or a read-only file)",
+                    names.join(", ")
+                ),
+            );
+        }
+        if s.has_files() {
+            self.em.update(|d| d.sandbox.file_secrets_dropped = true);
+        }
     }
 
     /// 4.2: a plan, or the failure of its resolution (devcontainer diagnostics logged); warnings logged.
@@ -337,7 +426,7 @@ impl Setup<'_> {
                 source: plan.run_source.clone(),
                 reason: reason.clone(),
                 node_id: None,
-                file_secrets_dropped: None,
+                file_secrets_dropped: self.files_dropped(true),
             });
             let r = reason.clone();
             em.update(|d| {
@@ -417,8 +506,13 @@ impl Setup<'_> {
         let attachments_dir = attachments_mount(em, caps.host_binds)?;
         let run_spec = plan.run.clone();
         let (run_policy, node_policies, overrides) = effective_policies(plan);
+        let empty = crate::lifecycle::secrets::Secrets::default();
+        let secrets = self.secrets.as_ref().unwrap_or(&empty);
+        // a secret binding needs the proxy whatever the policy: it is where the placeholder becomes the value
         let needs_proxy = run_spec.as_ref().is_some_and(|r| r.network.needs_proxy())
-            || node_policies.values().any(|p| p.needs_proxy());
+            || node_policies.values().any(|p| p.needs_proxy())
+            || secrets.has_bindings();
+        let secret_dir = self.secret_files(secrets, caps.host_binds)?;
         let mut compiled: BTreeMap<String, Arc<Policy>> = BTreeMap::new();
         let mut run_compiled = None;
         if needs_proxy {
@@ -451,6 +545,8 @@ impl Setup<'_> {
                 .collect(),
             claw_nodes: self.claw_nodes.clone(),
             leftovers: tokio::sync::Mutex::new(Vec::new()),
+            secret_infos: secrets.infos(),
+            secret_dir,
         };
         // 4.5
         if let Some(r) = &run_spec {
@@ -464,7 +560,15 @@ impl Setup<'_> {
         // 4.7 item 3
         if let Some(run_compiled) = run_compiled {
             let net = self
-                .start_network(&driver, &run_policy, run_compiled, &compiled, &overrides, guard)
+                .start_network(
+                    &driver,
+                    &run_policy,
+                    run_compiled,
+                    &compiled,
+                    &overrides,
+                    secrets,
+                    guard,
+                )
                 .await?;
             starter.net = Some(Arc::new(net));
         }

@@ -51,6 +51,10 @@ pub(super) struct Net {
     pub(super) run_policy: Arc<Policy>,
     pub(super) node_policies: BTreeMap<String, Arc<Policy>>,
     pub(super) endpoint: iterion_driver::ProxyEndpoint,
+    /// Secret name → placeholder of every proxy binding.
+    pub(super) placeholders: BTreeMap<String, String>,
+    /// The run's CA files (`ca.pem`, `ca-bundle.pem`) when the proxy inspects TLS.
+    pub(super) tls_dir: Option<std::path::PathBuf>,
 }
 
 /// Username of the credential of a post-create phase (node ids are identifiers, so none is `setup:…`-like;
@@ -83,6 +87,10 @@ pub(super) struct Starter {
     /// there last), killed when the next step starts: when no step follows, the teardown removes the
     /// container, and the kill — one engine exec — is not needed.
     pub(super) leftovers: tokio::sync::Mutex<Vec<(Arc<dyn Run>, String)>>,
+    /// The run's granted secrets (names, hosts, delivery, source).
+    pub(super) secret_infos: Vec<crate::lifecycle::secrets::SecretInfo>,
+    /// The host directory of the file secrets, removed with the run.
+    pub(super) secret_dir: Option<Arc<crate::lifecycle::secrets::SecretDir>>,
 }
 
 impl std::fmt::Debug for Starter {
@@ -172,11 +180,15 @@ impl Starter {
         spec: &ResolvedSandbox,
         proxy_url: Option<&str>,
     ) -> Result<iterion_envdeny::MergedEnv, Failure> {
-        crate::lifecycle::assembly::container_env(
+        let (tls, secret_env) = self.secret_env();
+        let mut operator = self.operator.clone();
+        operator.extend(secret_env);
+        crate::lifecycle::assembly::container_env_with(
             spec,
-            &self.operator,
+            &operator,
             proxy_url,
             self.artifact_dir.is_some(),
+            tls,
         )
         .map_err(|e| {
             let mut f =
@@ -184,6 +196,83 @@ impl Starter {
             f = f.with(|e| e.detail("env"));
             f
         })
+    }
+
+    /// The trust variables of TLS inspection, and what the workflow's and the operator's secrets are in the
+    /// container: a placeholder (`env`) or the path of a read-only file (`file`). Provider keys are not here:
+    /// only the backend's own process gets their placeholders ([`Starter::key_placeholders`]).
+    fn secret_env(&self) -> (Vec<(String, String)>, Vec<(String, String)>) {
+        use crate::lifecycle::secrets::{Delivery, GrantSource, SECRET_FILES_DIR};
+        let net = self.net.as_deref();
+        let tls = match net.and_then(|n| n.tls_dir.as_ref()) {
+            Some(_) => crate::lifecycle::assembly::tls_trust_env(),
+            None => Vec::new(),
+        };
+        let mut env = Vec::new();
+        for s in &self.secret_infos {
+            match s.delivery {
+                Delivery::File => env.push((s.name.clone(), format!("{SECRET_FILES_DIR}/{}", s.name))),
+                Delivery::Env if s.source != GrantSource::Provider => {
+                    if let Some(p) = net.and_then(|n| n.placeholders.get(&s.name)) {
+                        env.push((s.name.clone(), p.clone()));
+                    }
+                }
+                Delivery::Env => {}
+            }
+        }
+        (tls, env)
+    }
+
+    /// Provider key → placeholder, for the model backends' own processes.
+    pub(super) fn key_placeholders(&self) -> BTreeMap<String, String> {
+        use crate::lifecycle::secrets::GrantSource;
+        let Some(net) = self.net.as_deref() else {
+            return BTreeMap::new();
+        };
+        self.secret_infos
+            .iter()
+            .filter(|s| s.source == GrantSource::Provider)
+            .filter_map(|s| net.placeholders.get(&s.name).map(|p| (s.name.clone(), p.clone())))
+            .collect()
+    }
+
+    /// The read-only binds of the run's CA files (and, where the driver binds host files, the system trust
+    /// store's usual path) and of its file secrets.
+    fn secret_mounts(&self) -> Vec<AuxMount> {
+        let mut out = Vec::new();
+        if let Some(dir) = self.net.as_deref().and_then(|n| n.tls_dir.as_ref()) {
+            for f in ["ca.pem", "ca-bundle.pem"] {
+                out.push(AuxMount {
+                    kind: AuxMountKind::TlsBundle,
+                    host_path: dir.join(f),
+                    container_path: format!("{}/{f}", crate::lifecycle::assembly::TLS_DIR),
+                    read_only: true,
+                });
+            }
+            if self.driver.capabilities().host_binds {
+                out.push(AuxMount {
+                    kind: AuxMountKind::TlsBundle,
+                    host_path: dir.join("ca-bundle.pem"),
+                    container_path: crate::lifecycle::assembly::SYSTEM_TRUST_STORE.into(),
+                    read_only: true,
+                });
+            }
+        }
+        if let Some(d) = &self.secret_dir {
+            for s in self
+                .secret_infos
+                .iter()
+                .filter(|s| s.delivery == crate::lifecycle::secrets::Delivery::File)
+            {
+                out.push(AuxMount {
+                    kind: AuxMountKind::SecretFile,
+                    host_path: d.file(&s.name),
+                    container_path: format!("{}/{}", crate::lifecycle::secrets::SECRET_FILES_DIR, s.name),
+                    read_only: true,
+                });
+            }
+        }
+        out
     }
 
     /// 4.5: classify, emit `sandbox_env_denied`, record names (before anything is created).
@@ -346,6 +435,7 @@ impl Starter {
             });
         }
         req.aux_mounts.extend(self.attachments_mount());
+        req.aux_mounts.extend(self.secret_mounts());
         if let Some(wt) = &self.worktree {
             // the workspace's private repository borrows the operator's objects, which it can only read
             req.private_git = true;
@@ -427,6 +517,7 @@ impl Starter {
                 workdir: spec.workspace_folder.clone(),
                 host_work_dir: host_binds.then(|| self.work_dir.clone()),
                 claw_runner,
+                key_placeholders: Arc::new(self.key_placeholders()),
             },
             report,
             shell,
