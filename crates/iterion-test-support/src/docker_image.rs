@@ -165,7 +165,29 @@ enum Entry {
 /// Builds the deterministic root file system archive: entries sorted by path, modification time 0, owner 0:0
 /// except `/home/sandbox` (1000:1000); a `/bin` link for every applet (without `sh` when `with_sh` is false).
 pub fn rootfs_tar(busybox_bytes: &[u8], applets: &[String], with_sh: bool) -> Result<Vec<u8>, String> {
+    rootfs_tar_with(busybox_bytes, applets, with_sh, Vec::new())
+}
+
+/// [`rootfs_tar`] with extra regular files (`path` without a leading `/`, executable); their parent
+/// directories are created.
+fn rootfs_tar_with(
+    busybox_bytes: &[u8],
+    applets: &[String],
+    with_sh: bool,
+    extra: Vec<(String, Vec<u8>)>,
+) -> Result<Vec<u8>, String> {
     let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
+    for (path, data) in extra {
+        let mut parent = std::path::Path::new(&path).parent();
+        while let Some(p) = parent.filter(|p| !p.as_os_str().is_empty()) {
+            entries.insert(
+                p.to_string_lossy().into_owned(),
+                Entry::Dir { mode: 0o755, uid: 0 },
+            );
+            parent = p.parent();
+        }
+        entries.insert(path, Entry::File { mode: 0o755, data });
+    }
     let dir = |mode| Entry::Dir { mode, uid: 0 };
     for d in [
         "bin",
@@ -487,4 +509,51 @@ mod tests {
         assert!(!names.iter().any(|n| n == "bin/sh"));
         assert!(names.iter().any(|n| n == "bin/cat"));
     }
+}
+
+/// The image with the host's `curl` (and the libraries `ldd` lists for it) on top of the BusyBox test image:
+/// a client that honours `HTTPS_PROXY` through `CONNECT` and the trust variables, for egress tests.
+pub const CURL_IMAGE: &str = "iterion-test/curl:latest";
+
+/// Makes sure [`CURL_IMAGE`] is on the engine (imported like the test images; idempotent).
+///
+/// # Errors
+///
+/// No static BusyBox, no `curl` on the host, `ldd` failing, or the engine refusing the import.
+pub fn ensure_curl_image() -> Result<String, String> {
+    let socket = crate::engine_socket().ok_or_else(|| "no engine socket".to_owned())?;
+    let bb = find_static_busybox(None)?;
+    let bytes = std::fs::read(&bb).map_err(|e| format!("read {}: {e}", bb.display()))?;
+    let list = applets(&bb)?;
+    let curl = ["/usr/bin/curl", "/bin/curl"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .ok_or_else(|| "no curl on the host (apt-get install curl)".to_owned())?;
+    let env = iterion_boundary::Env::new().with("PATH", "/usr/bin:/bin");
+    let out = iterion_boundary::HostCommand::new("/usr/bin/ldd", env)
+        .arg(curl)
+        .run_bounded(None, iterion_boundary::Bounds::new(Duration::from_secs(30)))
+        .map_err(|e| format!("ldd {curl}: {e}"))?;
+    let mut files = vec![curl.to_owned()];
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        // `libz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x…)` or `/lib64/ld-linux-x86-64.so.2 (0x…)`
+        let path = match line.split_once("=>") {
+            Some((_, rest)) => rest.split_whitespace().next(),
+            None => line.split_whitespace().next(),
+        };
+        if let Some(p) = path.filter(|p| p.starts_with('/')) {
+            files.push(p.to_owned());
+        }
+    }
+    let mut extra = Vec::new();
+    for f in files {
+        let data = std::fs::read(&f).map_err(|e| format!("read {f}: {e}"))?;
+        extra.push((f.trim_start_matches('/').to_owned(), data));
+    }
+    let archive = ImageArchive {
+        reference: CURL_IMAGE,
+        tar: rootfs_tar_with(&bytes, &list, true, extra)?,
+    };
+    ensure_image(&socket, &archive)?;
+    Ok(CURL_IMAGE.to_owned())
 }

@@ -11,6 +11,7 @@ pub mod docker_image;
 pub mod fake_provider;
 pub mod k8s_fake;
 pub mod podman;
+pub mod upstream;
 
 use std::path::PathBuf;
 use std::time::Duration;
