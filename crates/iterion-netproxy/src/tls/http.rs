@@ -527,7 +527,11 @@ where
     if up.flush().await.is_err() {
         return fail(client, &ectx).await;
     }
-    report_substitutions(sh, insp, ctx, &head, &used, &counts);
+    let origin_form = match channel {
+        Channel::Tls => head.target.as_str(),
+        Channel::Plain { path } => path,
+    };
+    report_substitutions(sh, insp, ctx, &head.method, origin_form, &used, &counts);
     relay_response(sh, insp, client, up, ubuf, &head, !bound.is_empty(), &ectx, out).await
 }
 
@@ -727,12 +731,13 @@ fn substituted_request(
     (bytes, counts)
 }
 
-/// One `SecretSubstituted` event per binding substituted at least once.
+/// One `SecretSubstituted` event per binding substituted at least once (the path of `origin_form`, no query).
 fn report_substitutions(
     sh: &Shared,
     insp: &Inspector,
     ctx: &TunnelCtx,
-    head: &RequestHead,
+    method: &str,
+    origin_form: &str,
     used: &[usize],
     counts: &[usize],
 ) {
@@ -742,8 +747,8 @@ fn report_substitutions(
                 secret: insp.bindings[i].name.clone(),
                 host: ctx.host.clone(),
                 port: ctx.target.port,
-                method: head.method.clone(),
-                path: head.target.split('?').next().unwrap_or_default().to_owned(),
+                method: method.to_owned(),
+                path: origin_form.split('?').next().unwrap_or_default().to_owned(),
                 node_id: ctx.node_id.clone(),
                 decision_id: ctx.decision_id.clone(),
                 count: counts[k] as u64,
