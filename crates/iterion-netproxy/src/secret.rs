@@ -92,7 +92,7 @@ pub(crate) enum CaSource {
     },
 }
 
-/// TLS inspection settings (spec §14), passed to [`crate::ProxyConfigBuilder::tls_inspection`].
+/// TLS inspection settings, passed to [`crate::ProxyConfigBuilder::tls_inspection`].
 ///
 /// Inspection is active only with at least one binding; without one no CA is minted and every tunnel stays
 /// opaque. Settings with a binding need the `tls-inspection` feature: without it
@@ -186,7 +186,7 @@ impl TlsInspection {
     }
 }
 
-/// The files clients need to trust the inspection CA (spec §14.6).
+/// The files clients need to trust the inspection CA.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TrustBundle {
