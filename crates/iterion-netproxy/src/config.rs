@@ -285,7 +285,7 @@ impl ProxyConfigBuilder {
         self
     }
 
-    /// TLS inspection and secret substitution (spec §14). Active only with at least one binding: then
+    /// TLS inspection and secret substitution. Active only with at least one binding: then
     /// [`ProxyConfigBuilder::build`] mints the CA (or loads the operator's) and every CONNECT tunnel is
     /// inspected (unless bypassed); without a binding nothing changes and no CA exists.
     pub fn tls_inspection(mut self, inspection: TlsInspection) -> Self {

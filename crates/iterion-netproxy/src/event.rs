@@ -131,7 +131,7 @@ pub enum ProxyEvent {
         /// `secret leak`.
         close_reason: String,
     },
-    /// A placeholder was replaced by a secret's value in a request to a bound host (spec §14.8).
+    /// A placeholder was replaced by a secret's value in a request to a bound host.
     SecretSubstituted {
         /// The secret's name (never its value).
         secret: String,

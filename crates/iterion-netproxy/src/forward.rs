@@ -48,7 +48,7 @@ pub(crate) struct ForwardRequest<'a> {
 }
 
 /// The `Host` header value for the upstream: the authority, with `:port` unless it is 80.
-fn host_header(t: &Target) -> String {
+pub(crate) fn host_header(t: &Target) -> String {
     let host = match &t.host {
         Host::Ip(IpAddr::V6(v6)) => format!("[{v6}]"),
         h => h.to_string(),
@@ -61,7 +61,7 @@ fn host_header(t: &Target) -> String {
 }
 
 /// Header names listed in `Connection` headers (also hop-by-hop).
-fn connection_tokens(headers: &[(String, String)]) -> Vec<String> {
+pub(crate) fn connection_tokens(headers: &[(String, String)]) -> Vec<String> {
     headers
         .values("connection")
         .flat_map(|v| v.split(','))
@@ -72,7 +72,7 @@ fn connection_tokens(headers: &[(String, String)]) -> Vec<String> {
 /// Whether `name` is dropped when relaying: a hop-by-hop header, or one named in `Connection`. `Content-Length`
 /// stays whatever `Connection` says: the proxy relays the body by it, so dropping it would let the next hop read
 /// the body as another message (request smuggling, or an undelimited response).
-fn is_hop(name: &str, listed: &[String]) -> bool {
+pub(crate) fn is_hop(name: &str, listed: &[String]) -> bool {
     HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
         || (!name.eq_ignore_ascii_case("content-length")
             && listed.iter().any(|l| name.eq_ignore_ascii_case(l)))

@@ -39,7 +39,7 @@
 //! two-stage [`decide`] without a socket, as `iterion netproxy check` uses it). The [`head`] module (the strict
 //! HTTP/1.1 head parser) is public so it can be fuzzed (`fuzz/netproxy`).
 //!
-//! # TLS inspection and secret substitution (spec §14)
+//! # TLS inspection and secret substitution
 //!
 //! Opt-in with [`ProxyConfigBuilder::tls_inspection`] and at least one [`SecretBinding`]; without a binding no CA
 //! exists and every tunnel stays opaque. With one:
@@ -59,21 +59,41 @@
 //!   refused with `403 secret leak` (`secret <NAME> is not bound to <host>`, `… requires TLS` for plain
 //!   HTTP, `… could not be substituted safely` for bodies it cannot rewrite); tunnels that are not TLS are
 //!   scanned client-to-upstream and closed on a placeholder. Responses from bound hosts have the value
-//!   replaced by the placeholder (requests to them carry `Accept-Encoding: identity`).
+//!   replaced by the placeholder (requests to them carry `Accept-Encoding: identity`);
+//! - the **real value** is guarded like its placeholder: a request carrying it (the sandbox may have come by it,
+//!   e.g. through a file or a response that was not scrubbed) towards a host the secret is not bound to is
+//!   refused the same way, in intercepted requests, plain forwards and raw tunnels (streaming, across reads),
+//!   and so is the value in clear text to its own host unless the binding allows plain HTTP. Values shorter
+//!   than 8 bytes are not looked for (they would match ordinary traffic). No error, event or log carries a
+//!   value: `Denied` events name the secret ([`DecisionEvent::secret`]);
+//! - binding hosts are host-name patterns as in network rules or single IP addresses with an optional port
+//!   (`127.0.0.1:8080`, `[::1]:8080`); CIDR ranges and negations are refused. An IP target is intercepted
+//!   with a leaf for the address (an IP SAN) and the upstream certificate is verified for it;
+//! - [`SecretBinding::plain_http`] (off by default) also substitutes in plain-HTTP **forward** requests
+//!   (absolute-form `http://…` through the proxy) to the bound hosts, for providers reached over plain HTTP
+//!   such as a local model server: the same rules as inside TLS (the `Host` header, when present, must name
+//!   the request's authority; bodies of at most 1 MiB with identity encoding and a JSON, form or text type are
+//!   rewritten and their length recomputed, anything else with a placeholder is refused), the response is
+//!   scrubbed, and the upstream connection is not pooled. The value then crosses the network in clear text. A
+//!   raw (non-TLS) CONNECT tunnel to such a host gets no substitution: it is scanned and closed on a
+//!   placeholder, as for any host.
 //!
 //! ```no_run
 //! use iterion_netproxy::{SecretBinding, TlsInspection};
 //! let github = SecretBinding::new("GH_TOKEN", "ghp_…", &["api.github.com"]);
 //! println!("GH_TOKEN={}", github.placeholder()); // what the sandbox sees
-//! let tls = TlsInspection::new().binding(github).bypass("**.pinned.example");
+//! // A local model server reached over plain HTTP, bound to its exact address.
+//! let local = SecretBinding::new("MODEL_KEY", "sk-…", &["127.0.0.1:8080"]).plain_http(true);
+//! let tls = TlsInspection::new().binding(github).binding(local).bypass("**.pinned.example");
 //! # let _ = tls;
 //! ```
 //!
 //! Documented limits: WebSocket frames (after a `101`) are relayed without inspection; tunnels to bypassed
 //! hosts are opaque and cannot be scanned; values used to sign requests (AWS secret keys, HMAC secrets) cannot
 //! be substituted; request bodies above 1 MiB, chunked bodies above 1 MiB and compressed bodies are scanned
-//! but never rewritten (a placeholder there is refused); in plain forward requests only bodies of at most
-//! 1 MiB with a `Content-Length` are scanned; responses a bound host sends compressed despite
+//! but never rewritten (a placeholder there is refused); in plain forward requests to hosts no
+//! [`SecretBinding::plain_http`] binding is bound to, only bodies of at most 1 MiB with a `Content-Length` are
+//! scanned; responses a bound host sends compressed despite
 //! `Accept-Encoding: identity` are relayed unscrubbed. `ca-bundle.pem` is the Mozilla root set compiled in
 //! (`webpki-root-certs`) followed by the run CA.
 //!

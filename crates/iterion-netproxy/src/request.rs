@@ -15,7 +15,11 @@ use crate::response::{
 use crate::shared::{Next, Shared, Tunnel, dial};
 #[cfg(feature = "tls-inspection")]
 use crate::tls::{
-    Inspector, context::TunnelCtx, intercept::tunnel as inspected_tunnel, scan::find_placeholders,
+    Inspector,
+    context::TunnelCtx,
+    http::{PlainForward, forward_plain},
+    intercept::tunnel as inspected_tunnel,
+    scan::Hit,
 };
 use crate::tunnel::{CloseReason, TunnelLimits, relay};
 use crate::{Credential, Error, Result, forward};
@@ -346,18 +350,26 @@ async fn handle_request<S: AsyncIo>(
     if !decision.allowed {
         return denied(sh, client, &req).await;
     }
-    // A placeholder in a plain forward request is never sent (spec §14.5 condition 1, §14.7).
-    #[cfg(feature = "tls-inspection")]
-    if let (Some(insp), ProxyTarget::Http { .. }) = (&sh.tls, &form)
-        && let Some(idx) = plain_placeholder(sh, insp, &head, framing, client, buf).await
-    {
-        return plain_leak(sh, client, &req, insp, idx).await;
-    }
-    Counters::add(&sh.counters.allowed, 1);
-    if sh.report_allowed {
-        sh.events.emit(ProxyEvent::Allowed(req.event(None)));
-    }
     let addresses = dial_addresses(&decision);
+    #[cfg(feature = "tls-inspection")]
+    if let (Some(insp), ProxyTarget::Http { path, .. }) = (&sh.tls, &form) {
+        // A host bound by a binding that allows plain HTTP: substituted and scrubbed as inside TLS.
+        if !insp.plain_bound(&target).is_empty() {
+            let fwd = PlainForward {
+                head: head.clone(),
+                path,
+                addresses: &addresses,
+                ctx: tunnel_ctx(&req),
+            };
+            return forward_plain(sh, insp, client, buf, fwd, || allowed(sh, &req)).await;
+        }
+        // Otherwise a placeholder or a secret value in a plain forward request is never sent (spec §14.5
+        // condition 1, §14.7).
+        if let Some(hit) = plain_secret(sh, insp, &head, framing, client, buf).await {
+            return plain_leak(sh, client, &req, insp, hit).await;
+        }
+    }
+    allowed(sh, &req);
     let ctx = ErrorContext {
         host: Some(&host),
         port: Some(target.port),
@@ -466,16 +478,25 @@ async fn denied<S: AsyncIo>(sh: &Shared, client: &mut S, req: &Decided<'_>) -> N
         .await
 }
 
-/// A placeholder in a plain forward request: refused `403 secret leak`, never sent.
+/// Count and report an allowed request.
+fn allowed(sh: &Shared, req: &Decided<'_>) {
+    Counters::add(&sh.counters.allowed, 1);
+    if sh.report_allowed {
+        sh.events.emit(ProxyEvent::Allowed(req.event(None)));
+    }
+}
+
+/// A placeholder or a secret value in a plain forward request to a host no binding allowing plain HTTP is bound
+/// to: refused `403 secret leak`, never sent.
 #[cfg(feature = "tls-inspection")]
 async fn plain_leak<S: AsyncIo>(
     sh: &Shared,
     client: &mut S,
     req: &Decided<'_>,
     insp: &Inspector,
-    idx: usize,
+    hit: Hit,
 ) -> Next {
-    let b = &insp.bindings[idx];
+    let b = &insp.bindings[hit.binding()];
     let rule = if b.bound_to(req.target) {
         format!("secret {} requires TLS", b.name)
     } else {
@@ -526,31 +547,38 @@ async fn open_tunnel<S: AsyncIo>(
 #[cfg(feature = "tls-inspection")]
 fn inspection(sh: &Shared, req: &Decided<'_>) -> Option<Box<TunnelCtx>> {
     match &sh.tls {
-        Some(insp) if !insp.bypassed(req.target) => Some(Box::new(TunnelCtx {
-            target: req.target.clone(),
-            host: req.host.to_owned(),
-            decision_id: req.decision_id.clone(),
-            node_id: req.cred.node_id.clone(),
-            username: req.cred.username.clone(),
-            mode: req.decision.mode.as_str().to_owned(),
-        })),
+        Some(insp) if !insp.bypassed(req.target) => Some(Box::new(tunnel_ctx(req))),
         _ => None,
     }
 }
 
-/// The binding of the first known placeholder in a plain forward request: its target, its header values, and
-/// its body when it has a `Content-Length` of at most 1 MiB and no `Expect: 100-continue` (the body is read into
-/// `buf`, from where forwarding sends it).
+/// What inspection needs to know about a decided request.
 #[cfg(feature = "tls-inspection")]
-async fn plain_placeholder<S: AsyncIo>(
+fn tunnel_ctx(req: &Decided<'_>) -> TunnelCtx {
+    TunnelCtx {
+        target: req.target.clone(),
+        host: req.host.to_owned(),
+        decision_id: req.decision_id.clone(),
+        node_id: req.cred.node_id.clone(),
+        username: req.cred.username.clone(),
+        mode: req.decision.mode.as_str().to_owned(),
+    }
+}
+
+/// The first placeholder or secret value (of at least 8 bytes) in a plain forward request: in its target, its
+/// header values, and its body when it has a `Content-Length` of at most 1 MiB and no `Expect: 100-continue`
+/// (the body is read into `buf`, from where forwarding sends it).
+#[cfg(feature = "tls-inspection")]
+async fn plain_secret<S: AsyncIo>(
     sh: &Shared,
     insp: &Inspector,
     head: &RequestHead,
     framing: Framing,
     client: &mut S,
     buf: &mut Vec<u8>,
-) -> Option<usize> {
-    let first = |bytes: &[u8]| find_placeholders(bytes, &insp.by_suffix).first().map(|(_, i)| *i);
+) -> Option<Hit> {
+    let needles = insp.needles(|_| true);
+    let first = |bytes: &[u8]| needles.hits(bytes).first().copied();
     if let Some(i) = first(head.target.as_bytes()) {
         return Some(i);
     }

@@ -9,10 +9,11 @@ use zeroize::Zeroizing;
 /// The prefix every placeholder starts with.
 pub const PLACEHOLDER_PREFIX: &str = "iterion-ph-";
 
-/// One secret binding: the real value is only ever sent to the bound hosts, inside intercepted TLS.
+/// One secret binding: the real value is only ever sent to the bound hosts, inside intercepted TLS (and, with
+/// [`SecretBinding::plain_http`], in plain-HTTP forward requests to them).
 ///
 /// The sandbox sees [`SecretBinding::placeholder`] instead of the value; the value is zeroised on drop and
-/// never printed (`Debug` shows the name, the hosts and the placeholder only).
+/// never printed (`Debug` shows the name, the hosts, the placeholder and the plain-HTTP switch only).
 #[derive(Clone)]
 #[cfg_attr(not(feature = "tls-inspection"), allow(dead_code))] // the value is read only by the inspector
 pub struct SecretBinding {
@@ -20,6 +21,7 @@ pub struct SecretBinding {
     pub(crate) value: Zeroizing<String>,
     pub(crate) hosts: Vec<String>,
     pub(crate) placeholder: String,
+    pub(crate) plain_http: bool,
 }
 
 impl fmt::Debug for SecretBinding {
@@ -28,14 +30,17 @@ impl fmt::Debug for SecretBinding {
             .field("name", &self.name)
             .field("hosts", &self.hosts)
             .field("placeholder", &self.placeholder)
+            .field("plain_http", &self.plain_http)
             .finish_non_exhaustive()
     }
 }
 
 impl SecretBinding {
-    /// A binding of secret `name` with `value` to host patterns (spec §3 host-name patterns, e.g.
-    /// `api.github.com` or `**.github.com`). A fresh placeholder (`iterion-ph-` + 32 random lower-case hex) is
-    /// drawn now; [`crate::ProxyConfigBuilder::build`] validates the name, the value and the patterns.
+    /// A binding of secret `name` with `value` to hosts: host-name patterns as in network rules (e.g.
+    /// `api.github.com`, `**.github.com`, `api.example:8443`) or a single IP address (`127.0.0.1:8080`,
+    /// `[::1]:8080`); CIDR ranges and negations are refused. A fresh placeholder (`iterion-ph-` + 32 random
+    /// lower-case hex) is drawn now; [`crate::ProxyConfigBuilder::build`] validates the name, the value and the
+    /// patterns.
     pub fn new<S: AsRef<str>>(name: impl Into<String>, value: impl Into<String>, hosts: &[S]) -> Self {
         let bytes: [u8; 16] = rand::random();
         Self {
@@ -43,7 +48,19 @@ impl SecretBinding {
             value: Zeroizing::new(value.into()),
             hosts: hosts.iter().map(|h| h.as_ref().to_owned()).collect(),
             placeholder: format!("{PLACEHOLDER_PREFIX}{}", crate::auth::hex(&bytes)),
+            plain_http: false,
         }
+    }
+
+    /// Also substitute the placeholder in plain-HTTP forward requests (absolute-form `http://` through the
+    /// proxy) to the bound hosts, e.g. a local model server at `http://127.0.0.1:8080` (default off: such a
+    /// request is refused with `secret <NAME> requires TLS`). The same rules as inside TLS apply: the `Host`
+    /// header must name the request's authority, bodies are rewritten only when small and identity-encoded,
+    /// responses are scrubbed. The value then crosses the network in clear text; raw (non-TLS) `CONNECT`
+    /// tunnels still get no substitution.
+    pub fn plain_http(mut self, on: bool) -> Self {
+        self.plain_http = on;
+        self
     }
 
     /// The secret's name (also the environment variable the sandbox sees).
@@ -75,7 +92,7 @@ pub(crate) enum CaSource {
     },
 }
 
-/// TLS inspection settings (spec §14), passed to [`crate::ProxyConfigBuilder::tls_inspection`].
+/// TLS inspection settings, passed to [`crate::ProxyConfigBuilder::tls_inspection`].
 ///
 /// Inspection is active only with at least one binding; without one no CA is minted and every tunnel stays
 /// opaque. Settings with a binding need the `tls-inspection` feature: without it
@@ -169,7 +186,7 @@ impl TlsInspection {
     }
 }
 
-/// The files clients need to trust the inspection CA (spec §14.6).
+/// The files clients need to trust the inspection CA.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TrustBundle {

@@ -1,20 +1,26 @@
 //! HTTP/1.1 inside an intercepted tunnel (spec §14.3 step 6, §14.5, §14.7): requests relayed one by one,
-//! placeholders substituted for bound hosts and refused elsewhere, responses from bound hosts scrubbed.
+//! placeholders substituted for bound hosts and refused elsewhere, real values refused where they are not bound,
+//! responses from bound hosts scrubbed. Plain-HTTP forward requests to hosts of a binding that allows plain HTTP
+//! ([`forward_plain`]) go through the same steps.
 
 use super::context::{Outcome, TunnelCtx};
 use super::inspector::Inspector;
-use super::scan::{Detector, Replacer, find_placeholders, replace_all};
+use super::scan::{Detector, Hit, Replacer, replace_all};
 use crate::Error;
 use crate::event::{DecisionId, ProxyEvent};
-use crate::forward::{chunk_size, client_keep_alive, copy_body_from, read_line, upstream_keep_alive};
+use crate::forward::{
+    chunk_size, client_keep_alive, connection_tokens, copy_body_from, host_header, is_hop, read_line,
+    upstream_keep_alive,
+};
 use crate::head::{
     Framing, HeadError, HeadLimits, Headers, RequestHead, ResponseHead, Version, find_head_end,
     parse_request_head, parse_response_head, request_framing, response_framing,
 };
 use crate::response::{ErrorContext, Refusal, error_response, forbidden_response, head_error};
-use crate::shared::Shared;
+use crate::shared::{Next, Shared, dial};
 use iterion_netpolicy::Target;
 use std::io;
+use std::net::IpAddr;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::{Duration, Instant};
 use zeroize::Zeroizing;
@@ -153,7 +159,15 @@ enum Step {
     Upgrade,
 }
 
-/// A refusal of a placeholder: the binding and the rule.
+/// Where a request goes: inside an intercepted TLS tunnel, or forwarded from an absolute-form plain-HTTP request
+/// (`path`: its origin-form target).
+#[derive(Debug, Clone, Copy)]
+enum Channel<'a> {
+    Tls,
+    Plain { path: &'a str },
+}
+
+/// A refusal of a placeholder or a value: the binding and the rule.
 struct Leak {
     binding: usize,
     rule: String,
@@ -254,56 +268,66 @@ struct Request {
     framing: Framing,
     /// `Expect: 100-continue` was answered here (and is not passed on).
     expect: bool,
-    /// The bindings whose hosts match the tunnel's target.
+    /// The bindings whose hosts match the target (under plain HTTP: those that allow it): their requests ask
+    /// for identity encoding and their responses are scrubbed.
     bound: Vec<usize>,
-    /// Placeholders in the target and the header values (binding indexes).
-    found: Vec<usize>,
+    /// Placeholders and values in the target and the header values.
+    found: Vec<Hit>,
     body: Body,
-    /// Placeholders in the body (what was buffered of it).
-    body_found: Vec<usize>,
+    /// Placeholders and values in the body (what was buffered of it).
+    body_found: Vec<Hit>,
     /// Whether a body placeholder can be substituted there.
     body_safe: bool,
 }
 
-/// Decides whether a placeholder may be substituted in this request (§14.5): its binding is bound to the tunnel's
-/// host, the `Host` header names that host, and the place is safe to rewrite.
+/// Decides whether a placeholder may be substituted, or a value passed, in this request (§14.5): its binding is
+/// bound to the target's host (and allows plain HTTP when the request is plain), the `Host` header names that
+/// host, and a placeholder's place is safe to rewrite.
 struct Verdict<'a> {
     insp: &'a Inspector,
     ctx: &'a TunnelCtx,
+    /// Whether the request is a plain-HTTP forward.
+    plain: bool,
     /// The `Host` header, when it parses.
     authority: Option<Target>,
-    /// Whether the `Host` header names the tunnel's host and port.
+    /// Whether the `Host` header names the target's host and port (a plain request may omit it: the proxy
+    /// writes the authority there).
     authority_ok: bool,
 }
 
 impl<'a> Verdict<'a> {
-    fn new(insp: &'a Inspector, ctx: &'a TunnelCtx, head: &RequestHead) -> Self {
-        let authority = head
-            .headers
-            .header("host")
-            .and_then(|h| Target::parse(h, Some(443)).ok());
-        let authority_ok = authority
-            .as_ref()
-            .is_some_and(|t| t.host == ctx.target.host && t.port == ctx.target.port);
+    fn new(insp: &'a Inspector, ctx: &'a TunnelCtx, head: &RequestHead, channel: Channel<'_>) -> Self {
+        let plain = matches!(channel, Channel::Plain { .. });
+        let host = head.headers.header("host");
+        let authority = host.and_then(|h| Target::parse(h, Some(if plain { 80 } else { 443 })).ok());
+        let authority_ok = match &authority {
+            Some(t) => t.host == ctx.target.host && t.port == ctx.target.port,
+            None => plain && host.is_none(),
+        };
         Self {
             insp,
             ctx,
+            plain,
             authority,
             authority_ok,
         }
     }
 
-    /// The refusal of binding `idx` found at a place that is (`unsafe_place`) or is not safe to rewrite.
-    fn leak(&self, idx: usize, unsafe_place: bool) -> Option<Leak> {
+    /// The refusal of `hit` found at a place that is (`unsafe_place`) or is not safe to rewrite. A value needs
+    /// no rewriting: only where it goes matters.
+    fn leak(&self, hit: Hit, unsafe_place: bool) -> Option<Leak> {
+        let idx = hit.binding();
         let b = &self.insp.bindings[idx];
         let rule = if !b.bound_to(&self.ctx.target) {
             format!("secret {} is not bound to {}", b.name, self.ctx.host)
+        } else if self.plain && !b.plain_http {
+            format!("secret {} requires TLS", b.name)
         } else if !self.authority_ok {
             match &self.authority {
                 Some(t) if !b.bound_to(t) => format!("secret {} is not bound to {}", b.name, t.host),
                 _ => format!("secret {} could not be substituted safely", b.name),
             }
-        } else if unsafe_place {
+        } else if unsafe_place && matches!(hit, Hit::Placeholder(_)) {
             format!("secret {} could not be substituted safely", b.name)
         } else {
             return None;
@@ -315,8 +339,8 @@ impl<'a> Verdict<'a> {
     fn first_leak(&self, req: &Request) -> Option<Leak> {
         req.found
             .iter()
-            .map(|&i| self.leak(i, false))
-            .chain(req.body_found.iter().map(|&i| self.leak(i, !req.body_safe)))
+            .map(|&h| self.leak(h, false))
+            .chain(req.body_found.iter().map(|&h| self.leak(h, !req.body_safe)))
             .flatten()
             .next()
     }
@@ -342,20 +366,132 @@ where
         port: Some(ctx.target.port),
         decision_id: Some(&ctx.decision_id),
     };
-    let req = match read_request(sh, insp, client, cbuf, ctx, &ectx).await {
+    let head = match read_head(sh, client, cbuf, sh.limits.tunnel_idle_timeout).await {
+        Ok(Some(h)) => h,
+        Ok(None) => return Step::Close("eof"),
+        Err(e) => {
+            let _ = client.write_all(&error_response(&e, &ectx)).await;
+            return Step::Close("error");
+        }
+    };
+    let req = match read_request(insp, client, cbuf, head, ctx, &ectx, Channel::Tls).await {
         Ok(r) => r,
         Err(step) => return step,
     };
-    let verdict = Verdict::new(insp, ctx, &req.head);
+    let verdict = Verdict::new(insp, ctx, &req.head, Channel::Tls);
     if let Some(leak) = verdict.first_leak(&req) {
-        refuse(sh, insp, client, ctx, &req.head.method, &leak).await;
+        refuse(sh, insp, client, ctx, &req.head.method, &leak, DecisionId::new()).await;
         return Step::Close("secret leak");
     }
+    send(sh, insp, client, up, cbuf, ubuf, ctx, out, req, &verdict, Channel::Tls).await
+}
+
+/// One plain-HTTP forward request to a host bound by a binding that allows plain HTTP: the policy allowed it,
+/// `head` was read (bytes after it are in `cbuf`).
+pub(crate) struct PlainForward<'a> {
+    pub(crate) head: RequestHead,
+    /// The origin-form target sent upstream.
+    pub(crate) path: &'a str,
+    /// The checked addresses to dial.
+    pub(crate) addresses: &'a [IpAddr],
+    /// The decision (the request's decision id, target and client).
+    pub(crate) ctx: TunnelCtx,
+}
+
+/// Forward a plain-HTTP request with the steps of an intercepted one: placeholders substituted, values and
+/// placeholders refused where they may not go (`403 secret leak` under the request's decision id), the
+/// response scrubbed. `allowed` runs once the request is not refused, before the upstream is dialled (a fresh
+/// connection; it is not pooled).
+pub(crate) async fn forward_plain<C>(
+    sh: &Shared,
+    insp: &Inspector,
+    client: &mut C,
+    cbuf: &mut Vec<u8>,
+    fwd: PlainForward<'_>,
+    allowed: impl FnOnce(),
+) -> Next
+where
+    C: AsyncRead + AsyncWrite + Unpin + Send + ?Sized,
+{
+    let PlainForward {
+        head,
+        path,
+        addresses,
+        ctx,
+    } = fwd;
+    let channel = Channel::Plain { path };
+    let ectx = ErrorContext {
+        host: Some(&ctx.host),
+        port: Some(ctx.target.port),
+        decision_id: Some(&ctx.decision_id),
+    };
+    let Ok(req) = read_request(insp, client, cbuf, head, &ctx, &ectx, channel).await else {
+        return Next::Close;
+    };
+    let verdict = Verdict::new(insp, &ctx, &req.head, channel);
+    if let Some(leak) = verdict.first_leak(&req) {
+        let id = ctx.decision_id.clone();
+        refuse(sh, insp, client, &ctx, &req.head.method, &leak, id).await;
+        return Next::Close;
+    }
+    allowed();
+    let mut up = match dial(sh, addresses, ctx.target.port).await {
+        Ok((io, _)) => io,
+        Err(e) => {
+            let _ = client.write_all(&error_response(&e, &ectx)).await;
+            return Next::Close;
+        }
+    };
+    let mut ubuf = Vec::new();
+    let mut out = Outcome::default();
+    let step = tokio::select! {
+        s = send(sh, insp, client, &mut up, cbuf, &mut ubuf, &ctx, &mut out, req, &verdict, channel) => s,
+        () = sh.hard.cancelled() => Step::Close("shutdown"),
+    };
+    match step {
+        Step::Continue => Next::KeepAlive,
+        Step::Close(_) | Step::Upgrade => Next::Close,
+    }
+}
+
+/// Send an accepted request upstream (placeholders substituted; a large body streamed through a detector) and
+/// relay its response.
+#[allow(clippy::too_many_arguments)]
+async fn send<C, U>(
+    sh: &Shared,
+    insp: &Inspector,
+    client: &mut C,
+    up: &mut U,
+    cbuf: &mut Vec<u8>,
+    ubuf: &mut Vec<u8>,
+    ctx: &TunnelCtx,
+    out: &mut Outcome,
+    req: Request,
+    verdict: &Verdict<'_>,
+    channel: Channel<'_>,
+) -> Step
+where
+    C: AsyncRead + AsyncWrite + Unpin + Send + ?Sized,
+    U: AsyncRead + AsyncWrite + Unpin + Send + ?Sized,
+{
+    let ectx = ErrorContext {
+        host: Some(&ctx.host),
+        port: Some(ctx.target.port),
+        decision_id: Some(&ctx.decision_id),
+    };
     // Substitute (every placeholder found here belongs to a binding bound to this host).
-    let mut used: Vec<usize> = req.found.iter().chain(req.body_found.iter()).copied().collect();
+    let mut used: Vec<usize> = req
+        .found
+        .iter()
+        .chain(req.body_found.iter())
+        .filter_map(|h| match h {
+            Hit::Placeholder(i) => Some(*i),
+            Hit::Value(_) => None,
+        })
+        .collect();
     used.sort_unstable();
     used.dedup();
-    let (bytes, counts) = substituted_request(insp, &req, &used);
+    let (bytes, counts) = substituted_request(insp, &req, &used, channel, &ctx.target);
     if up.write_all(&bytes).await.is_err() {
         return fail(client, &ectx).await;
     }
@@ -364,19 +500,25 @@ where
     let Request {
         head, body, bound, ..
     } = req;
-    // A large body: streamed through the detector; a placeholder aborts the request before it is complete.
+    // A large body: streamed through the detector; a placeholder, or a value that may not go there, aborts the
+    // request before it is complete.
     if let Body::Stream { pending, source } = body {
-        match stream_request_body(insp, client, cbuf, up, pending, source, out).await {
+        let needles = insp.needles(|i| verdict.leak(Hit::Value(i), false).is_some());
+        match stream_request_body(Detector::new(needles), client, cbuf, up, pending, source, out).await {
             Ok(None) => {}
-            Ok(Some(idx)) => {
-                let leak = verdict.leak(idx, true).unwrap_or(Leak {
-                    binding: idx,
+            Ok(Some(hit)) => {
+                let leak = verdict.leak(hit, true).unwrap_or(Leak {
+                    binding: hit.binding(),
                     rule: format!(
                         "secret {} could not be substituted safely",
-                        insp.bindings[idx].name
+                        insp.bindings[hit.binding()].name
                     ),
                 });
-                refuse(sh, insp, client, ctx, &head.method, &leak).await;
+                let id = match channel {
+                    Channel::Tls => DecisionId::new(),
+                    Channel::Plain { .. } => ctx.decision_id.clone(),
+                };
+                refuse(sh, insp, client, ctx, &head.method, &leak, id).await;
                 return Step::Close("secret leak");
             }
             Err(_) => return fail(client, &ectx).await,
@@ -385,31 +527,29 @@ where
     if up.flush().await.is_err() {
         return fail(client, &ectx).await;
     }
-    report_substitutions(sh, insp, ctx, &head, &used, &counts);
+    let origin_form = match channel {
+        Channel::Tls => head.target.as_str(),
+        Channel::Plain { path } => path,
+    };
+    report_substitutions(sh, insp, ctx, &head.method, origin_form, &used, &counts);
     relay_response(sh, insp, client, up, ubuf, &head, !bound.is_empty(), &ectx, out).await
 }
 
-/// Read the head and the body of the next request and find its placeholders. `Err`: the step to take instead
-/// (the client closed, or an error was answered).
+/// Read the body of a request whose head was read and find its placeholders and values. `Err`: the step to
+/// take instead (an error was answered).
+#[allow(clippy::too_many_arguments)]
 async fn read_request<C>(
-    sh: &Shared,
     insp: &Inspector,
     client: &mut C,
     cbuf: &mut Vec<u8>,
+    head: RequestHead,
     ctx: &TunnelCtx,
     ectx: &ErrorContext<'_>,
+    channel: Channel<'_>,
 ) -> Result<Request, Step>
 where
     C: AsyncRead + AsyncWrite + Unpin + Send + ?Sized,
 {
-    let head = match read_head(sh, client, cbuf, sh.limits.tunnel_idle_timeout).await {
-        Ok(Some(h)) => h,
-        Ok(None) => return Err(Step::Close("eof")),
-        Err(e) => {
-            let _ = client.write_all(&error_response(&e, ectx)).await;
-            return Err(Step::Close("error"));
-        }
-    };
     let framing = match request_framing(&head.headers) {
         Ok(f) => f,
         Err(e) => {
@@ -422,23 +562,21 @@ where
     if expect && client.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err() {
         return Err(Step::Close("error"));
     }
-    let bound = insp.bound(&ctx.target);
-    let indexes = |bytes: &[u8]| -> Vec<usize> {
-        find_placeholders(bytes, &insp.by_suffix)
-            .into_iter()
-            .map(|(_, i)| i)
-            .collect()
+    let bound = match channel {
+        Channel::Tls => insp.bound(&ctx.target),
+        Channel::Plain { .. } => insp.plain_bound(&ctx.target),
     };
-    // Placeholders in the target and the header values.
-    let mut found = indexes(head.target.as_bytes());
+    let needles = insp.needles(|_| true);
+    // Placeholders and values in the target and the header values.
+    let mut found = needles.hits(head.target.as_bytes());
     for (_, v) in &head.headers {
-        found.extend(indexes(v.as_bytes()));
+        found.extend(needles.hits(v.as_bytes()));
     }
     let body = read_body(client, cbuf, framing, ectx).await?;
     let (body_found, body_safe) = match &body {
         Body::None => (Vec::new(), true),
-        Body::Full(b) => (indexes(b), substitutable(&head.headers)),
-        Body::Stream { pending, .. } => (indexes(pending), false),
+        Body::Full(b) => (needles.hits(b), substitutable(&head.headers)),
+        Body::Stream { pending, .. } => (needles.hits(pending), false),
     };
     Ok(Request {
         head,
@@ -499,9 +637,25 @@ where
 }
 
 /// The request as sent upstream, placeholders of the `used` bindings replaced by their values (zeroised when
-/// dropped), and the number of substitutions per used binding.
-fn substituted_request(insp: &Inspector, req: &Request, used: &[usize]) -> (Zeroizing<Vec<u8>>, Vec<usize>) {
+/// dropped), and the number of substitutions per used binding. A plain-HTTP request is sent in origin form with
+/// `Host` naming `target` and its hop-by-hop headers removed.
+fn substituted_request(
+    insp: &Inspector,
+    req: &Request,
+    used: &[usize],
+    channel: Channel<'_>,
+    target: &Target,
+) -> (Zeroizing<Vec<u8>>, Vec<usize>) {
     let head = &req.head;
+    let (line_target, plain) = match channel {
+        Channel::Tls => (head.target.as_str(), false),
+        Channel::Plain { path } => (path, true),
+    };
+    let listed = if plain {
+        connection_tokens(&head.headers)
+    } else {
+        Vec::new()
+    };
     let pairs: Vec<(&[u8], &[u8])> = used
         .iter()
         .map(|&i| {
@@ -515,23 +669,27 @@ fn substituted_request(insp: &Inspector, req: &Request, used: &[usize]) -> (Zero
             counts[k] += n;
         }
     };
-    let (target, c) = replace_all(head.target.as_bytes(), &pairs);
-    let target = Zeroizing::new(target);
+    let (line, c) = replace_all(line_target.as_bytes(), &pairs);
+    let line = Zeroizing::new(line);
     add(c);
     // The request now holds real values: zeroised when dropped.
     let mut bytes = Zeroizing::new(
         format!(
             "{} {} {}\r\n",
             head.method,
-            String::from_utf8_lossy(&target),
+            String::from_utf8_lossy(&line),
             Version::Http11
         )
         .into_bytes(),
     );
+    if plain {
+        bytes.extend_from_slice(format!("Host: {}\r\n", host_header(target)).as_bytes());
+    }
     let full = matches!(req.body, Body::Full(_));
     for (name, value) in &head.headers {
         let lower = name.to_ascii_lowercase();
-        if (full && (lower == "content-length" || lower == "transfer-encoding"))
+        if (plain && (lower == "host" || is_hop(&lower, &listed)))
+            || (full && (lower == "content-length" || lower == "transfer-encoding"))
             || (!req.bound.is_empty() && lower == "accept-encoding")
             || (req.expect && lower == "expect")
         {
@@ -547,6 +705,10 @@ fn substituted_request(insp: &Inspector, req: &Request, used: &[usize]) -> (Zero
     }
     if !req.bound.is_empty() {
         bytes.extend_from_slice(b"Accept-Encoding: identity\r\n");
+    }
+    // `Transfer-Encoding` is hop-by-hop: a streamed chunked body is re-chunked, so say so again.
+    if plain && !full && req.framing == Framing::Chunked {
+        bytes.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
     }
     let body_bytes = match &req.body {
         Body::Full(b) if !req.body_found.is_empty() => {
@@ -569,12 +731,13 @@ fn substituted_request(insp: &Inspector, req: &Request, used: &[usize]) -> (Zero
     (bytes, counts)
 }
 
-/// One `SecretSubstituted` event per binding substituted at least once.
+/// One `SecretSubstituted` event per binding substituted at least once (the path of `origin_form`, no query).
 fn report_substitutions(
     sh: &Shared,
     insp: &Inspector,
     ctx: &TunnelCtx,
-    head: &RequestHead,
+    method: &str,
+    origin_form: &str,
     used: &[usize],
     counts: &[usize],
 ) {
@@ -584,8 +747,8 @@ fn report_substitutions(
                 secret: insp.bindings[i].name.clone(),
                 host: ctx.host.clone(),
                 port: ctx.target.port,
-                method: head.method.clone(),
-                path: head.target.split('?').next().unwrap_or_default().to_owned(),
+                method: method.to_owned(),
+                path: origin_form.split('?').next().unwrap_or_default().to_owned(),
                 node_id: ctx.node_id.clone(),
                 decision_id: ctx.decision_id.clone(),
                 count: counts[k] as u64,
@@ -676,13 +839,19 @@ where
 }
 
 /// Answer 403 `secret leak` inside the tunnel and report it.
-async fn refuse<C>(sh: &Shared, insp: &Inspector, client: &mut C, ctx: &TunnelCtx, method: &str, leak: &Leak)
-where
+async fn refuse<C>(
+    sh: &Shared,
+    insp: &Inspector,
+    client: &mut C,
+    ctx: &TunnelCtx,
+    method: &str,
+    leak: &Leak,
+    id: DecisionId,
+) where
     C: AsyncWrite + Unpin + ?Sized,
 {
     let name = &insp.bindings[leak.binding].name;
     tracing::info!(host = %ctx.host, rule = %leak.rule, "secret leak refused");
-    let id = DecisionId::new();
     ctx.deny(
         &sh.events,
         &sh.counters,
@@ -705,30 +874,29 @@ where
     let _ = client.flush().await;
 }
 
-/// Stream a large request body upstream through the detector. `Ok(Some(binding))`: a placeholder was found; the
-/// body was cut short upstream before it, and the rest of it was read and discarded so the client sees the
-/// refusal rather than a reset.
+/// Stream a large request body upstream through the detector. `Ok(Some(hit))`: a needle was found; the body was
+/// cut short upstream before it, and the rest of it was read and discarded so the client sees the refusal
+/// rather than a reset.
 async fn stream_request_body<C, U>(
-    insp: &Inspector,
+    mut det: Detector<'_>,
     client: &mut C,
     cbuf: &mut Vec<u8>,
     up: &mut U,
     pending: Vec<u8>,
     source: Source,
     out: &mut Outcome,
-) -> io::Result<Option<usize>>
+) -> io::Result<Option<Hit>>
 where
     C: AsyncRead + Unpin + ?Sized,
     U: AsyncWrite + Unpin + ?Sized,
 {
-    let mut det = Detector::default();
     let chunked = matches!(source, Source::Chunked(_));
     let mut found = None;
-    let mut pass = async |piece: &[u8], found: &mut Option<usize>, out: &mut Outcome| -> io::Result<()> {
+    let mut pass = async |piece: &[u8], found: &mut Option<Hit>, out: &mut Outcome| -> io::Result<()> {
         if found.is_some() {
             return Ok(());
         }
-        match det.feed(piece, &insp.by_suffix) {
+        match det.feed(piece) {
             Err(i) => *found = Some(i),
             Ok(b) => {
                 let b = if chunked { chunk(&b) } else { b };

@@ -4,10 +4,10 @@
 use super::ca;
 use crate::secret::{CaSource, PLACEHOLDER_PREFIX, TlsInspection, TrustBundle};
 use crate::{Error, Result};
-use iterion_netpolicy::{Rule, Target};
+use super::scan::{Hit, Needles};
+use iterion_netpolicy::{Pattern, Rule, Target};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use zeroize::Zeroizing;
@@ -26,8 +26,13 @@ pub(crate) struct Binding {
     pub(crate) name: String,
     pub(crate) value: Zeroizing<String>,
     pub(crate) placeholder: String,
+    /// Substituted in plain-HTTP forward requests too.
+    pub(crate) plain_http: bool,
     hosts: Vec<Rule>,
 }
+
+/// Secret values shorter than this are not looked for in traffic: short strings occur by chance too often.
+pub(crate) const MIN_SCANNED_VALUE: usize = 8;
 
 impl Binding {
     /// Whether `target` matches one of the binding's host patterns.
@@ -39,8 +44,6 @@ impl Binding {
 /// The running inspection state shared by every connection.
 pub(crate) struct Inspector {
     pub(crate) bindings: Vec<Binding>,
-    /// The 32 hex characters after the prefix → index into `bindings`.
-    pub(crate) by_suffix: HashMap<String, usize>,
     bypass: Vec<Rule>,
     pub(crate) ca: ca::Ca,
     pub(crate) leaves: ca::LeafCache,
@@ -66,14 +69,17 @@ fn valid_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-fn parse_pattern(what: &str, text: &str, names_only: bool, problems: &mut Vec<String>) -> Option<Rule> {
+/// Parse a binding host or bypass pattern; `single_ip`: an IP pattern must be one address, not a range.
+fn parse_pattern(what: &str, text: &str, single_ip: bool, problems: &mut Vec<String>) -> Option<Rule> {
     match Rule::parse(text) {
         Ok(r) if r.negated() => {
             problems.push(format!("{what} '{text}': a negated pattern is not allowed here"));
             None
         }
-        Ok(r) if names_only && r.is_ip_rule() => {
-            problems.push(format!("{what} '{text}': only host-name patterns are allowed"));
+        Ok(r) if single_ip && matches!(r.pattern(), Pattern::Cidr(_)) => {
+            problems.push(format!(
+                "{what} '{text}': a CIDR range is not allowed here; bind host names or single IP addresses"
+            ));
             None
         }
         Ok(r) => Some(r),
@@ -90,7 +96,6 @@ impl Inspector {
     pub(crate) fn build(cfg: TlsInspection) -> Result<Option<Inspector>, BuildError> {
         let mut problems = Vec::new();
         let mut bindings = Vec::new();
-        let mut by_suffix = HashMap::new();
         for b in &cfg.bindings {
             if !valid_name(&b.name) {
                 problems.push(format!(
@@ -116,12 +121,11 @@ impl Inspector {
                 .iter()
                 .filter_map(|h| parse_pattern(&what, h, true, &mut problems))
                 .collect();
-            let suffix = b.placeholder[PLACEHOLDER_PREFIX.len()..].to_owned();
-            by_suffix.insert(suffix, bindings.len());
             bindings.push(Binding {
                 name: b.name.clone(),
                 value: b.value.clone(),
                 placeholder: b.placeholder.clone(),
+                plain_http: b.plain_http,
                 hosts,
             });
         }
@@ -171,7 +175,6 @@ impl Inspector {
         let upstream = ca::client_config(roots).map_err(BuildError::Setup)?;
         Ok(Some(Inspector {
             bindings,
-            by_suffix,
             bypass,
             ca,
             leaves: ca::LeafCache::new(256),
@@ -189,6 +192,26 @@ impl Inspector {
         (0..self.bindings.len())
             .filter(|&i| self.bindings[i].bound_to(target))
             .collect()
+    }
+
+    /// The bindings whose host patterns match `target` and that are substituted in plain HTTP.
+    pub(crate) fn plain_bound(&self, target: &Target) -> Vec<usize> {
+        (0..self.bindings.len())
+            .filter(|&i| self.bindings[i].plain_http && self.bindings[i].bound_to(target))
+            .collect()
+    }
+
+    /// Every placeholder, and the values (of at least [`MIN_SCANNED_VALUE`] bytes) of the bindings for which
+    /// `value` says yes.
+    pub(crate) fn needles(&self, value: impl Fn(usize) -> bool) -> Needles<'_> {
+        let mut list: Vec<(&[u8], Hit)> = Vec::with_capacity(2 * self.bindings.len());
+        for (i, b) in self.bindings.iter().enumerate() {
+            list.push((b.placeholder.as_bytes(), Hit::Placeholder(i)));
+            if b.value.len() >= MIN_SCANNED_VALUE && value(i) {
+                list.push((b.value.as_bytes(), Hit::Value(i)));
+            }
+        }
+        Needles::new(list)
     }
 
     /// The trust files: the CA, and the Mozilla root set (the certificates of `webpki-root-certs`, the same set

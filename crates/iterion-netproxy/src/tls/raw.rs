@@ -1,9 +1,10 @@
 //! Tunnels that are not TLS while inspection is active (spec §14.7): relayed as raw bytes, the client-to-upstream
-//! direction scanned with a streaming matcher; a placeholder closes the tunnel with a `secret leak` denial.
+//! direction scanned with a streaming matcher; a placeholder, or a real value the target may not receive in
+//! clear text, closes the tunnel with a `secret leak` denial.
 
 use super::context::{Outcome, TunnelCtx};
 use super::inspector::Inspector;
-use super::scan::Detector;
+use super::scan::{Detector, Hit};
 use crate::shared::Shared;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::{Duration, Instant};
@@ -11,13 +12,16 @@ use tokio::time::{Duration, Instant};
 /// How long bytes that could start a placeholder are held back when no more client bytes arrive.
 const HOLD_BACK: Duration = Duration::from_millis(50);
 
-/// The rule of a placeholder seen outside intercepted TLS: its own host needs TLS, any other is not bound.
-pub(crate) fn outside_tls_rule(insp: &Inspector, idx: usize, ctx: &TunnelCtx) -> String {
-    let b = &insp.bindings[idx];
-    if b.bound_to(&ctx.target) {
-        format!("secret {} requires TLS", b.name)
-    } else {
+/// The rule of a placeholder or value seen in a raw tunnel: a host the secret is not bound to is named; its own
+/// host needs TLS, or (bound for plain HTTP too) substitution, which raw tunnels never get.
+pub(crate) fn outside_tls_rule(insp: &Inspector, hit: Hit, ctx: &TunnelCtx) -> String {
+    let b = &insp.bindings[hit.binding()];
+    if !b.bound_to(&ctx.target) {
         format!("secret {} is not bound to {}", b.name, ctx.host)
+    } else if b.plain_http && matches!(hit, Hit::Placeholder(_)) {
+        format!("secret {} could not be substituted safely", b.name)
+    } else {
+        format!("secret {} requires TLS", b.name)
     }
 }
 
@@ -37,10 +41,15 @@ where
     U: AsyncRead + AsyncWrite + Unpin + Send + ?Sized,
 {
     let mut out = Outcome::default();
-    let mut det = Detector::default();
-    let leak = |idx: usize, out: Outcome| {
-        let rule = outside_tls_rule(insp, idx, ctx);
-        tracing::info!(host = %ctx.host, rule = %rule, "placeholder in a raw tunnel; tunnel closed");
+    // Every placeholder, and the values the target may not receive in clear text.
+    let mut det = Detector::new(insp.needles(|i| {
+        let b = &insp.bindings[i];
+        !(b.plain_http && b.bound_to(&ctx.target))
+    }));
+    let leak = |hit: Hit, out: Outcome| {
+        let idx = hit.binding();
+        let rule = outside_tls_rule(insp, hit, ctx);
+        tracing::info!(host = %ctx.host, rule = %rule, "secret in a raw tunnel; tunnel closed");
         ctx.deny(
             &sh.events,
             &sh.counters,
@@ -64,8 +73,8 @@ where
         }
         out.bytes_down += down_first.len() as u64;
     }
-    match det.feed(&first, &insp.by_suffix) {
-        Err(idx) => return leak(idx, out),
+    match det.feed(&first) {
+        Err(hit) => return leak(hit, out),
         Ok(bytes) => {
             if upstream.write_all(&bytes).await.is_err() {
                 return Outcome {
@@ -101,8 +110,8 @@ where
                     let _ = upstream.shutdown().await;
                     up_done = true;
                 }
-                Ok(n) => match det.feed(&ubuf[..n], &insp.by_suffix) {
-                    Err(idx) => return leak(idx, out),
+                Ok(n) => match det.feed(&ubuf[..n]) {
+                    Err(hit) => return leak(hit, out),
                     Ok(bytes) => {
                         if upstream.write_all(&bytes).await.is_err() {
                             return Outcome { reason: "error", ..out };

@@ -3,7 +3,7 @@
 use super::Inspector;
 use super::ca::{Ca, LeafCache};
 use crate::{SecretBinding, TlsInspection};
-use iterion_netpolicy::Host;
+use iterion_netpolicy::{Host, Target};
 
 /// A minimal DER reader for the checks below: (tag, content, rest).
 fn tlv(b: &[u8]) -> (u8, &[u8], &[u8]) {
@@ -173,12 +173,47 @@ fn configuration_problems_are_all_listed() {
     assert!(p.iter().any(|x| x == "secret NOHOST is bound to no host"));
     assert!(
         p.iter()
-            .any(|x| x.contains("'10.0.0.0/8': only host-name patterns"))
+            .any(|x| x == "host of secret IP '10.0.0.0/8': a CIDR range is not allowed here; bind host names or single IP addresses")
     );
     assert!(p.iter().any(|x| x.contains("'!a.example': a negated pattern")));
     assert!(
         p.iter()
             .any(|x| x.starts_with("tls bypass pattern 'a*b.example'"))
+    );
+}
+
+#[test]
+fn single_ip_addresses_can_be_bound() {
+    let t = TlsInspection::new().native_roots(false).binding(SecretBinding::new(
+        "LOCAL",
+        "sk-local-value",
+        &["127.0.0.1:8080", "10.1.2.3", "[::1]:8080", "[fd00::1]"],
+    ));
+    let insp = match Inspector::build(t) {
+        Ok(Some(i)) => i,
+        Ok(None) => panic!("inspection inactive"),
+        Err(super::BuildError::Config(p)) => panic!("{p:#?}"),
+        Err(super::BuildError::Setup(e)) => panic!("{e}"),
+    };
+    let target = |s: &str| Target::parse(s, None).expect("target");
+    let b = &insp.bindings[0];
+    assert!(b.bound_to(&target("127.0.0.1:8080")));
+    assert!(!b.bound_to(&target("127.0.0.1:8081")), "the port is part of the binding");
+    assert!(b.bound_to(&target("10.1.2.3:443")));
+    assert!(b.bound_to(&target("[::1]:8080")));
+    assert!(b.bound_to(&target("[fd00::1]:443")));
+    assert!(!b.bound_to(&target("10.1.2.4:443")));
+    let p = problems(
+        TlsInspection::new()
+            .native_roots(false)
+            .binding(SecretBinding::new("R", "x", &["[fd00::/64]:8080", "!127.0.0.1"])),
+    );
+    assert_eq!(
+        p,
+        vec![
+            "host of secret R '[fd00::/64]:8080': a CIDR range is not allowed here; bind host names or single IP addresses",
+            "host of secret R '!127.0.0.1': a negated pattern is not allowed here",
+        ]
     );
 }
 
