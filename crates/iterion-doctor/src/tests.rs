@@ -1227,3 +1227,31 @@ fn snapshot_report_mode_with_and_without_engine() {
         assert!(r.checks.is_none() && r.summary.is_none() && !r.strict);
     }
 }
+
+#[test]
+fn declared_secrets_and_provider_keys_are_listed_with_their_inspection() {
+    let src = good_with(
+        "  t -> done\n",
+        "    secrets:\n      GH_TOKEN: [\"api.github.com\"]\n      LOCAL:\n        hosts: [\"127.0.0.1:8080\"]\n        plain_http: true\n      DEPLOY_KEY:\n        as: file\n  t -> done\n",
+    );
+    // GH_TOKEN set, the others not: a warning naming each missing variable, never a value
+    let r = case(Some(&src), Scene::Docker)
+        .env("GH_TOKEN", "ghp_not_shown")
+        .run();
+    let (status, message) = get(&r, "secrets");
+    assert_eq!(status, Status::Warn, "{message}");
+    assert!(
+        message.contains("GH_TOKEN → api.github.com (TLS inspected)"),
+        "{message}"
+    );
+    assert!(
+        message.contains("127.0.0.1:8080 (TLS inspected, plain HTTP allowed)"),
+        "{message}"
+    );
+    assert!(message.contains("DEPLOY_KEY → a read-only file"), "{message}");
+    assert!(message.contains("LOCAL is not set"), "{message}");
+    assert!(!message.contains("ghp_not_shown"), "{message}");
+    // a workflow without secrets and without model nodes: nothing to report
+    let r = case(Some(GOOD), Scene::Docker).run();
+    expect(&r, "secrets", Status::Skip, "declares no secret");
+}

@@ -546,9 +546,15 @@ pub fn ensure_curl_image() -> Result<String, String> {
         }
     }
     let mut extra = Vec::new();
-    for f in files {
-        let data = std::fs::read(&f).map_err(|e| format!("read {f}: {e}"))?;
-        extra.push((f.trim_start_matches('/').to_owned(), data));
+    for (i, f) in files.iter().enumerate() {
+        let data = std::fs::read(f).map_err(|e| format!("read {f}: {e}"))?;
+        // the image's PATH is `/bin`
+        let at = if i == 0 {
+            "bin/curl".to_owned()
+        } else {
+            f.trim_start_matches('/').to_owned()
+        };
+        extra.push((at, data));
     }
     let archive = ImageArchive {
         reference: CURL_IMAGE,

@@ -53,6 +53,9 @@ pub struct Recorded {
     pub body: Value,
     /// When the request had been read (for latency benchmarks).
     pub received: std::time::Instant,
+    /// Auth header names (lowercase) and the hex SHA-256 of their values: tests check which key arrived
+    /// without the key appearing in their output.
+    pub auth_sha256: Vec<(String, String)>,
 }
 
 impl Recorded {
@@ -62,6 +65,13 @@ impl Recorded {
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
+    }
+
+    /// Whether auth header `name` (lowercase) carried exactly `value`.
+    pub fn auth_is(&self, name: &str, value: &str) -> bool {
+        use sha2::Digest as _;
+        let want = hex::encode(sha2::Sha256::digest(value.as_bytes()));
+        self.auth_sha256.iter().any(|(k, d)| k == name && *d == want)
     }
 }
 
@@ -161,10 +171,13 @@ async fn serve(
         .unwrap_or("")
         .to_string();
     let mut headers = Vec::new();
+    let mut auth_sha256 = Vec::new();
     for l in lines.filter(|l| !l.is_empty()) {
         if let Some((k, v)) = l.split_once(':') {
             let k = k.trim().to_ascii_lowercase();
             let v = if AUTH_HEADERS.contains(&k.as_str()) {
+                use sha2::Digest as _;
+                auth_sha256.push((k.clone(), hex::encode(sha2::Sha256::digest(v.trim().as_bytes()))));
                 "<redacted>".into()
             } else {
                 v.trim().to_string()
@@ -194,6 +207,7 @@ async fn serve(
         headers,
         body,
         received: std::time::Instant::now(),
+        auth_sha256,
     });
     if limit.is_some_and(|l| body_len > l) {
         let message = format!("the request ({body_len} bytes) exceeds the model's context window");

@@ -192,9 +192,7 @@ impl Secrets {
         self.grants
             .iter()
             .filter(|g| g.delivery == Delivery::Env)
-            .map(
-                |g| SecretBinding::new(&g.name, g.value.as_str(), &g.hosts), /*RESTORE-1*/
-            )
+            .map(|g| SecretBinding::new(&g.name, g.value.as_str(), &g.hosts).plain_http(g.plain_http))
             .collect()
     }
 
