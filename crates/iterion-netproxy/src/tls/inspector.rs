@@ -2,9 +2,9 @@
 //! TLS configuration, built from the [`TlsInspection`] settings.
 
 use super::ca;
+use super::scan::{Hit, Needles};
 use crate::secret::{CaSource, PLACEHOLDER_PREFIX, TlsInspection, TrustBundle};
 use crate::{Error, Result};
-use super::scan::{Hit, Needles};
 use iterion_netpolicy::{Pattern, Rule, Target};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;

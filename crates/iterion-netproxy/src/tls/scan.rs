@@ -72,7 +72,9 @@ impl<'a> Needles<'a> {
 
     /// Whether `t` is a proper prefix of some needle.
     fn could_start(&self, t: &[u8]) -> bool {
-        self.list.iter().any(|(n, _)| n.len() > t.len() && n.starts_with(t))
+        self.list
+            .iter()
+            .any(|(n, _)| n.len() > t.len() && n.starts_with(t))
     }
 }
 
@@ -301,7 +303,10 @@ mod tests {
         check_find("iterion-ph-ffffffffffffffffffffffffffffffff", &[]);
         check_find(&P[..42], &[]);
         check_find(&format!("iterion-ph-{P}"), &[(11, Placeholder(0))]);
-        check_find(&format!("token={V}&p={P}"), &[(6, Value(0)), (22, Placeholder(0))]);
+        check_find(
+            &format!("token={V}&p={P}"),
+            &[(6, Value(0)), (22, Placeholder(0))],
+        );
         check_find(&V[..12], &[]);
     }
 
@@ -318,7 +323,10 @@ mod tests {
                 assert_eq!(b, Err(hit), "split {split}");
                 // Nothing of the needle was released before it was recognised.
                 if let Ok(released) = a {
-                    assert!(!String::from_utf8_lossy(&released).contains(start), "split {split}");
+                    assert!(
+                        !String::from_utf8_lossy(&released).contains(start),
+                        "split {split}"
+                    );
                 }
             }
         }

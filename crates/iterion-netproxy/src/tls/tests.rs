@@ -184,11 +184,13 @@ fn configuration_problems_are_all_listed() {
 
 #[test]
 fn single_ip_addresses_can_be_bound() {
-    let t = TlsInspection::new().native_roots(false).binding(SecretBinding::new(
-        "LOCAL",
-        "sk-local-value",
-        &["127.0.0.1:8080", "10.1.2.3", "[::1]:8080", "[fd00::1]"],
-    ));
+    let t = TlsInspection::new()
+        .native_roots(false)
+        .binding(SecretBinding::new(
+            "LOCAL",
+            "sk-local-value",
+            &["127.0.0.1:8080", "10.1.2.3", "[::1]:8080", "[fd00::1]"],
+        ));
     let insp = match Inspector::build(t) {
         Ok(Some(i)) => i,
         Ok(None) => panic!("inspection inactive"),
@@ -198,7 +200,10 @@ fn single_ip_addresses_can_be_bound() {
     let target = |s: &str| Target::parse(s, None).expect("target");
     let b = &insp.bindings[0];
     assert!(b.bound_to(&target("127.0.0.1:8080")));
-    assert!(!b.bound_to(&target("127.0.0.1:8081")), "the port is part of the binding");
+    assert!(
+        !b.bound_to(&target("127.0.0.1:8081")),
+        "the port is part of the binding"
+    );
     assert!(b.bound_to(&target("10.1.2.3:443")));
     assert!(b.bound_to(&target("[::1]:8080")));
     assert!(b.bound_to(&target("[fd00::1]:443")));

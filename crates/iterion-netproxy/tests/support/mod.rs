@@ -411,4 +411,3 @@ pub fn denied(e: &ProxyEvent) -> Option<&DecisionEvent> {
         _ => None,
     }
 }
-
