@@ -14,8 +14,12 @@
 //! `ITERION_BENCH_REFERENCE_PROXY` adds the reference proxy as one more subject (see `start_reference` for how
 //! it is started). After the table the bench prints each §17 target as met, missed or not measured.
 //!
+//! - inspect (with the `tls-inspection` feature): the latency of an HTTPS request through an inspected tunnel
+//!   with a secret substitution against an opaque CONNECT tunnel, new connection per request and keep-alive,
+//!   interleaved (see `inspect/mod.rs`).
+//!
 //! Everything is on loopback and bounded. Run with `cargo xtask bench proxy`; `cargo xtask bench proxy bulk`
-//! (or `rate`, `idle`, several allowed) runs only those measurements, e.g. under `perf`.
+//! (or `rate`, `idle`, `inspect`, several allowed) runs only those measurements, e.g. under `perf`.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -25,6 +29,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+#[cfg(feature = "tls-inspection")]
+mod inspect;
 
 const BULK_MIB: usize = 1024;
 const BULK_RUNS: usize = 3;
@@ -41,12 +48,13 @@ fn main() -> anyhow::Result<()> {
         .iter()
         .skip(1)
         .map(String::as_str)
-        .filter(|a| ["bulk", "rate", "idle"].contains(a))
+        .filter(|a| ["bulk", "rate", "idle", "inspect"].contains(a))
         .collect();
     let phases = Phases {
         bulk: only.is_empty() || only.contains(&"bulk"),
         rate: only.is_empty() || only.contains(&"rate"),
         idle: only.is_empty() || only.contains(&"idle"),
+        inspect: only.is_empty() || only.contains(&"inspect"),
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(run(phases))
@@ -58,6 +66,7 @@ struct Phases {
     bulk: bool,
     rate: bool,
     idle: bool,
+    inspect: bool,
 }
 
 /// The child: serve iterion-netproxy without authentication, allowing loopback explicitly.
@@ -116,6 +125,15 @@ struct Row {
 }
 
 async fn run(phases: Phases) -> anyhow::Result<()> {
+    if phases.inspect {
+        #[cfg(feature = "tls-inspection")]
+        inspect::run().await?;
+        #[cfg(not(feature = "tls-inspection"))]
+        println!("inspect: not measured (built without the tls-inspection feature)");
+    }
+    if !(phases.bulk || phases.rate || phases.idle) {
+        return Ok(());
+    }
     let source = start_source(BULK_MIB * 1024 * 1024).await?;
     let echo = start_echo().await?;
     let mut rows = Vec::new();

@@ -245,6 +245,72 @@ async fn plain_http_binding_refuses_what_it_cannot_substitute_safely() {
     assert_eq!(env.substitutions(), 0);
 }
 
+#[tokio::test]
+async fn plain_http_bodies_chunked_and_large() {
+    let ca = TestCa::new();
+    let (port, seen) = plain_upstream().await;
+    let (t, p) = local_model(&ca, port);
+    let env = start(t, p).await;
+    let authority = format!("127.0.0.1:{port}");
+    let ph = env.placeholder.clone();
+    // A small chunked body: decoded, substituted, sent with a `Content-Length`.
+    let (a, b) = ph.split_at(20);
+    let resp = plain(
+        &env,
+        &format!(
+            "POST http://{authority}/v1 HTTP/1.1\r\nHost: {authority}\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{:x}\r\nkey={a}\r\n{:x}\r\n{b}\r\n0\r\n\r\n",
+            a.len() + 4,
+            b.len()
+        ),
+    )
+    .await;
+    assert!(resp.starts_with("HTTP/1.1 200 OK\r\n"), "{resp}");
+    let got = seen.requests();
+    assert_eq!(String::from_utf8_lossy(&got[0].body), format!("key={VALUE}"));
+    assert_eq!(header(&got[0].head, "transfer-encoding"), None);
+    assert_eq!(
+        header(&got[0].head, "content-length"),
+        Some((4 + VALUE.len()).to_string().as_str())
+    );
+    // A body over 1 MiB is streamed; a placeholder in it cannot be substituted and cuts it short.
+    let mut big = vec![b'x'; 1536 * 1024];
+    big.extend_from_slice(ph.as_bytes());
+    let mut req = format!(
+        "POST http://{authority}/v1 HTTP/1.1\r\nProxy-Authorization: Bearer {}\r\nHost: {authority}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
+        env.token,
+        big.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&big);
+    let mut s = TcpStream::connect(env.proxy.local_addr().expect("tcp"))
+        .await
+        .expect("connect proxy");
+    let resp = exchange_bytes(&mut s, &req).await;
+    assert_refused(&resp, "secret MODEL_KEY could not be substituted safely");
+    assert!(!contains(&seen.raw(), ph.as_bytes()));
+    assert!(!contains(&seen.raw(), b"iterion-ph-"));
+    // Without a placeholder the large body goes through whole.
+    let big = vec![b'y'; 1536 * 1024];
+    let mut req = format!(
+        "POST http://{authority}/v1 HTTP/1.1\r\nProxy-Authorization: Bearer {}\r\nHost: {authority}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        env.token,
+        big.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&big);
+    let mut s = TcpStream::connect(env.proxy.local_addr().expect("tcp"))
+        .await
+        .expect("connect proxy");
+    let resp = exchange_bytes(&mut s, &req).await;
+    assert!(
+        resp.starts_with("HTTP/1.1 200 OK\r\n"),
+        "{}",
+        &resp[..resp.len().min(300)]
+    );
+    let got = seen.requests();
+    assert_eq!(got.last().map(|r| r.body.len()), Some(big.len()));
+}
+
 /// A gzip member with one stored (uncompressed) deflate block; the CRC is not checked by anyone here.
 fn gzip_stored(data: &[u8]) -> Vec<u8> {
     let mut out = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff, 1];
