@@ -402,3 +402,57 @@ async fn a_claw_agent_s_provider_key_reaches_an_https_endpoint_only_through_the_
     }
     claw_case(true).await;
 }
+
+/// A stand-in agent CLI: calls the model endpoint with its key the way the real CLI does (through the proxy
+/// variables), and reports whether the key it was given is a placeholder.
+const AGENT: &str = r#"#!/bin/sh
+cat > /dev/null
+curl --noproxy '' -sS -o /dev/null -X POST -H "content-type: application/json" -H "x-api-key: $ANTHROPIC_API_KEY" -d '{}' "$ANTHROPIC_BASE_URL/v1/messages" 2>/dev/null
+case "$ANTHROPIC_API_KEY" in iterion-ph-*) k=placeholder;; *) k=other;; esac
+printf '{"result":"key=%s","session_id":"s"}\n' "$k"
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claude_code_node_s_key_is_a_placeholder_the_proxy_replaces() {
+    if !engine_required("a_claude_code_node_s_key_is_a_placeholder_the_proxy_replaces") {
+        return;
+    }
+    let image = iterion_test_support::docker_image::ensure_curl_image().unwrap();
+    let fake = FakeProvider::start(vec![Reply::text("ok")]).await.unwrap();
+    let port: u16 = fake.url().rsplit(':').next().unwrap().parse().unwrap();
+    let workflow = format!(
+        "agent a:\n  backend: \"claude_code\"\n\nworkflow w:\n  entry: a\n  sandbox:\n    mode: auto\n    network:\n      mode: allowlist\n      preset: none\n      rules: [\"127.0.0.1:{port}\"]\n  a -> done\n"
+    );
+    let ws = Ws::new(&image, &workflow);
+    std::fs::write(ws.path().join("claude"), AGENT).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(ws.path().join("claude"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = ws
+        .run(
+            &[],
+            &[
+                ("ANTHROPIC_API_KEY", MODEL_KEY.into()),
+                ("ANTHROPIC_BASE_URL", fake.url()),
+                ("ITERION_CLAUDE_BIN", "./claude".into()),
+            ],
+        )
+        .await;
+    assert!(out.status.success(), "{}", show(&out));
+    let ev = ws.events();
+    let finished = ev
+        .iter()
+        .find(|e| e["type"] == "node_finished" && e["node_id"] == "a")
+        .unwrap_or_else(|| panic!("no node_finished in {ev:?}"));
+    assert_eq!(
+        finished["data"]["output"]["text"],
+        json!("key=placeholder"),
+        "{finished}"
+    );
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 1, "{reqs:?}");
+    assert!(
+        reqs[0].auth_is("x-api-key", MODEL_KEY),
+        "the endpoint did not get the real key: {reqs:?}"
+    );
+    assert_eq!(files_containing(&ws.store(), MODEL_KEY), Vec::<PathBuf>::new());
+}
