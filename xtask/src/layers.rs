@@ -157,8 +157,9 @@ const CONFINED: &[(&str, &[&str])] = &[
     ("hyper", &["iterion-netproxy", "iterion-driver-docker"]),
     // the BuildKit session's HTTP/2 server
     ("h2", &["iterion-driver-docker"]),
-    ("tokio-rustls", &["iterion-netproxy"]),
-    ("rcgen", &["iterion-netproxy"]),
+    // the test-support crate: a loopback TLS front with a CA of its own for egress tests
+    ("tokio-rustls", &["iterion-netproxy", "iterion-test-support"]),
+    ("rcgen", &["iterion-netproxy", "iterion-test-support"]),
     ("clap", &["iterion-cli", "iterion-netproxy"]),
     ("reqwest", &["iterion-claw"]),
 ];

@@ -269,7 +269,7 @@ if echo x 2>/dev/null > "$DEPLOY_KEY"; then echo file-writable >> out.txt; fi
         .unwrap()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("iterion-secrets-"))
-        .filter(|e| files_containing(&e.path(), DEPLOY_VALUE).len() > 0)
+        .filter(|e| !files_containing(&e.path(), DEPLOY_VALUE).is_empty())
         .collect();
     assert!(
         leftovers.is_empty(),

@@ -432,6 +432,59 @@ pub fn ensure_test_image() -> Result<String, String> {
     Ok(TEST_IMAGE.to_string())
 }
 
+/// The image with the host's `curl` (and the libraries `ldd` lists for it) on top of the BusyBox test image:
+/// a client that honours `HTTPS_PROXY` through `CONNECT` and the trust variables, for egress tests.
+pub const CURL_IMAGE: &str = "iterion-test/curl:latest";
+
+/// Makes sure [`CURL_IMAGE`] is on the engine (imported like the test images; idempotent).
+///
+/// # Errors
+///
+/// No static BusyBox, no `curl` on the host, `ldd` failing, or the engine refusing the import.
+pub fn ensure_curl_image() -> Result<String, String> {
+    let socket = crate::engine_socket().ok_or_else(|| "no engine socket".to_owned())?;
+    let bb = find_static_busybox(None)?;
+    let bytes = std::fs::read(&bb).map_err(|e| format!("read {}: {e}", bb.display()))?;
+    let list = applets(&bb)?;
+    let curl = ["/usr/bin/curl", "/bin/curl"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .ok_or_else(|| "no curl on the host (apt-get install curl)".to_owned())?;
+    let env = iterion_boundary::Env::new().with("PATH", "/usr/bin:/bin");
+    let out = iterion_boundary::HostCommand::new("/usr/bin/ldd", env)
+        .arg(curl)
+        .run_bounded(None, iterion_boundary::Bounds::new(Duration::from_secs(30)))
+        .map_err(|e| format!("ldd {curl}: {e}"))?;
+    let mut files = vec![curl.to_owned()];
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        // `libz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x…)` or `/lib64/ld-linux-x86-64.so.2 (0x…)`
+        let path = match line.split_once("=>") {
+            Some((_, rest)) => rest.split_whitespace().next(),
+            None => line.split_whitespace().next(),
+        };
+        if let Some(p) = path.filter(|p| p.starts_with('/')) {
+            files.push(p.to_owned());
+        }
+    }
+    let mut extra = Vec::new();
+    for (i, f) in files.iter().enumerate() {
+        let data = std::fs::read(f).map_err(|e| format!("read {f}: {e}"))?;
+        // the image's PATH is `/bin`
+        let at = if i == 0 {
+            "bin/curl".to_owned()
+        } else {
+            f.trim_start_matches('/').to_owned()
+        };
+        extra.push((at, data));
+    }
+    let archive = ImageArchive {
+        reference: CURL_IMAGE,
+        tar: rootfs_tar_with(&bytes, &list, true, extra)?,
+    };
+    ensure_image(&socket, &archive)?;
+    Ok(CURL_IMAGE.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -509,57 +562,4 @@ mod tests {
         assert!(!names.iter().any(|n| n == "bin/sh"));
         assert!(names.iter().any(|n| n == "bin/cat"));
     }
-}
-
-/// The image with the host's `curl` (and the libraries `ldd` lists for it) on top of the BusyBox test image:
-/// a client that honours `HTTPS_PROXY` through `CONNECT` and the trust variables, for egress tests.
-pub const CURL_IMAGE: &str = "iterion-test/curl:latest";
-
-/// Makes sure [`CURL_IMAGE`] is on the engine (imported like the test images; idempotent).
-///
-/// # Errors
-///
-/// No static BusyBox, no `curl` on the host, `ldd` failing, or the engine refusing the import.
-pub fn ensure_curl_image() -> Result<String, String> {
-    let socket = crate::engine_socket().ok_or_else(|| "no engine socket".to_owned())?;
-    let bb = find_static_busybox(None)?;
-    let bytes = std::fs::read(&bb).map_err(|e| format!("read {}: {e}", bb.display()))?;
-    let list = applets(&bb)?;
-    let curl = ["/usr/bin/curl", "/bin/curl"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .ok_or_else(|| "no curl on the host (apt-get install curl)".to_owned())?;
-    let env = iterion_boundary::Env::new().with("PATH", "/usr/bin:/bin");
-    let out = iterion_boundary::HostCommand::new("/usr/bin/ldd", env)
-        .arg(curl)
-        .run_bounded(None, iterion_boundary::Bounds::new(Duration::from_secs(30)))
-        .map_err(|e| format!("ldd {curl}: {e}"))?;
-    let mut files = vec![curl.to_owned()];
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        // `libz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x…)` or `/lib64/ld-linux-x86-64.so.2 (0x…)`
-        let path = match line.split_once("=>") {
-            Some((_, rest)) => rest.split_whitespace().next(),
-            None => line.split_whitespace().next(),
-        };
-        if let Some(p) = path.filter(|p| p.starts_with('/')) {
-            files.push(p.to_owned());
-        }
-    }
-    let mut extra = Vec::new();
-    for (i, f) in files.iter().enumerate() {
-        let data = std::fs::read(f).map_err(|e| format!("read {f}: {e}"))?;
-        // the image's PATH is `/bin`
-        let at = if i == 0 {
-            "bin/curl".to_owned()
-        } else {
-            f.trim_start_matches('/').to_owned()
-        };
-        extra.push((at, data));
-    }
-    let archive = ImageArchive {
-        reference: CURL_IMAGE,
-        tar: rootfs_tar_with(&bytes, &list, true, extra)?,
-    };
-    ensure_image(&socket, &archive)?;
-    Ok(CURL_IMAGE.to_owned())
 }

@@ -30,10 +30,12 @@ impl Setup<'_> {
         run_compiled: Arc<Policy>,
         compiled: &BTreeMap<String, Arc<Policy>>,
         overrides: &[String],
-        secrets: &crate::lifecycle::secrets::Secrets,
         guard: &mut Guard,
     ) -> Result<Net, Failure> {
         let cfg = self.cfg;
+        let none = crate::lifecycle::secrets::Secrets::default();
+        // checked before the network starts (`Setup::checked_secrets`)
+        let secrets = self.secrets.as_ref().unwrap_or(&none);
         let req = NetworkRequest::new(
             self.run_id.clone(),
             self.run_dir.clone(),

@@ -560,15 +560,7 @@ impl Setup<'_> {
         // 4.7 item 3
         if let Some(run_compiled) = run_compiled {
             let net = self
-                .start_network(
-                    &driver,
-                    &run_policy,
-                    run_compiled,
-                    &compiled,
-                    &overrides,
-                    secrets,
-                    guard,
-                )
+                .start_network(&driver, &run_policy, run_compiled, &compiled, &overrides, guard)
                 .await?;
             starter.net = Some(Arc::new(net));
         }

@@ -57,6 +57,9 @@ pub(super) struct Net {
     pub(super) tls_dir: Option<std::path::PathBuf>,
 }
 
+/// Environment entries, name and value.
+type EnvPairs = Vec<(String, String)>;
+
 /// Username of the credential of a post-create phase (node ids are identifiers, so none is `setup:…`-like;
 /// the credential is attributed to the node for a node container).
 pub(super) const SETUP_USER: &str = "setup";
@@ -201,7 +204,7 @@ impl Starter {
     /// The trust variables of TLS inspection, and what the workflow's and the operator's secrets are in the
     /// container: a placeholder (`env`) or the path of a read-only file (`file`). Provider keys are not here:
     /// only the backend's own process gets their placeholders ([`Starter::key_placeholders`]).
-    fn secret_env(&self) -> (Vec<(String, String)>, Vec<(String, String)>) {
+    fn secret_env(&self) -> (EnvPairs, EnvPairs) {
         use crate::lifecycle::secrets::{Delivery, GrantSource, SECRET_FILES_DIR};
         let net = self.net.as_deref();
         let tls = match net.and_then(|n| n.tls_dir.as_ref()) {
