@@ -109,7 +109,7 @@ fn hunk_header(line: &str) -> Option<(usize, usize, usize)> {
 
 /// Parses a unified diff into its file patches.
 fn parse(text: &str) -> Result<Vec<FilePatch>> {
-    let lines: Vec<&str> = text.lines().collect();
+    let lines = split_lines(text);
     let mut files = Vec::new();
     let mut i = 0;
     while i < lines.len() {
@@ -237,11 +237,36 @@ struct Text {
     final_newline: bool,
 }
 
+/// `s` split at `\n` only (a `\r` stays with its line, so CRLF files keep their endings), without the empty
+/// piece after a final newline.
+fn split_lines(s: &str) -> Vec<&str> {
+    let mut lines: Vec<&str> = s.split('\n').collect();
+    if lines.last() == Some(&"") {
+        lines.pop();
+    }
+    lines
+}
+
+/// Lines equal but for a carriage return at the end (a diff written with LF for a CRLF file, or back).
+fn same(a: &str, b: &str) -> bool {
+    a.strip_suffix('\r').unwrap_or(a) == b.strip_suffix('\r').unwrap_or(b)
+}
+
 impl Text {
     fn of(s: &str) -> Text {
         Text {
-            lines: s.lines().map(str::to_string).collect(),
+            lines: split_lines(s).into_iter().map(str::to_string).collect(),
             final_newline: s.is_empty() || s.ends_with('\n'),
+        }
+    }
+
+    /// A new line with the file's line ending: CRLF when its first line has one.
+    fn ending(&self, line: &str) -> String {
+        let bare = line.strip_suffix('\r').unwrap_or(line);
+        match self.lines.first() {
+            Some(first) if first.ends_with('\r') => format!("{bare}\r"),
+            Some(_) => bare.to_string(),
+            None => line.to_string(),
         }
     }
     fn render(&self) -> String {
@@ -280,7 +305,7 @@ fn apply(fp: &FilePatch, text: Option<Text>) -> Result<Option<Text>> {
                 mismatch(&text.lines, &old, expected)
             ))
         })?;
-        let new: Vec<String> = h.new().into_iter().map(str::to_string).collect();
+        let new: Vec<String> = h.new().into_iter().map(|l| text.ending(l)).collect();
         let added = new.len();
         text.lines.splice(at..at + old.len(), new);
         min = at + added;
@@ -310,7 +335,7 @@ fn locate(lines: &[String], old: &[&str], expected: usize, min: usize) -> Option
     let fits = |at: usize| {
         at >= min
             && at + old.len() <= lines.len()
-            && lines[at..at + old.len()].iter().zip(old).all(|(a, b)| a == b)
+            && lines[at..at + old.len()].iter().zip(old).all(|(a, b)| same(a, b))
     };
     if fits(expected) {
         return Some(expected);
@@ -332,7 +357,7 @@ fn mismatch(lines: &[String], old: &[&str], expected: usize) -> String {
                     expected + k + 1
                 );
             }
-            Some(got) if got != want => {
+            Some(got) if !same(got, want) => {
                 return format!(
                     "line {} is '{got}', the hunk expects '{want}' (and its context is nowhere else)",
                     expected + k + 1
@@ -493,6 +518,14 @@ mod tests {
             "--- f\n+++ f\n@@ -1,3 +1,3 @@\n a\n\n-b\n+B\n",
             Ok("a\n\nB\n"),
         );
+    }
+
+    #[test]
+    fn crlf_files_keep_their_line_endings() {
+        let d = "--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n a\n-b\n+B\n";
+        check("a\r\nb\r\n", d, Ok("a\r\nB\r\n"));
+        check("a\r\nb\r\n", &d.replace('\n', "\r\n"), Ok("a\r\nB\r\n"));
+        check("a\nb\n", &d.replace('\n', "\r\n"), Ok("a\nB\n"));
     }
 
     #[test]
