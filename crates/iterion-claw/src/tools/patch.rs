@@ -36,7 +36,7 @@ struct Hunk {
 }
 
 impl Hunk {
-    fn old(&self) -> Vec<&str> {
+    fn old_side(&self) -> Vec<&str> {
         self.lines
             .iter()
             .filter(|(k, _)| *k != '+')
@@ -55,7 +55,7 @@ impl Hunk {
             }
         }
     }
-    fn new(&self) -> Vec<&str> {
+    fn new_side(&self) -> Vec<&str> {
         self.lines
             .iter()
             .filter(|(k, _)| *k != '-')
@@ -290,7 +290,7 @@ fn apply(fp: &FilePatch, text: Option<Text>) -> Result<Option<Text>> {
     let mut min = 0usize; // first line the next hunk may touch
     let mut delta = 0isize; // lines added so far minus lines removed
     for (n, h) in fp.hunks.iter().enumerate() {
-        let old = h.old();
+        let old = h.old_side();
         let expected = (h.old_start.saturating_sub(1) as isize + delta).max(0) as usize;
         let expected = if old.is_empty() && h.old_start > 0 {
             expected + 1
@@ -305,7 +305,7 @@ fn apply(fp: &FilePatch, text: Option<Text>) -> Result<Option<Text>> {
                 mismatch(&text.lines, &old, expected)
             ))
         })?;
-        let new: Vec<String> = h.new().into_iter().map(|l| text.ending(l)).collect();
+        let new: Vec<String> = h.new_side().into_iter().map(|l| text.ending(l)).collect();
         let added = new.len();
         text.lines.splice(at..at + old.len(), new);
         min = at + added;
