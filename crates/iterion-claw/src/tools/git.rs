@@ -1,7 +1,9 @@
 //! `git_status` and `git_diff`: git run in the work directory where the runner is (inside the sandbox for a
 //! sandboxed node), started like `bash` (through [`HostCommand`], from the shell environment, never from a
 //! `git` planted in the work directory) and bounded. No program the repository's configuration names runs:
-//! every call carries [`iterion_boundary::git::HARDENED`], `--no-pager`, and a diff `--no-ext-diff
+//! every call carries [`iterion_boundary::git::HARDENED`], `--no-pager`, `--no-optional-locks` (a status
+//! writes nothing, not even the index's refreshed stat data; `git diff` refreshes it regardless, as it always
+//! does), and a diff `--no-ext-diff
 //! --no-textconv`; attributes come from the empty tree where git supports it (2.40+), so no `.gitattributes`
 //! names a filter.
 
@@ -108,7 +110,8 @@ async fn git(root: &Root, env: &Env, tool: &'static str, args: &[&str]) -> Resul
 
 fn command(dir: &std::path::Path, env: Env, args: &[String]) -> HostCommand {
     let mut c = HostCommand::new("git", env).current_dir(dir).untrusted_dir(dir);
-    c = c.arg("--no-pager");
+    // a status writes no refreshed index back: it changes nothing, also in a readonly node
+    c = c.arg("--no-pager").arg("--no-optional-locks");
     for h in HARDENED {
         c = c.arg("-c").arg(h);
     }

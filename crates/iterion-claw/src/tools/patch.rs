@@ -177,6 +177,7 @@ fn parse_hunk(lines: &[&str], at: usize, name: &str) -> Result<(Hunk, usize)> {
         // an empty line is an empty context line (editors strip the trailing space)
         let (kind, text) = match line.chars().next() {
             None => (' ', ""),
+            Some('\r') if line == "\r" => (' ', line),
             Some(c @ (' ' | '-' | '+')) => (c, &line[1..]),
             Some('\\') => {
                 hunk.no_eol_after_last();
@@ -526,6 +527,12 @@ mod tests {
         check("a\r\nb\r\n", d, Ok("a\r\nB\r\n"));
         check("a\r\nb\r\n", &d.replace('\n', "\r\n"), Ok("a\r\nB\r\n"));
         check("a\nb\n", &d.replace('\n', "\r\n"), Ok("a\nB\n"));
+        // an empty context line of a CRLF diff, its space stripped
+        check(
+            "a\r\n\r\nb\r\n",
+            "--- f\r\n+++ f\r\n@@ -1,3 +1,3 @@\r\n a\r\n\r\n-b\r\n+c\r\n",
+            Ok("a\r\n\r\nc\r\n"),
+        );
     }
 
     #[test]

@@ -355,8 +355,17 @@ async fn git_status_and_diff_in_a_repository() {
     }
     git(w, &["init", "-q", "-b", "main"]);
     write(w, "a.txt", "one\n");
-    git(w, &["add", "a.txt"]);
+    write(w, "same.txt", "s\n");
+    git(w, &["add", "a.txt", "same.txt"]);
     git(w, &["commit", "-q", "-m", "first"]);
+    // same content, other mtime: a status refreshing the index would write it back
+    let past = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+    std::fs::File::options()
+        .write(true)
+        .open(w.join("same.txt"))
+        .unwrap()
+        .set_modified(past)
+        .unwrap();
     write(w, "a.txt", "one\ntwo\n");
     write(w, "new.txt", "n\n");
     // a filter and an external diff the repository names never run
@@ -366,9 +375,15 @@ async fn git_status_and_diff_in_a_repository() {
     git(w, &["config", "diff.external", "touch EXTERNAL_RAN; true"]);
     git(w, &["config", "core.fsmonitor", "touch FSMONITOR_RAN; true"]);
     let b = with_path(w, "/usr/local/bin:/usr/bin:/bin");
+    let index = std::fs::read(w.join(".git/index")).unwrap();
     assert_eq!(
         ok(&b, "git_status", json!({})).await,
         "## main\n M a.txt\n?? .gitattributes\n?? new.txt\n"
+    );
+    // a status writes nothing, not even the index's refreshed stat data (a diff may refresh it, as git does)
+    assert!(
+        std::fs::read(w.join(".git/index")).unwrap() == index,
+        "the index was written"
     );
     let diff = ok(&b, "git_diff", json!({})).await;
     assert!(
