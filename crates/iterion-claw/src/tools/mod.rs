@@ -1,9 +1,16 @@
 //! The runner builtins, executed inside the runner (so inside the sandbox): `bash`, `read_file`,
-//! `write_file`, `file_edit`, `glob`, `grep`, `web_fetch`. Relative paths resolve against the task's
-//! `work_dir`; `readonly` keeps only `read_file`, `glob` and `grep`; every output is capped at
-//! [`OUTPUT_CAP`] bytes.
+//! `write_file`, `file_edit`, `glob`, `grep`, `web_fetch`, and the names the reference's workflows give claw
+//! nodes: `list_files`, `tree`, `search_codebase`, `git_status`, `git_diff`, `run_command`, `patch`,
+//! `read_image`. Relative paths resolve against the task's `work_dir`; the paths of the later eight are
+//! confined to it (see `confine`), links included. `readonly` keeps only [`READONLY`]; every output is capped
+//! at [`OUTPUT_CAP`] bytes.
 
+mod confine;
 mod fs;
+mod git;
+mod image;
+mod listing;
+mod patch;
 mod search;
 mod shell;
 
@@ -21,9 +28,27 @@ pub const BUILTINS: &[&str] = &[
     "glob",
     "grep",
     "web_fetch",
+    "list_files",
+    "tree",
+    "search_codebase",
+    "git_status",
+    "git_diff",
+    "run_command",
+    "patch",
+    "read_image",
 ];
-/// The builtins kept by `readonly`.
-pub const READONLY: &[&str] = &["read_file", "glob", "grep"];
+/// The builtins kept by `readonly`: those that change nothing (the reference's read-only names among them).
+pub const READONLY: &[&str] = &[
+    "read_file",
+    "glob",
+    "grep",
+    "list_files",
+    "tree",
+    "search_codebase",
+    "git_status",
+    "git_diff",
+    "read_image",
+];
 /// Cap of one tool output, in bytes; the excess is replaced by a truncation note.
 pub const OUTPUT_CAP: usize = 100 * 1024;
 
@@ -90,16 +115,28 @@ impl Builtins {
         }
         let out = match name {
             // capped per stream, so the JSON stays whole
-            "bash" => return shell::bash(&self.work_dir, &self.shell_env, input).await,
+            "bash" | "run_command" => return shell::bash(name, &self.work_dir, &self.shell_env, input).await,
             "read_file" => fs::read_file(&self.path(name, input, "path")?, input)?,
             "write_file" => fs::write_file(&self.path(name, input, "path")?, input)?,
             "file_edit" => fs::file_edit(&self.path(name, input, "path")?, input)?,
             "glob" => search::glob(&self.work_dir, &str_arg(name, input, "pattern")?)?,
             "grep" => search::grep(&self.work_dir, input)?,
             "web_fetch" => shell::web_fetch(&self.http, &str_arg(name, input, "url")?).await?,
+            "list_files" => listing::list_files(&self.root(name)?, input)?,
+            "tree" => listing::tree(&self.root(name)?, input)?,
+            "search_codebase" => search::search_codebase(&self.root(name)?, input)?,
+            "git_status" => git::git_status(&self.root(name)?, &self.shell_env).await?,
+            "git_diff" => git::git_diff(&self.root(name)?, &self.shell_env, input).await?,
+            "patch" => patch::patch(&self.root(name)?, input)?,
+            // bounded below the cap by its own size limit
+            "read_image" => return image::read_image(&self.root(name)?, &str_arg(name, input, "path")?),
             other => return Err(tool_err(other, "tool is not available")),
         };
         Ok(cap(out))
+    }
+
+    fn root(&self, tool: &str) -> Result<confine::Root> {
+        confine::Root::new(tool, &self.work_dir)
     }
 
     fn path(&self, tool: &str, input: &Value, key: &str) -> Result<PathBuf> {
@@ -155,7 +192,7 @@ pub(crate) fn cap_at(s: String, limit: usize) -> String {
 
 fn spec(name: &str) -> ToolSpec {
     let (description, schema) = match name {
-        "bash" => (
+        "bash" | "run_command" => (
             "Run a shell command in the work directory; returns stdout, stderr and exit_code.",
             json!({"type": "object", "properties": {"command": {"type": "string"}, "timeout_ms": {"type": "integer"}}, "required": ["command"]}),
         ),
@@ -179,6 +216,34 @@ fn spec(name: &str) -> ToolSpec {
             "Search files for a regular expression; optional path and file-name glob.",
             json!({"type": "object", "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}, "glob": {"type": "string"}}, "required": ["pattern"]}),
         ),
+        "list_files" => (
+            "List a directory of the work directory (default: its top); recursive descends, to max_depth levels when given. Directories end with /.",
+            json!({"type": "object", "properties": {"path": {"type": "string"}, "recursive": {"type": "boolean"}, "max_depth": {"type": "integer", "minimum": 1}}}),
+        ),
+        "tree" => (
+            "Show an indented tree of a directory of the work directory (default: all of it), max_depth levels deep (default 3); .git is skipped.",
+            json!({"type": "object", "properties": {"path": {"type": "string"}, "max_depth": {"type": "integer", "minimum": 1}}}),
+        ),
+        "search_codebase" => (
+            "Search the text files of the work directory for query (case-insensitive text, or a regular expression with regex); optional path and file-name glob. Results are file:line: text.",
+            json!({"type": "object", "properties": {"query": {"type": "string"}, "path": {"type": "string"}, "glob": {"type": "string"}, "regex": {"type": "boolean"}, "case_sensitive": {"type": "boolean"}}, "required": ["query"]}),
+        ),
+        "git_status" => (
+            "Show git status --short --branch of the work directory.",
+            json!({"type": "object", "properties": {}}),
+        ),
+        "git_diff" => (
+            "Show the git diff of the work directory: unstaged changes, staged ones with staged, or against the revision base; only below path when given.",
+            json!({"type": "object", "properties": {"path": {"type": "string"}, "staged": {"type": "boolean"}, "base": {"type": "string"}}}),
+        ),
+        "patch" => (
+            "Apply a unified diff (diff -u or git diff format) to files of the work directory, all or nothing; /dev/null creates or deletes a file.",
+            json!({"type": "object", "properties": {"patch": {"type": "string"}}, "required": ["patch"]}),
+        ),
+        "read_image" => (
+            "Read a PNG, JPEG, GIF or WebP image of the work directory (at most 72 KiB); returns its media_type and base64 data.",
+            json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+        ),
         _ => (
             "Fetch a URL over HTTP(S) and return the body text.",
             json!({"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]}),
@@ -193,3 +258,5 @@ fn spec(name: &str) -> ToolSpec {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod workspace_tests;

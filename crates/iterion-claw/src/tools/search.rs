@@ -1,5 +1,7 @@
-//! `glob` and `grep`: a walk of the work directory (skipping `.git`), bounded in results.
+//! `glob`, `grep` and `search_codebase`: a walk of the work directory (skipping `.git`, never following a
+//! symbolic link), bounded in results.
 
+use super::confine::Root;
 use super::{resolve, tool_err};
 use crate::error::Result;
 use serde_json::Value;
@@ -7,6 +9,10 @@ use std::path::{Path, PathBuf};
 
 /// At most this many paths (glob) or matching lines (grep) are returned.
 pub const MAX_RESULTS: usize = 1000;
+/// `search_codebase` skips files larger than this.
+pub const MAX_SEARCHED_FILE: u64 = 4 << 20;
+/// A matching line longer than this is cut in `search_codebase` results.
+pub const MAX_LINE_CHARS: usize = 400;
 
 fn walk(root: &Path, out: &mut Vec<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(root) else { return };
@@ -94,6 +100,82 @@ pub(super) fn grep(work_dir: &Path, input: &Value) -> Result<String> {
     }
     Ok(if out.is_empty() {
         "no matches".into()
+    } else {
+        out.join("\n")
+    })
+}
+
+/// `search_codebase`: the lines of the work directory's text files (below `path`, names matching `glob`)
+/// that contain `query` (case-insensitive unless `case_sensitive`; a regular expression with `regex`), as
+/// `file:line: text`.
+pub(super) fn search_codebase(root: &Root, input: &Value) -> Result<String> {
+    const TOOL: &str = "search_codebase";
+    let query = super::str_arg(TOOL, input, "query")?;
+    if query.is_empty() {
+        return Err(tool_err(TOOL, "query is empty"));
+    }
+    let pattern = if input["regex"].as_bool().unwrap_or(false) {
+        query
+    } else {
+        regex::escape(&query)
+    };
+    let re = regex::RegexBuilder::new(&pattern)
+        .case_insensitive(!input["case_sensitive"].as_bool().unwrap_or(false))
+        .size_limit(1 << 20)
+        .build()
+        .map_err(|e| tool_err(TOOL, e.to_string()))?;
+    let filter = match input["glob"].as_str() {
+        Some(g) => Some(
+            globset::Glob::new(g)
+                .map_err(|e| tool_err(TOOL, e.to_string()))?
+                .compile_matcher(),
+        ),
+        None => None,
+    };
+    let start = root.confine(TOOL, input["path"].as_str().unwrap_or("."))?;
+    let mut files = Vec::new();
+    match start.symlink_metadata() {
+        Ok(m) if m.is_file() => files.push(start),
+        Ok(m) if m.is_dir() => walk(&start, &mut files),
+        Ok(_) => {
+            return Err(tool_err(
+                TOOL,
+                format!("{} is not a file or directory", root.shown(&start)),
+            ));
+        }
+        Err(e) => return Err(tool_err(TOOL, format!("{}: {e}", root.shown(&start)))),
+    }
+    let mut out = Vec::new();
+    for f in files {
+        let name = root.shown(&f);
+        if let Some(m) = &filter
+            && !m.is_match(&name)
+            && !f.file_name().is_some_and(|n| m.is_match(n))
+        {
+            continue;
+        }
+        if f.metadata().map_or(true, |m| m.len() > MAX_SEARCHED_FILE) {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&f) else {
+            continue; // binary or unreadable
+        };
+        for (i, line) in text.lines().enumerate() {
+            if !re.is_match(line) {
+                continue;
+            }
+            if out.len() == MAX_RESULTS {
+                out.push(format!(
+                    "[stopped at {MAX_RESULTS} matches; narrow the query, path or glob]"
+                ));
+                return Ok(out.join("\n"));
+            }
+            let shown: String = line.trim().chars().take(MAX_LINE_CHARS).collect();
+            out.push(format!("{name}:{}: {shown}", i + 1));
+        }
+    }
+    Ok(if out.is_empty() {
+        format!("no matches for '{}'", input["query"].as_str().unwrap_or_default())
     } else {
         out.join("\n")
     })

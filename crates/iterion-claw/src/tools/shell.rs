@@ -1,4 +1,5 @@
-//! `bash` (run with `sh` where the image has no bash) and `web_fetch`.
+//! `bash` and `run_command` (the same tool under the reference's name; run with `sh` where the image has no
+//! bash) and `web_fetch`.
 
 use super::tool_err;
 use crate::error::Result;
@@ -15,9 +16,9 @@ pub const MAX_BASH_TIMEOUT: Duration = Duration::from_secs(600);
 /// Runs `command` with `sh -c` semantics (bash when the image has it) in `work_dir`, with exactly `env` (see
 /// [`super::Builtins::with_shell_env`]): the runner's provider keys and its envelope channel never reach it
 /// (stdin is `/dev/null`, stdout and stderr are pipes the runner reads). A `bash` or `sh` planted in the work
-/// directory is never the one started.
-pub(super) async fn bash(work_dir: &Path, env: &Env, input: &Value) -> Result<String> {
-    let command = super::str_arg("bash", input, "command")?;
+/// directory is never the one started. `tool` is the name the call came under (`bash` or `run_command`).
+pub(super) async fn bash(tool: &str, work_dir: &Path, env: &Env, input: &Value) -> Result<String> {
+    let command = super::str_arg(tool, input, "command")?;
     let timeout = input["timeout_ms"]
         .as_u64()
         .map_or(DEFAULT_BASH_TIMEOUT, Duration::from_millis)
@@ -45,12 +46,12 @@ pub(super) async fn bash(work_dir: &Path, env: &Env, input: &Value) -> Result<St
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => start("sh"),
         other => other,
     }
-    .map_err(|e| tool_err("bash", format!("cannot start bash (or sh): {e}")))?;
+    .map_err(|e| tool_err(tool, format!("cannot start bash (or sh): {e}")))?;
     let out = match tokio::time::timeout(timeout, child.wait_with_output()).await {
-        Ok(r) => r.map_err(|e| tool_err("bash", e.to_string()))?,
+        Ok(r) => r.map_err(|e| tool_err(tool, e.to_string()))?,
         Err(_) => {
             return Err(tool_err(
-                "bash",
+                tool,
                 format!("command timed out after {} ms", timeout.as_millis()),
             ));
         }

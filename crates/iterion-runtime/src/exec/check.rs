@@ -5,7 +5,9 @@
 //! CLI; a launch that would place a codex node in a container is refused before the run starts, see
 //! [`super::codex`]) are executed. A claw node must use a provider the runner speaks (`anthropic`, `openai`, or
 //! an OpenAI-compatible name the runner maps, see `iterion_claw::provider::COMPATIBLE`) and only runner builtin
-//! tools (`X006`); any other backend is refused with `X002`.
+//! tools (`iterion_claw::tools::BUILTINS`, which include the reference's `list_files`, `tree`,
+//! `search_codebase`, `git_status`, `git_diff`, `run_command`, `patch` and `read_image`); anything else, MCP
+//! tools and the `agent` sub-agent tool among them, is `X006`. Any other backend is refused with `X002`.
 //!
 //! Attachments (`attachments:` and `{{attachments.…}}`) are executed (see [`crate::attachments`]); `X004` and
 //! `X005` no longer apply to them. `.url` renders as empty text with a warning at run time.
@@ -102,12 +104,27 @@ fn check_claw(file: &str, node: &Node, env: &BTreeMap<String, String>, out: &mut
                         t.value
                     ),
                 )
-                .with_hint(format!(
-                    "claw agents have the runner builtins: {}",
-                    iterion_claw::tools::BUILTINS.join(", ")
-                )),
+                .with_hint(claw_tool_hint(&t.value)),
             );
         }
+    }
+}
+
+/// Why a tool a claw node names is refused, and what to use instead.
+fn claw_tool_hint(tool: &str) -> String {
+    let builtins = iterion_claw::tools::BUILTINS.join(", ");
+    if tool.starts_with("mcp.") || tool.starts_with("mcp__") {
+        format!(
+            "MCP tools are not offered to claw agents yet: run the node with backend: claude_code (stdio servers), \
+             or use the runner builtins: {builtins}"
+        )
+    } else if tool == "agent" {
+        format!(
+            "sub-agents are not available to claw agents yet: split the work into workflow nodes, or run the \
+             node with backend: claude_code; the runner builtins are: {builtins}"
+        )
+    } else {
+        format!("claw agents have the runner builtins: {builtins}")
     }
 }
 
