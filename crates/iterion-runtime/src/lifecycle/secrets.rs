@@ -212,7 +212,12 @@ impl Secrets {
             .map(PathBuf::from)
             .filter(|p| p.is_absolute())
             .unwrap_or_else(|| PathBuf::from("/tmp"));
-        let dir = base.join(format!("iterion-secrets-{:016x}", rand::random::<u64>()));
+        sweep_stale(&base);
+        let dir = base.join(format!(
+            "{SECRET_DIR_PREFIX}{}-{:016x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
         std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(|e| {
             format!(
                 "cannot create a private directory for file secrets ({}): {e}",
@@ -233,6 +238,42 @@ impl Secrets {
                 .map_err(|e| format!("cannot write the file secret {}: {e}", g.name))?;
         }
         Ok(Some(guard))
+    }
+}
+
+/// The name prefix of a run's file-secret directory: `iterion-secrets-<pid>-<random>`.
+const SECRET_DIR_PREFIX: &str = "iterion-secrets-";
+
+/// Removes the file-secret directories in `base` that a process of this user left when it died without its
+/// cleanup (SIGKILL, a crash): the pid in the name answers no signal and the directory is ours. A live pid (the
+/// owner, or a process that reused its number) keeps its directory.
+fn sweep_stale(base: &std::path::Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(SECRET_DIR_PREFIX)) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
+            continue;
+        };
+        if !meta.is_dir() || meta.uid() != me || pid <= 0 {
+            continue;
+        }
+        let dead = matches!(
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+            Err(nix::errno::Errno::ESRCH)
+        );
+        if dead {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
     }
 }
 
@@ -586,6 +627,25 @@ mod tests {
         )
         .unwrap_err();
         assert!(e[0].contains("X_TOKEN is not set"), "{e:?}");
+    }
+
+    #[test]
+    fn a_dead_run_s_file_secrets_are_swept_and_a_live_one_s_kept() {
+        let base = tempfile::tempdir().unwrap();
+        let dead = base
+            .path()
+            .join(format!("{SECRET_DIR_PREFIX}{}-00", i32::MAX - 1));
+        let live = base
+            .path()
+            .join(format!("{SECRET_DIR_PREFIX}{}-00", std::process::id()));
+        let other = base.path().join("iterion-secrets-notapid");
+        for d in [&dead, &live, &other] {
+            std::fs::create_dir(d).unwrap();
+            std::fs::write(d.join("K"), "v").unwrap();
+        }
+        sweep_stale(base.path());
+        assert!(!dead.exists());
+        assert!(live.exists() && other.exists());
     }
 
     #[test]
