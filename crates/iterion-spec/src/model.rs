@@ -150,7 +150,7 @@ pub enum SandboxKind {
     Auto,
     /// `mode: inline`, or a mode-less block with `image:` or `build:`.
     Inline,
-    /// A mode-less block carrying only `network` (and, at workflow level, `host_state`): contributes no
+    /// A mode-less block carrying only `network` (and, at workflow level, `host_state` and `runtime`): contributes no
     /// mode, only overrides applied on top of the mode chosen elsewhere.
     Override,
     /// The declaration has a shape error (`C044`, `C094`, `E002`); compile reported it and the declaration
@@ -266,6 +266,9 @@ pub struct SandboxDecl {
     /// `network:`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkDecl>,
+    /// `runtime:` as written (`default`, `gvisor`, `kata` or a runtime name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<Spanned<String>>,
 }
 
 impl SandboxDecl {
@@ -287,6 +290,7 @@ impl SandboxDecl {
             env: None,
             mounts: None,
             network: None,
+            runtime: None,
         }
     }
 
@@ -325,6 +329,9 @@ impl SandboxDecl {
         if self.network.is_some() {
             v.push("network");
         }
+        if self.runtime.is_some() {
+            v.push("runtime");
+        }
         v
     }
 
@@ -348,8 +355,9 @@ impl SandboxDecl {
                     && self.post_create.is_none()
                     && self.env.is_none()
                     && self.mounts.is_none();
-                let has_any = self.network.is_some() || self.host_state.is_some();
-                let node_host_state = self.scope == SandboxScope::Node && self.host_state.is_some();
+                let has_any = self.network.is_some() || self.host_state.is_some() || self.runtime.is_some();
+                let node_host_state =
+                    self.scope == SandboxScope::Node && (self.host_state.is_some() || self.runtime.is_some());
                 if only_override && has_any && !node_host_state {
                     SandboxKind::Override
                 } else {
