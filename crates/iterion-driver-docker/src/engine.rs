@@ -5,6 +5,7 @@ use crate::endpoint::{Candidate, EndpointSettings, Family, candidates};
 use crate::engine_http::{self, EngineHttpError};
 use crate::error::{Error, Result, engine};
 use bollard::{ClientVersion, Docker};
+use iterion_spec::resolved::OciRuntime;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -45,13 +46,75 @@ pub struct EngineFacts {
     pub security_options: Vec<String>,
     /// SELinux is enabled on the engine (binds of the relay need relabelling).
     pub selinux: bool,
+    /// `/info` `Runtimes`: the OCI runtimes the engine can start a container with, sorted.
+    pub runtimes: Vec<String>,
+    /// `/info` `DefaultRuntime`.
+    pub default_runtime: Option<String>,
 }
+
+/// The engine names tried, in order, for a logical runtime: gVisor registers as `runsc` (its program's name,
+/// what its install guide and Podman's defaults use) or `gvisor`; Kata as `kata`, `kata-runtime` or its shim.
+fn runtime_candidates(want: &OciRuntime) -> Vec<&str> {
+    match want {
+        OciRuntime::Default => Vec::new(),
+        OciRuntime::Gvisor => vec!["runsc", "gvisor"],
+        OciRuntime::Kata => vec!["kata", "kata-runtime", "io.containerd.kata.v2"],
+        OciRuntime::Named(n) => vec![n.as_str()],
+    }
+}
+
+/// How to make gVisor available to an engine that lacks it.
+pub const REGISTER_RUNSC_HINT: &str = "install gVisor (apt-get install runsc) and register it with the daemon: add \"runtimes\": {\"runsc\": {\"path\": \"/usr/bin/runsc\", \"runtimeArgs\": [\"--host-uds=open\"]}} to /etc/docker/daemon.json and reload the daemon (systemctl reload docker, or SIGHUP); Podman: install runsc where containers.conf looks for it";
 
 impl EngineFacts {
     /// `docker` or `podman`.
     pub fn driver_name(&self) -> &'static str {
         if self.podman { "podman" } else { "docker" }
     }
+
+    /// The engine's name for the runtime `want` (`None`: the engine's default), or why the engine cannot start
+    /// a container under it ([`engine_runtime`] over `/info` `Runtimes`).
+    pub fn oci_runtime(&self, want: &OciRuntime) -> Result<Option<String>, iterion_driver::Error> {
+        engine_runtime(self.podman, &self.runtimes, want)
+    }
+}
+
+/// The engine's name for the runtime `want` among the `runtimes` an engine lists (`None`: its default), or
+/// [`iterion_driver::Error::RuntimeUnavailable`] with how to register it. Podman lists the runtimes of its
+/// configuration, installed or not, so a missing program shows at the create. The doctor asks the same.
+pub fn engine_runtime(
+    podman: bool,
+    runtimes: &[String],
+    want: &OciRuntime,
+) -> Result<Option<String>, iterion_driver::Error> {
+    if want.is_default() {
+        return Ok(None);
+    }
+    if let Some(found) = runtime_candidates(want)
+        .iter()
+        .find(|c| runtimes.iter().any(|r| r == *c))
+    {
+        return Ok(Some((*found).to_owned()));
+    }
+    let hint = match want {
+        OciRuntime::Gvisor => REGISTER_RUNSC_HINT.to_owned(),
+        OciRuntime::Kata => "install Kata Containers and register its runtime with the engine".to_owned(),
+        _ => format!("register a runtime named '{want}' with the engine, or choose one it offers"),
+    };
+    Err(iterion_driver::Error::RuntimeUnavailable {
+        driver: if podman {
+            iterion_driver::DriverKind::Podman
+        } else {
+            iterion_driver::DriverKind::Docker
+        },
+        runtime: want.to_string(),
+        offered: if runtimes.is_empty() {
+            "none listed".to_owned()
+        } else {
+            runtimes.join(", ")
+        },
+        hint,
+    })
 }
 
 /// Identity flags derived from the handshake answers.
@@ -232,6 +295,12 @@ impl Engine {
             cgroup_version: info.cgroup_version.map(|v| v.to_string()),
             security_options,
             selinux: id.selinux,
+            runtimes: {
+                let mut r: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
+                r.sort();
+                r
+            },
+            default_runtime: info.default_runtime.filter(|s| !s.is_empty()),
         };
         Ok(Self { docker, facts })
     }
@@ -271,6 +340,67 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn facts(podman: bool, runtimes: &[&str]) -> EngineFacts {
+        EngineFacts {
+            podman,
+            version: "27.0".into(),
+            api_version: "1.46".into(),
+            os: "linux".into(),
+            arch: "x86_64".into(),
+            rootless: false,
+            desktop: false,
+            endpoint: PathBuf::from("/run/docker.sock"),
+            buildkit: true,
+            init_binary: None,
+            cgroup_version: None,
+            security_options: Vec::new(),
+            selinux: false,
+            runtimes: runtimes.iter().map(|s| s.to_string()).collect(),
+            default_runtime: Some("runc".into()),
+        }
+    }
+
+    /// `expect`: the engine name, `default`, or the error text.
+    fn check_runtime(runtimes: &[&str], want: &str, expect: &str) {
+        let want = OciRuntime::parse(want).unwrap();
+        let got = match facts(false, runtimes).oci_runtime(&want) {
+            Ok(Some(n)) => n,
+            Ok(None) => "default".into(),
+            Err(e) => e.to_string(),
+        };
+        assert!(got.starts_with(expect), "{want}: {got}");
+    }
+
+    #[test]
+    fn runtimes_map_onto_the_engine_names() {
+        check_runtime(&["runc"], "default", "default");
+        check_runtime(&["runc", "runsc"], "gvisor", "runsc");
+        check_runtime(&["gvisor", "runc"], "gvisor", "gvisor");
+        check_runtime(&["gvisor", "runsc"], "gvisor", "runsc");
+        check_runtime(&["kata-runtime", "runc"], "kata", "kata-runtime");
+        check_runtime(&["crun", "runc"], "crun", "crun");
+        check_runtime(
+            &["io.containerd.runc.v2", "runc"],
+            "gvisor",
+            "the docker engine has no OCI runtime for 'gvisor' (it offers: io.containerd.runc.v2, runc); install gVisor (apt-get install runsc) and register it",
+        );
+        check_runtime(
+            &[],
+            "youki",
+            "the docker engine has no OCI runtime for 'youki' (it offers: none listed); register a runtime named 'youki'",
+        );
+        let e = facts(true, &["crun"]).oci_runtime(&OciRuntime::Kata).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("the podman engine has no OCI runtime for 'kata'"),
+            "{e}"
+        );
+        assert_eq!(
+            e.failure_code(true).map(|c| c.as_str()),
+            Some("SANDBOX_DRIVER_UNAVAILABLE")
+        );
+    }
 
     fn check(headers: &[(&str, &str)], components: &[&str], secopts: &[&str], os: &str, expect: &str) {
         let h: Vec<(String, String)> = headers

@@ -205,6 +205,8 @@ pub(super) struct Outcome<'a> {
     pub(super) limits: &'a ResourceLimits,
     /// The limits the engine rejected.
     pub(super) limits_ignored: Vec<String>,
+    /// The engine's name of the OCI runtime, `None` for its default.
+    pub(super) oci_runtime: Option<String>,
 }
 
 /// The start report of 03 §8.10.
@@ -273,6 +275,7 @@ pub(super) fn start_report(o: Outcome<'_>) -> StartReport {
         no_new_privileges: strict,
         pids_limit: if all_limits { o.limits.pids } else { None },
         memory_bytes: if all_limits { o.limits.memory_bytes } else { None },
+        oci_runtime: o.oci_runtime,
     };
     report.limits_ignored = o.limits_ignored;
     report

@@ -17,8 +17,8 @@ use super::guard::Guard;
 use super::nodes::{OwnSpec, Sandboxes};
 use super::starter::Starter;
 use crate::events::{
-    FloorScope, PlacementKind, SandboxFloorApplied, SandboxNetworkDefaulted, SandboxResolved, SandboxSkipped,
-    SandboxStarted,
+    FloorScope, PlacementKind, RuntimeRecord, SandboxFloorApplied, SandboxNetworkDefaulted, SandboxResolved,
+    SandboxSkipped, SandboxStarted,
 };
 use crate::exec::{NodeSandbox, Shell};
 use crate::failure::{FailureCode, FailurePhase};
@@ -520,6 +520,7 @@ impl Setup<'_> {
             network_mode: r.network.mode.as_str().to_owned(),
             enforced_egress: rep.enforced_egress,
             shell: st.shell.program().to_owned(),
+            runtime: RuntimeRecord::of(&r.runtime, rep.hardening.oci_runtime.as_deref()),
             duration_ms: ms(st.duration),
         });
         em.log(
