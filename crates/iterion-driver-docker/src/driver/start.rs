@@ -97,7 +97,14 @@ pub(super) async fn start_and_check(
         c.user.clone(),
         c.kind,
     )
-    .with_reaper(bound_relay(&inspected));
+    .with_reaper(bound_relay(&inspected))
+    .with_gone_watch(
+        inspected
+            .host_config
+            .as_ref()
+            .and_then(|h| h.runtime.as_deref())
+            .is_some_and(|r| !r.is_empty() && Some(r) != facts.default_runtime.as_deref()),
+    );
     let run = DockerRun::new(inner);
     let cache =
         probe_cache.and_then(|dir| Some((dir, crate::probecache::key(&inspected, c.user.as_deref())?)));
