@@ -50,6 +50,8 @@ pub struct EngineFacts {
     pub runtimes: Vec<String>,
     /// `/info` `DefaultRuntime`.
     pub default_runtime: Option<String>,
+    /// `/info` `Runtimes.<name>.runtimeArgs`: the arguments the daemon passes each runtime, by name.
+    pub runtime_args: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// The engine names tried, in order, for a logical runtime: gVisor registers as `runsc` (its program's name,
@@ -76,6 +78,49 @@ impl EngineFacts {
     /// a container under it ([`engine_runtime`] over `/info` `Runtimes`).
     pub fn oci_runtime(&self, want: &OciRuntime) -> Result<Option<String>, iterion_driver::Error> {
         engine_runtime(self.podman, &self.runtimes, want)
+    }
+
+    /// Refuses a sandbox whose egress the registration of its gVisor runtime cannot carry, before anything
+    /// starts: the relay reaches the proxy's Unix socket through a bind, which gVisor allows only with
+    /// `--host-uds=open` (or `all`); an `open` policy needs a network, which `--network=none` takes away.
+    /// Other runtimes, and runtimes whose arguments the engine does not list (Podman), pass.
+    pub fn check_runtime_egress(
+        &self,
+        engine_name: &str,
+        needs_proxy: bool,
+    ) -> Result<(), iterion_driver::Error> {
+        let Some(args) = self.runtime_args.get(engine_name) else {
+            return Ok(());
+        };
+        if !matches!(engine_name, "runsc" | "gvisor") {
+            return Ok(());
+        }
+        let flag = |name: &str| {
+            args.iter().rev().find_map(|a| {
+                let a = a.trim_start_matches('-');
+                a.strip_prefix(name).and_then(|v| v.strip_prefix('='))
+            })
+        };
+        let refuse = |why: String| iterion_driver::Error::InvalidSpec {
+            field: "runtime".into(),
+            reason: why,
+        };
+        if needs_proxy {
+            let uds = flag("host-uds").unwrap_or("none");
+            let legacy = args
+                .iter()
+                .any(|a| a.trim_start_matches('-') == "fsgofer-host-uds");
+            if !matches!(uds, "open" | "all") && !legacy {
+                return Err(refuse(format!(
+                    "the '{engine_name}' runtime is registered without --host-uds=open, so the egress relay cannot reach the proxy's socket; add \"--host-uds=open\" to its runtimeArgs in the daemon's configuration"
+                )));
+            }
+        } else if flag("network") == Some("none") {
+            return Err(refuse(format!(
+                "the '{engine_name}' runtime is registered with --network=none, so a sandbox under it has no network, and an open network policy needs one; use a filtered policy (allowlist or denylist) or register runsc without --network=none"
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -295,6 +340,13 @@ impl Engine {
             cgroup_version: info.cgroup_version.map(|v| v.to_string()),
             security_options,
             selinux: id.selinux,
+            runtime_args: info
+                .runtimes
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.runtime_args.unwrap_or_default()))
+                .collect(),
             runtimes: {
                 let mut r: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
                 r.sort();
@@ -358,6 +410,7 @@ mod tests {
             selinux: false,
             runtimes: runtimes.iter().map(|s| s.to_string()).collect(),
             default_runtime: Some("runc".into()),
+            runtime_args: Default::default(),
         }
     }
 
@@ -370,6 +423,33 @@ mod tests {
             Err(e) => e.to_string(),
         };
         assert!(got.starts_with(expect), "{want}: {got}");
+    }
+
+    #[test]
+    fn a_gvisor_registration_that_cannot_carry_the_egress_is_refused() {
+        let check = |args: &[&str], needs_proxy: bool| {
+            let mut f = facts(false, &["runc", "runsc"]);
+            f.runtime_args
+                .insert("runsc".into(), args.iter().map(|s| s.to_string()).collect());
+            f.check_runtime_egress("runsc", needs_proxy)
+                .map_err(|e| e.to_string())
+        };
+        assert!(check(&["--host-uds=open"], true).is_ok());
+        assert!(check(&["--host-uds=all", "--network=none"], true).is_ok());
+        assert!(check(&["--fsgofer-host-uds"], true).is_ok());
+        let e = check(&[], true).unwrap_err();
+        assert!(e.contains("registered without --host-uds=open"), "{e}");
+        assert!(check(&["--host-uds=create"], true).is_err());
+        assert!(check(&["--host-uds=open"], false).is_ok());
+        let e = check(&["--network=none"], false).unwrap_err();
+        assert!(e.contains("registered with --network=none"), "{e}");
+        // runc, and a runtime the engine lists no arguments for, are not looked at
+        assert!(facts(false, &["runc"]).check_runtime_egress("runc", true).is_ok());
+        assert!(
+            facts(false, &["runsc"])
+                .check_runtime_egress("runsc", true)
+                .is_ok()
+        );
     }
 
     #[test]

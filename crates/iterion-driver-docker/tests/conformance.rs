@@ -48,6 +48,11 @@ async fn suite_under(driver: iterion_driver_docker::DockerDriver, runtime: OciRu
     let dir = tempfile::tempdir().expect("tempdir");
     let ws = std::fs::canonicalize(dir.path()).expect("canonical");
     let mut sandbox = conformance::sandbox_for(Some(&image), &ws);
+    if !runtime.is_default() {
+        // The suite needs no network: a filtered policy is what every gVisor registration carries (one with
+        // --network=none refuses an open policy).
+        sandbox.network = iterion_test_support::gvisor::filtered_policy();
+    }
     sandbox.runtime.name = runtime;
     sandbox.refresh_key();
     let mut ctx = ConformanceCtx::new(sandbox, ws);

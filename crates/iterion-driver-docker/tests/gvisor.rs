@@ -13,6 +13,7 @@ use iterion_spec::resolved::OciRuntime;
 fn sandbox(ws: &std::path::Path, runtime: OciRuntime) -> iterion_spec::resolved::ResolvedSandbox {
     let image = iterion_test_support::docker_image::ensure_test_image().expect("image");
     let mut s = iterion_test_support::conformance::sandbox_for(Some(&image), ws);
+    s.network = iterion_test_support::gvisor::filtered_policy();
     s.runtime.name = runtime;
     s.refresh_key();
     s
@@ -100,4 +101,39 @@ async fn a_sandbox_under_gvisor_sees_gvisors_kernel_and_leaves_nothing() {
         iterion_test_support::containers_of(&run_id).is_empty(),
         "a container of the run is left"
     );
+}
+
+/// What the registration of `runsc` passes it (`/info` `Runtimes.runsc.runtimeArgs`).
+fn runsc_args() -> Vec<String> {
+    let info = support::engine_get("/info");
+    info["Runtimes"]["runsc"]["runtimeArgs"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_policy_under_a_gvisor_without_network_is_refused_before_anything_is_created() {
+    if !iterion_test_support::gvisor::required("an_open_policy_under_a_gvisor_without_network_is_refused") {
+        return;
+    }
+    let driver = support::driver().await;
+    let dir = tempfile::tempdir().expect("ws");
+    let ws = std::fs::canonicalize(dir.path()).expect("canon");
+    let mut sb = sandbox(&ws, OciRuntime::Gvisor);
+    sb.network = iterion_spec::resolved::NetworkPolicySpec::open("test");
+    sb.refresh_key();
+    let mut req = PrepareRequest::new(sb);
+    req.pull_policy = PullPolicy::Never;
+    let got = driver.prepare(req).await;
+    if runsc_args().iter().any(|a| a == "--network=none") {
+        let e = got.expect_err("refused");
+        assert!(
+            e.to_string()
+                .contains("registered with --network=none, so a sandbox under it has no network"),
+            "{e}"
+        );
+    } else {
+        got.expect("an open policy under a networked gVisor");
+    }
 }

@@ -8,6 +8,14 @@ use std::time::Duration;
 /// The start of `/proc/version` inside a gVisor sandbox: gVisor's own kernel, whatever the host runs.
 pub const KERNEL: &str = "Linux version 4.4.0 #1 SMP Sun Jan 10 15:06:54 PST 2016";
 
+/// An allowlist policy without rules: what a sandbox that needs no network takes under gVisor, whose
+/// registration may carry `--network=none` (the driver then refuses an open policy).
+pub fn filtered_policy() -> iterion_spec::resolved::NetworkPolicySpec {
+    let mut p = iterion_spec::resolved::NetworkPolicySpec::open("gvisor tests");
+    p.mode = iterion_spec::resolved::NetworkMode::Allowlist;
+    p
+}
+
 /// Whether `ITERION_REQUIRE_GVISOR` demands the gVisor tests.
 pub fn demanded() -> bool {
     std::env::var("ITERION_REQUIRE_GVISOR")

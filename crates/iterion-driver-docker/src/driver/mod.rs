@@ -308,7 +308,11 @@ impl iterion_driver::Driver for DockerDriver {
         let sandbox = req.sandbox;
         iterion_driver::spec_safety::check_spec(&sandbox)?;
         // refused before anything is pulled, built or started; a build itself runs under the default runtime
-        engine.facts().oci_runtime(&sandbox.runtime.name)?;
+        if let Some(name) = engine.facts().oci_runtime(&sandbox.runtime.name)? {
+            engine
+                .facts()
+                .check_runtime_egress(&name, sandbox.network.needs_proxy())?;
+        }
         if sandbox.build.is_some() {
             return Ok(Prepared::new(kind, sandbox));
         }
