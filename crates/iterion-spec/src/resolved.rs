@@ -240,6 +240,15 @@ impl OciRuntime {
     pub fn is_default(&self) -> bool {
         *self == OciRuntime::Default
     }
+
+    /// Whether this is gVisor, by its logical name or by the names engines register it under.
+    pub fn is_gvisor(&self) -> bool {
+        match self {
+            OciRuntime::Gvisor => true,
+            OciRuntime::Named(n) => n == "runsc" || n == "gvisor",
+            _ => false,
+        }
+    }
 }
 
 impl fmt::Display for OciRuntime {

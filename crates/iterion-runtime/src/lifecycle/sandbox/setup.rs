@@ -61,6 +61,44 @@ pub(crate) fn codex_refusal(
     }
 }
 
+/// The refusal of a claw node whose container runs under gVisor: gVisor's `/proc` lets the node's own tools read
+/// the environment of the claw runner that started them, non-dumpable as it is, and so its provider key.
+pub(crate) fn claw_gvisor_refusal(
+    plan: &SandboxPlan,
+    claw_nodes: &std::collections::BTreeSet<String>,
+) -> Option<String> {
+    use iterion_spec::resolved::NodePlacement;
+    plan.nodes.iter().find_map(|(id, p)| {
+        let runtime = match p {
+            NodePlacement::Run { .. } => &plan.run.as_ref()?.runtime,
+            NodePlacement::Own { sandbox, .. } => &sandbox.runtime,
+            NodePlacement::Host { .. } => return None,
+        };
+        (claw_nodes.contains(id) && runtime.name.is_gvisor()).then(|| {
+            format!(
+                "claw node '{id}' would run under gVisor ({} from {}), whose /proc lets the node's own tools read the claw runner's environment and its provider key",
+                runtime.name, runtime.source
+            )
+        })
+    })
+}
+
+/// What to do instead of a claw node under gVisor.
+pub(crate) const CLAW_GVISOR_HINT: &str = "give the node a sandbox of its own under the default runtime (sandbox: mode: auto, runtime: default), run it on the host (sandbox: none), or use another runtime";
+
+/// `SANDBOX_SPEC_INVALID` for a plan that would run a claw node under gVisor (before anything starts).
+pub(crate) fn claw_runtime_refusal(
+    plan: &SandboxPlan,
+    claw_nodes: &std::collections::BTreeSet<String>,
+) -> Result<(), Failure> {
+    match claw_gvisor_refusal(plan, claw_nodes) {
+        None => Ok(()),
+        Some(why) => Err(Failure::new(FailureCode::SandboxSpecInvalid, why)
+            .phase(FailurePhase::Resolve)
+            .hint(Some(CLAW_GVISOR_HINT.into()))),
+    }
+}
+
 impl Setup<'_> {
     pub(super) async fn host_run(&self) -> Result<NodeSandbox, Failure> {
         let host = &self.cfg.drivers.host;
@@ -144,6 +182,7 @@ impl Setup<'_> {
             }
         };
         codex_refusal(&plan, &self.codex_nodes)?;
+        claw_runtime_refusal(&plan, &self.claw_nodes)?;
         let (run_sandbox, starter, kind) = self.start_run(&plan, driver, guard).await?;
         let own_keys: BTreeMap<String, String> =
             own.iter().map(|(id, k, _)| (id.clone(), k.clone())).collect();
