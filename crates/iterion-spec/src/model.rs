@@ -1223,5 +1223,12 @@ mod tests {
         d.host_state = None;
         d.network = Some(NetworkDecl::default());
         assert_eq!(d.derive_kind(), SandboxKind::Override);
+        // the runtime, like host_state: a workflow override, never on a node sharing the run's container
+        d.runtime = Some(s("gvisor"));
+        assert_eq!(d.derive_kind(), SandboxKind::Invalid);
+        d.scope = SandboxScope::Workflow;
+        d.network = None;
+        assert_eq!(d.derive_kind(), SandboxKind::Override);
+        assert_eq!(d.properties_set(), vec!["runtime"]);
     }
 }
