@@ -36,6 +36,21 @@ pub fn engine_runtimes() -> Result<Vec<String>, String> {
     Ok(names)
 }
 
+/// Whether the engine registers `runsc` with `--network=none` (its sandboxes then have loopback only, and an
+/// open policy is refused under it).
+pub fn runsc_without_network() -> bool {
+    let Some(sock) = crate::engine_socket() else {
+        return false;
+    };
+    let Ok(r) = crate::docker_http::request(&sock, "GET", "/info", None, b"", Duration::from_secs(10)) else {
+        return false;
+    };
+    let info: serde_json::Value = serde_json::from_str(&r.text()).unwrap_or_default();
+    info["Runtimes"]["runsc"]["runtimeArgs"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|v| v == "--network=none"))
+}
+
 /// `true` when the engine answers and lists `runsc`; `false` (with a notice) when the test should return early.
 /// Panics when gVisor is demanded and missing, or when an engine is demanded and none answers.
 pub fn required(test: &str) -> bool {

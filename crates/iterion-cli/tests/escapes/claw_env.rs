@@ -7,7 +7,7 @@
 use iterion_test_support::fake_provider::{FakeProvider, Reply};
 use serde_json::json;
 
-use crate::harness::{Hostile, engine_ready, node_output, show};
+use crate::harness::{Hostile, engine_ready, node_output, show, under_gvisor};
 
 /// Values that must never be readable by a process the model starts.
 const SECRETS: &[(&str, &str)] = &[
@@ -31,17 +31,6 @@ fn tool_command() -> String {
          printf '%s\\n' '{FORGED}' > /dev/stdout\n\
          true\n"
     )
-}
-
-/// Whether the operator's environment puts the sandboxes of this test process under gVisor (the suite run
-/// under `ITERION_SANDBOX_RUNTIME_FLOOR=gvisor`).
-fn under_gvisor() -> bool {
-    ["ITERION_SANDBOX_RUNTIME_FLOOR", "ITERION_SANDBOX_OCI_RUNTIME"]
-        .iter()
-        .any(|k| {
-            std::env::var(k)
-                .is_ok_and(|v| iterion_spec::resolved::OciRuntime::parse(&v).is_ok_and(|r| r.is_gvisor()))
-        })
 }
 
 /// The refusal of a claw node under gVisor: the run fails before any model call, with the reason and what to do.
