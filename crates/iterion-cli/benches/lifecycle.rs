@@ -89,9 +89,18 @@ fn iterion_run(dir: &Path, home: &Path) -> Run {
     iterion_run_with(BIN, dir, home, None)
 }
 
+/// [`iterion_run`] with extra arguments after `run w.bot` (the runtime flag).
+fn iterion_run_args(dir: &Path, home: &Path, extra: &[&str]) -> Run {
+    iterion_run_full(BIN, dir, home, None, extra)
+}
+
 /// [`iterion_run`] of the binary `bin`, under `strace -f -c -o STRACE_OUT -e trace=fsync,fdatasync` when
 /// `strace_out` is given.
 fn iterion_run_with(bin: &str, dir: &Path, home: &Path, strace_out: Option<&Path>) -> Run {
+    iterion_run_full(bin, dir, home, strace_out, &[])
+}
+
+fn iterion_run_full(bin: &str, dir: &Path, home: &Path, strace_out: Option<&Path>, extra: &[&str]) -> Run {
     let store = dir.join(".iterion");
     let mut cmd = match strace_out {
         Some(o) => {
@@ -106,7 +115,9 @@ fn iterion_run_with(bin: &str, dir: &Path, home: &Path, strace_out: Option<&Path
     let spawned = now();
     let t = Instant::now();
     let out = cmd
-        .args(["run", "w.bot", "--store-dir"])
+        .args(["run", "w.bot"])
+        .args(extra)
+        .arg("--store-dir")
         .arg(&store)
         .current_dir(dir)
         .env("HOME", home)
@@ -653,13 +664,79 @@ fn builds(image: &str, n: usize) {
     }
 }
 
+/// The cost of gVisor: the same one-node run under the engine's default runtime and under gVisor
+/// (`--sandbox-runtime gvisor`), paired (rotating which goes first), median of `n`. Skipped with a notice when
+/// the engine lists no `runsc`.
+fn gvisor(image: &str, n: usize) {
+    match iterion_test_support::gvisor::engine_runtimes() {
+        Ok(r) if r.iter().any(|n| n == "runsc") => {}
+        other => {
+            println!("\n## gVisor\n\nskipped: the engine lists no runsc runtime ({other:?})");
+            return;
+        }
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let home = tempfile::tempdir().expect("home");
+    std::fs::write(
+        dir.path().join("w.bot"),
+        format!(
+            "tool hi:\n  command: `cat /proc/version`\n\nworkflow w:\n  entry: hi\n  sandbox:\n    image: \"{image}\"\n    network:\n      mode: allowlist\n  hi -> done\n"
+        ),
+    )
+    .expect("write");
+    let subjects: [&[&str]; 2] = [
+        &["--sandbox-runtime", "default"],
+        &["--sandbox-runtime", "gvisor"],
+    ];
+    for s in subjects {
+        iterion_run_args(dir.path(), home.path(), s);
+    }
+    let (mut walls, mut starts, mut nodes) = ([vec![], vec![]], [vec![], vec![]], [vec![], vec![]]);
+    for i in 0..n {
+        for k in 0..2 {
+            let j = (i + k) % 2;
+            let r = iterion_run_args(dir.path(), home.path(), subjects[j]);
+            walls[j].push(r.wall);
+            if let (Some(net), Some(started), Some(done)) = (
+                at(&r, "sandbox_network_started"),
+                at(&r, "sandbox_started"),
+                at(&r, "run_finished"),
+            ) {
+                starts[j].push(started - net);
+                nodes[j].push(done - started);
+            }
+        }
+    }
+    println!("\n## gVisor against the default runtime (one tool node, allowlist, median of {n}, paired)\n");
+    println!("| | default ms | gVisor ms | ratio of medians | median of paired ratios |");
+    println!("|---|---:|---:|---:|---:|");
+    for (label, v) in [
+        ("whole run", &walls),
+        ("create + start + checks", &starts),
+        ("the node (one exec)", &nodes),
+    ] {
+        let (a, b) = (median(v[0].clone()), median(v[1].clone()));
+        println!(
+            "| {label} | {:.0} | {:.0} | {} |",
+            ms(a),
+            ms(b),
+            ratios(&v[1], &v[0])
+        );
+    }
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; no other argument is used
     let image = iterion_test_support::docker_image::ensure_test_image().expect("the local test image");
     let n = iters("ITERS", 10);
     println!("load before: {}", load());
     let t = Instant::now();
+    if std::env::var("GVISOR_ONLY").is_ok_and(|v| v == "1") {
+        gvisor(&image, n);
+        return;
+    }
     lifecycle(&image, n);
     builds(&image, iters("BUILD_ITERS", 5));
+    gvisor(&image, n);
     println!("\nload after: {} ({:.0} s)", load(), t.elapsed().as_secs_f64());
 }

@@ -66,6 +66,9 @@ pub struct DoctorArgs {
     /// Share the agent home with the sandbox, as for `iterion run`.
     #[arg(long, value_name = "HOST_STATE", value_parser = ["auto", "none"])]
     pub sandbox_host_state: Option<String>,
+    /// OCI runtime of the containers, as for `iterion run`.
+    #[arg(long, value_name = "RUNTIME")]
+    pub sandbox_runtime: Option<String>,
     /// Force a driver (default: `ITERION_SANDBOX_DRIVER`).
     #[arg(long, value_name = "DRIVER", value_parser = ["docker", "podman", "kubernetes", "noop"])]
     pub sandbox_driver: Option<String>,
@@ -146,6 +149,12 @@ pub fn inputs(args: &DoctorArgs, env: &BTreeMap<String, String>) -> Result<Input
     i.sandbox = args.sandbox.as_deref().and_then(ModeChoice::parse);
     i.default_image = args.sandbox_default_image.clone();
     i.host_state = args.sandbox_host_state.as_deref().and_then(HostState::parse);
+    i.runtime = match &args.sandbox_runtime {
+        Some(r) => Some(
+            iterion_spec::resolved::OciRuntime::parse(r).map_err(|m| format!("--sandbox-runtime: {m}"))?,
+        ),
+        None => None,
+    };
     i.driver = args.sandbox_driver.clone();
     i.sandbox_env = sandbox_env;
     i.timeout = timeout;

@@ -54,6 +54,10 @@ pub struct SandboxArgs {
     /// Share the agent home with the sandbox (`auto`) or not (`none`).
     #[arg(long, value_enum, value_name = "HOST_STATE")]
     pub sandbox_host_state: Option<HostStateArg>,
+    /// OCI runtime of the containers: `default`, `gvisor`, `kata` or a runtime the engine knows by name
+    /// (default: the workflow's `sandbox.runtime`, then `ITERION_SANDBOX_OCI_RUNTIME`).
+    #[arg(long, value_name = "RUNTIME")]
+    pub sandbox_runtime: Option<String>,
     /// Force a driver (default: `ITERION_SANDBOX_DRIVER`).
     #[arg(long, value_name = "DRIVER", value_parser = ["docker", "podman", "kubernetes", "noop"])]
     pub sandbox_driver: Option<String>,
@@ -276,6 +280,7 @@ async fn preflight(
     inputs.sandbox = flags.mode;
     inputs.default_image = flags.default_image.clone();
     inputs.host_state = flags.host_state;
+    inputs.runtime = flags.runtime.clone();
     inputs.driver = flags.driver.clone();
     inputs.sandbox_env = flags
         .operator_env
@@ -306,6 +311,13 @@ fn flags_of(a: &SandboxArgs, env: &BTreeMap<String, String>) -> Result<SandboxFl
         HostStateArg::None => HostState::None,
     });
     f.default_image = a.sandbox_default_image.clone().filter(|s| !s.trim().is_empty());
+    f.runtime = match &a.sandbox_runtime {
+        Some(r) => Some(
+            iterion_spec::resolved::OciRuntime::parse(r)
+                .map_err(|m| usage(format!("--sandbox-runtime: {m}")))?,
+        ),
+        None => None,
+    };
     f.driver = a.sandbox_driver.clone();
     f.operator_env = entries;
     let mut problems = Vec::new();

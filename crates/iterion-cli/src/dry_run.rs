@@ -148,6 +148,10 @@ fn scope(l: &mut Vec<String>, s: &ResolvedSandbox, denied: Option<&Vec<String>>,
         "Host state",
         format!("{} ({})", s.host_state.as_str(), s.host_state_source),
     ));
+    l.push(row(
+        "Runtime",
+        format!("{} ({})", s.runtime.name, s.runtime.source),
+    ));
     let n = &s.network;
     let mut net = n.mode.as_str().to_owned();
     if let Some(p) = n.preset {

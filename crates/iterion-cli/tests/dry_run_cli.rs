@@ -205,7 +205,7 @@ fn on_the_engine_it_names_the_driver_the_rules_and_the_denied_names_and_starts_n
     let w = Workspace::new();
     let f = w.write(
         "w.bot",
-        "tool t:\n  command: `true`\n\nworkflow w:\n  entry: t\n  sandbox:\n    mode: auto\n    network:\n      mode: allowlist\n      rules: [\"api.example.org\", \"!bad.example.org\"]\n  t -> done\n",
+        "tool t:\n  command: `true`\n\nworkflow w:\n  entry: t\n  sandbox:\n    mode: auto\n    runtime: gvisor\n    network:\n      mode: allowlist\n      rules: [\"api.example.org\", \"!bad.example.org\"]\n  t -> done\n",
     );
     let before = containers();
     let o = w.dry(&f, &["--json"], &[]);
@@ -217,6 +217,11 @@ fn on_the_engine_it_names_the_driver_the_rules_and_the_denied_names_and_starts_n
         "{doc:#}"
     );
     assert_eq!(doc["plan"]["run"]["network"]["mode"], "allowlist", "{doc:#}");
+    assert_eq!(doc["plan"]["run"]["runtime"]["name"], "gvisor", "{doc:#}");
+    assert_eq!(
+        doc["plan"]["run"]["runtime"]["source"], "workflow sandbox.runtime",
+        "{doc:#}"
+    );
     assert_eq!(
         doc["plan"]["run"]["network"]["rules"][1], "!bad.example.org",
         "{doc:#}"
@@ -230,6 +235,22 @@ fn on_the_engine_it_names_the_driver_the_rules_and_the_denied_names_and_starts_n
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("rule !bad.example.org"), "{out}");
     assert!(out.contains("Env denied:    GITHUB_TOKEN"), "{out}");
+    assert!(out.contains("gvisor (workflow sandbox.runtime)"), "{out}");
+    // the flag beats the workflow, and the floor beats the flag
+    let o = w.dry(&f, &["--sandbox-runtime", "default"], &[]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("default (cli flag --sandbox-runtime)"), "{out}");
+    let floor = [("ITERION_SANDBOX_RUNTIME_FLOOR", "kata".to_owned())];
+    let o = w.dry(&f, &["--sandbox-runtime", "default"], &floor);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("kata (ITERION_SANDBOX_RUNTIME_FLOOR)"), "{out}");
+    let o = w.dry(&f, &["--sandbox-runtime", "a b"], &[]);
+    assert_eq!(code(&o), 2, "{}", show(&o));
+    assert!(
+        show(&o).contains("--sandbox-runtime: invalid runtime 'a b'"),
+        "{}",
+        show(&o)
+    );
     assert_eq!(containers(), before, "a container was created");
     w.assert_nothing_created();
 }

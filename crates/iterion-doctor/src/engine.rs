@@ -76,6 +76,19 @@ pub trait EngineProbe: Send + Sync + std::fmt::Debug {
     async fn bridge_gateway(&self) -> Option<String> {
         None
     }
+    /// `/info` `Runtimes` (sorted) and `DefaultRuntime`, when the engine answers.
+    async fn runtimes(&self) -> Option<EngineRuntimes> {
+        None
+    }
+}
+
+/// The OCI runtimes an engine offers.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EngineRuntimes {
+    /// Every runtime the engine lists, sorted.
+    pub names: Vec<String>,
+    /// The one it uses when none is named.
+    pub default: Option<String>,
 }
 
 /// The real engine at a Unix socket.
@@ -293,6 +306,23 @@ impl EngineProbe for UnixEngine {
                 other => other.to_string(),
             },
         })
+    }
+
+    async fn runtimes(&self) -> Option<EngineRuntimes> {
+        let a = self.get("/info").await.ok().filter(|a| a.status == 200)?;
+        let json: serde_json::Value = serde_json::from_slice(&a.body).ok()?;
+        let mut names: Vec<String> = json
+            .get("Runtimes")
+            .and_then(|r| r.as_object())
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        names.sort();
+        let default = json
+            .get("DefaultRuntime")
+            .and_then(|d| d.as_str())
+            .filter(|d| !d.is_empty())
+            .map(str::to_owned);
+        Some(EngineRuntimes { names, default })
     }
 
     async fn image_present(&self, reference: &str) -> Result<bool, String> {

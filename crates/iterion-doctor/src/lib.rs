@@ -109,6 +109,8 @@ pub struct Inputs {
     pub default_image: Option<String>,
     /// `--sandbox-host-state`.
     pub host_state: Option<HostState>,
+    /// `--sandbox-runtime`.
+    pub runtime: Option<iterion_spec::resolved::OciRuntime>,
     /// `--sandbox-driver`.
     pub driver: Option<String>,
     /// `--sandbox-env NAME[=VALUE]`, resolved to entries (a bare name takes the host value).
@@ -139,6 +141,7 @@ impl Inputs {
             sandbox: None,
             default_image: None,
             host_state: None,
+            runtime: None,
             driver: None,
             sandbox_env: Vec::new(),
             cwd: work_dir.clone(),

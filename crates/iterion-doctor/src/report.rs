@@ -258,6 +258,7 @@ pub fn make_check(
         "driver_available" => "driver available",
         "spec_valid" => "spec valid",
         "engine_reachable" => "container engine answers",
+        "oci_runtime" => "OCI runtime",
         "spec_safety" => "spec safety",
         "env_deny" => "repository environment",
         "secrets" => "secret bindings",

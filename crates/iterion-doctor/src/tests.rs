@@ -81,6 +81,7 @@ struct FakeEngine {
     ping: Result<EngineAnswer, EngineFailure>,
     local: BTreeSet<String>,
     registry: RegistryAnswer,
+    runtimes: Option<super::engine::EngineRuntimes>,
 }
 
 #[async_trait]
@@ -96,6 +97,9 @@ impl EngineProbe for FakeEngine {
     }
     async fn registry(&self, _: &str) -> RegistryAnswer {
         self.registry.clone()
+    }
+    async fn runtimes(&self) -> Option<super::engine::EngineRuntimes> {
+        self.runtimes.clone()
     }
 }
 
@@ -207,6 +211,10 @@ fn host(scene: Scene) -> Host {
         },
         local: ["iterion-test/busybox:latest".to_string()].into(),
         registry: RegistryAnswer::Unreachable("dial tcp: lookup ghcr.io: no such host".into()),
+        runtimes: matches!(scene, Scene::Docker | Scene::Desktop).then(|| super::engine::EngineRuntimes {
+            names: vec!["io.containerd.runc.v2".into(), "runc".into()],
+            default: Some("runc".into()),
+        }),
     };
     Host {
         selection: Selection {
@@ -277,6 +285,10 @@ impl Case {
             ping: Ok(answer()),
             local: ["iterion-test/busybox:latest".to_string()].into(),
             registry: RegistryAnswer::Unreachable("offline".into()),
+            runtimes: Some(super::engine::EngineRuntimes {
+                names: vec!["io.containerd.runc.v2".into(), "runc".into()],
+                default: Some("runc".into()),
+            }),
         };
         f(&mut e);
         self.engine = Some(e);
@@ -372,6 +384,50 @@ fn d3_good_workflow_passes_with_a_range_warning() {
         "docker 28.2.2, API 1.47, rootful",
     );
     assert_eq!(r.exit_code, 0);
+}
+
+#[test]
+fn oci_runtime_lists_what_the_engine_offers_and_what_the_workflow_gets() {
+    let r = case(Some(GOOD), Scene::Docker).run();
+    expect(
+        &r,
+        "oci_runtime",
+        Status::Pass,
+        "run: default (default) -> runc; the engine offers io.containerd.runc.v2, runc (default runc)",
+    );
+    // a runtime the engine lacks fails before any run, with how to register it
+    let gvisor = good_with(
+        "    host_state: none\n",
+        "    host_state: none\n    runtime: gvisor\n",
+    );
+    let r = case(Some(&gvisor), Scene::Docker).run();
+    expect(
+        &r,
+        "oci_runtime",
+        Status::Fail,
+        "run: the docker engine has no OCI runtime for 'gvisor' (it offers: io.containerd.runc.v2, runc); install gVisor",
+    );
+    assert_eq!(r.exit_code, 1);
+    // the engine that has it: the workflow's choice and the engine's name for it
+    let r = case(Some(&gvisor), Scene::Docker)
+        .engine(|e| {
+            e.runtimes = Some(super::engine::EngineRuntimes {
+                names: vec!["runc".into(), "runsc".into()],
+                default: Some("runc".into()),
+            })
+        })
+        .run();
+    expect(
+        &r,
+        "oci_runtime",
+        Status::Pass,
+        "run: gvisor (workflow sandbox.runtime) -> runsc; the engine offers runc, runsc (default runc)",
+    );
+    // the operator's floor is what the doctor reports
+    let r = case(Some(GOOD), Scene::Docker)
+        .env("ITERION_SANDBOX_RUNTIME_FLOOR", "gvisor")
+        .run();
+    expect(&r, "oci_runtime", Status::Fail, "no OCI runtime for 'gvisor'");
 }
 
 #[test]

@@ -25,6 +25,10 @@ pub(crate) struct RunInner {
     /// The static program [`Run::kill_leftovers`] runs by its container path (the bound relay), when the
     /// sandbox has one; else the kill is a script of the image's `/bin/sh`.
     pub(crate) reaper: Option<String>,
+    /// Watch the container while an exec streams: under gVisor (`runsc`, and other runtimes than the
+    /// engine's default) a removed container's exec streams are never closed, so only the container's state
+    /// says the exec is over.
+    pub(crate) watch_gone: bool,
 }
 
 /// The processes present right after the start (init, the relay or `sleep`), and who records them.
@@ -158,6 +162,27 @@ impl RunInner {
             live: std::sync::atomic::AtomicUsize::new(0),
             infrastructure: Mutex::new(Infrastructure::Unknown),
             reaper: None,
+            watch_gone: false,
+        }
+    }
+
+    /// Watches the container under every exec ([`RunInner::watch_gone`]).
+    pub(crate) fn with_gone_watch(mut self, watch: bool) -> Self {
+        self.watch_gone = watch;
+        self
+    }
+
+    /// Resolves once the container no longer runs (polled every 500 ms; an engine error counts as running,
+    /// the exec's own end decides then).
+    pub(crate) async fn until_gone(&self) {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            if matches!(
+                self.state().await,
+                Ok(None) | Ok(Some(State { running: false, .. }))
+            ) {
+                return;
+            }
         }
     }
 

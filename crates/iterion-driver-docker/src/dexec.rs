@@ -463,14 +463,16 @@ async fn pump(
 
 /// The supervisor of one exec: pumps its output, then decides how it ended.
 async fn supervise(mut s: Supervised) -> Result<ExitStatus, DError> {
-    let failure = pump(
-        &s.inner,
-        &mut s.output,
-        &mut s.out_w,
-        &mut s.err_w,
-        s.listing.take(),
-    )
-    .await;
+    let listing = s.listing.take();
+    let pumped = pump(&s.inner, &mut s.output, &mut s.out_w, &mut s.err_w, listing);
+    let failure = if s.inner.watch_gone {
+        tokio::select! {
+            f = pumped => f,
+            () = s.inner.until_gone() => Some("the container stopped under the exec".to_string()),
+        }
+    } else {
+        pumped.await
+    };
     // End-of-file to the readers first, so `wait` (which also waits for them) can finish.
     drop(s.out_w.take());
     drop(s.err_w.take());

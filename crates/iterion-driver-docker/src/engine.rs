@@ -5,6 +5,7 @@ use crate::endpoint::{Candidate, EndpointSettings, Family, candidates};
 use crate::engine_http::{self, EngineHttpError};
 use crate::error::{Error, Result, engine};
 use bollard::{ClientVersion, Docker};
+use iterion_spec::resolved::OciRuntime;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -45,13 +46,120 @@ pub struct EngineFacts {
     pub security_options: Vec<String>,
     /// SELinux is enabled on the engine (binds of the relay need relabelling).
     pub selinux: bool,
+    /// `/info` `Runtimes`: the OCI runtimes the engine can start a container with, sorted.
+    pub runtimes: Vec<String>,
+    /// `/info` `DefaultRuntime`.
+    pub default_runtime: Option<String>,
+    /// `/info` `Runtimes.<name>.runtimeArgs`: the arguments the daemon passes each runtime, by name.
+    pub runtime_args: std::collections::BTreeMap<String, Vec<String>>,
 }
+
+/// The engine names tried, in order, for a logical runtime: gVisor registers as `runsc` (its program's name,
+/// what its install guide and Podman's defaults use) or `gvisor`; Kata as `kata`, `kata-runtime` or its shim.
+fn runtime_candidates(want: &OciRuntime) -> Vec<&str> {
+    match want {
+        OciRuntime::Default => Vec::new(),
+        OciRuntime::Gvisor => vec!["runsc", "gvisor"],
+        OciRuntime::Kata => vec!["kata", "kata-runtime", "io.containerd.kata.v2"],
+        OciRuntime::Named(n) => vec![n.as_str()],
+    }
+}
+
+/// How to make gVisor available to an engine that lacks it.
+pub const REGISTER_RUNSC_HINT: &str = "install gVisor (apt-get install runsc) and register it with the daemon: add \"runtimes\": {\"runsc\": {\"path\": \"/usr/bin/runsc\", \"runtimeArgs\": [\"--host-uds=open\"]}} to /etc/docker/daemon.json and reload the daemon (systemctl reload docker, or SIGHUP); Podman: install runsc where containers.conf looks for it";
 
 impl EngineFacts {
     /// `docker` or `podman`.
     pub fn driver_name(&self) -> &'static str {
         if self.podman { "podman" } else { "docker" }
     }
+
+    /// The engine's name for the runtime `want` (`None`: the engine's default), or why the engine cannot start
+    /// a container under it ([`engine_runtime`] over `/info` `Runtimes`).
+    pub fn oci_runtime(&self, want: &OciRuntime) -> Result<Option<String>, iterion_driver::Error> {
+        engine_runtime(self.podman, &self.runtimes, want)
+    }
+
+    /// Refuses a sandbox whose egress the registration of its gVisor runtime cannot carry, before anything
+    /// starts: the relay reaches the proxy's Unix socket through a bind, which gVisor allows only with
+    /// `--host-uds=open` (or `all`); an `open` policy needs a network, which `--network=none` takes away.
+    /// Other runtimes, and runtimes whose arguments the engine does not list (Podman), pass.
+    pub fn check_runtime_egress(
+        &self,
+        engine_name: &str,
+        needs_proxy: bool,
+    ) -> Result<(), iterion_driver::Error> {
+        let Some(args) = self.runtime_args.get(engine_name) else {
+            return Ok(());
+        };
+        if !matches!(engine_name, "runsc" | "gvisor") {
+            return Ok(());
+        }
+        let flag = |name: &str| {
+            args.iter().rev().find_map(|a| {
+                let a = a.trim_start_matches('-');
+                a.strip_prefix(name).and_then(|v| v.strip_prefix('='))
+            })
+        };
+        let refuse = |why: String| iterion_driver::Error::InvalidSpec {
+            field: "runtime".into(),
+            reason: why,
+        };
+        if needs_proxy {
+            let uds = flag("host-uds").unwrap_or("none");
+            let legacy = args
+                .iter()
+                .any(|a| a.trim_start_matches('-') == "fsgofer-host-uds");
+            if !matches!(uds, "open" | "all") && !legacy {
+                return Err(refuse(format!(
+                    "the '{engine_name}' runtime is registered without --host-uds=open, so the egress relay cannot reach the proxy's socket; add \"--host-uds=open\" to its runtimeArgs in the daemon's configuration"
+                )));
+            }
+        } else if flag("network") == Some("none") {
+            return Err(refuse(format!(
+                "the '{engine_name}' runtime is registered with --network=none, so a sandbox under it has no network, and an open network policy needs one; use a filtered policy (allowlist or denylist) or register runsc without --network=none"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The engine's name for the runtime `want` among the `runtimes` an engine lists (`None`: its default), or
+/// [`iterion_driver::Error::RuntimeUnavailable`] with how to register it. Podman lists the runtimes of its
+/// configuration, installed or not, so a missing program shows at the create. The doctor asks the same.
+pub fn engine_runtime(
+    podman: bool,
+    runtimes: &[String],
+    want: &OciRuntime,
+) -> Result<Option<String>, iterion_driver::Error> {
+    if want.is_default() {
+        return Ok(None);
+    }
+    if let Some(found) = runtime_candidates(want)
+        .iter()
+        .find(|c| runtimes.iter().any(|r| r == *c))
+    {
+        return Ok(Some((*found).to_owned()));
+    }
+    let hint = match want {
+        OciRuntime::Gvisor => REGISTER_RUNSC_HINT.to_owned(),
+        OciRuntime::Kata => "install Kata Containers and register its runtime with the engine".to_owned(),
+        _ => format!("register a runtime named '{want}' with the engine, or choose one it offers"),
+    };
+    Err(iterion_driver::Error::RuntimeUnavailable {
+        driver: if podman {
+            iterion_driver::DriverKind::Podman
+        } else {
+            iterion_driver::DriverKind::Docker
+        },
+        runtime: want.to_string(),
+        offered: if runtimes.is_empty() {
+            "none listed".to_owned()
+        } else {
+            runtimes.join(", ")
+        },
+        hint,
+    })
 }
 
 /// Identity flags derived from the handshake answers.
@@ -232,6 +340,19 @@ impl Engine {
             cgroup_version: info.cgroup_version.map(|v| v.to_string()),
             security_options,
             selinux: id.selinux,
+            runtime_args: info
+                .runtimes
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.runtime_args.unwrap_or_default()))
+                .collect(),
+            runtimes: {
+                let mut r: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
+                r.sort();
+                r
+            },
+            default_runtime: info.default_runtime.filter(|s| !s.is_empty()),
         };
         Ok(Self { docker, facts })
     }
@@ -271,6 +392,95 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn facts(podman: bool, runtimes: &[&str]) -> EngineFacts {
+        EngineFacts {
+            podman,
+            version: "27.0".into(),
+            api_version: "1.46".into(),
+            os: "linux".into(),
+            arch: "x86_64".into(),
+            rootless: false,
+            desktop: false,
+            endpoint: PathBuf::from("/run/docker.sock"),
+            buildkit: true,
+            init_binary: None,
+            cgroup_version: None,
+            security_options: Vec::new(),
+            selinux: false,
+            runtimes: runtimes.iter().map(|s| s.to_string()).collect(),
+            default_runtime: Some("runc".into()),
+            runtime_args: Default::default(),
+        }
+    }
+
+    /// `expect`: the engine name, `default`, or the error text.
+    fn check_runtime(runtimes: &[&str], want: &str, expect: &str) {
+        let want = OciRuntime::parse(want).unwrap();
+        let got = match facts(false, runtimes).oci_runtime(&want) {
+            Ok(Some(n)) => n,
+            Ok(None) => "default".into(),
+            Err(e) => e.to_string(),
+        };
+        assert!(got.starts_with(expect), "{want}: {got}");
+    }
+
+    #[test]
+    fn a_gvisor_registration_that_cannot_carry_the_egress_is_refused() {
+        let check = |args: &[&str], needs_proxy: bool| {
+            let mut f = facts(false, &["runc", "runsc"]);
+            f.runtime_args
+                .insert("runsc".into(), args.iter().map(|s| s.to_string()).collect());
+            f.check_runtime_egress("runsc", needs_proxy)
+                .map_err(|e| e.to_string())
+        };
+        assert!(check(&["--host-uds=open"], true).is_ok());
+        assert!(check(&["--host-uds=all", "--network=none"], true).is_ok());
+        assert!(check(&["--fsgofer-host-uds"], true).is_ok());
+        let e = check(&[], true).unwrap_err();
+        assert!(e.contains("registered without --host-uds=open"), "{e}");
+        assert!(check(&["--host-uds=create"], true).is_err());
+        assert!(check(&["--host-uds=open"], false).is_ok());
+        let e = check(&["--network=none"], false).unwrap_err();
+        assert!(e.contains("registered with --network=none"), "{e}");
+        // runc, and a runtime the engine lists no arguments for, are not looked at
+        assert!(facts(false, &["runc"]).check_runtime_egress("runc", true).is_ok());
+        assert!(
+            facts(false, &["runsc"])
+                .check_runtime_egress("runsc", true)
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn runtimes_map_onto_the_engine_names() {
+        check_runtime(&["runc"], "default", "default");
+        check_runtime(&["runc", "runsc"], "gvisor", "runsc");
+        check_runtime(&["gvisor", "runc"], "gvisor", "gvisor");
+        check_runtime(&["gvisor", "runsc"], "gvisor", "runsc");
+        check_runtime(&["kata-runtime", "runc"], "kata", "kata-runtime");
+        check_runtime(&["crun", "runc"], "crun", "crun");
+        check_runtime(
+            &["io.containerd.runc.v2", "runc"],
+            "gvisor",
+            "the docker engine has no OCI runtime for 'gvisor' (it offers: io.containerd.runc.v2, runc); install gVisor (apt-get install runsc) and register it",
+        );
+        check_runtime(
+            &[],
+            "youki",
+            "the docker engine has no OCI runtime for 'youki' (it offers: none listed); register a runtime named 'youki'",
+        );
+        let e = facts(true, &["crun"]).oci_runtime(&OciRuntime::Kata).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("the podman engine has no OCI runtime for 'kata'"),
+            "{e}"
+        );
+        assert_eq!(
+            e.failure_code(true).map(|c| c.as_str()),
+            Some("SANDBOX_DRIVER_UNAVAILABLE")
+        );
+    }
 
     fn check(headers: &[(&str, &str)], components: &[&str], secopts: &[&str], os: &str, expect: &str) {
         let h: Vec<(String, String)> = headers

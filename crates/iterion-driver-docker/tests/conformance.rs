@@ -2,6 +2,7 @@
 
 mod support;
 
+use iterion_spec::resolved::OciRuntime;
 use iterion_test_support::conformance::{self, ConformanceCtx, RemoveHook};
 use std::sync::Arc;
 
@@ -28,12 +29,32 @@ async fn conformance_suite_against_docker_with_cached_start_checks() {
     assert!(entries >= 1, "the start checks were never cached");
 }
 
+/// The same suite with every sandbox under gVisor (`runsc` registered with the engine).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conformance_suite_against_docker_under_gvisor() {
+    if !iterion_test_support::gvisor::required("conformance_suite_against_docker_under_gvisor") {
+        return;
+    }
+    suite_under(support::driver().await, OciRuntime::Gvisor).await;
+}
+
 async fn suite(driver: iterion_driver_docker::DockerDriver) {
+    suite_under(driver, OciRuntime::Default).await;
+}
+
+async fn suite_under(driver: iterion_driver_docker::DockerDriver, runtime: OciRuntime) {
     let image = iterion_test_support::docker_image::ensure_test_image().expect("test image");
     let driver = Arc::new(driver);
     let dir = tempfile::tempdir().expect("tempdir");
     let ws = std::fs::canonicalize(dir.path()).expect("canonical");
-    let sandbox = conformance::sandbox_for(Some(&image), &ws);
+    let mut sandbox = conformance::sandbox_for(Some(&image), &ws);
+    if !runtime.is_default() {
+        // The suite needs no network: a filtered policy is what every gVisor registration carries (one with
+        // --network=none refuses an open policy).
+        sandbox.network = iterion_test_support::gvisor::filtered_policy();
+    }
+    sandbox.runtime.name = runtime;
+    sandbox.refresh_key();
     let mut ctx = ConformanceCtx::new(sandbox, ws);
     let _guard_prefix = ctx.run_id_prefix.clone();
     let hook: RemoveHook = Arc::new(|id: String| {

@@ -10,6 +10,7 @@ use iterion_driver::{
 };
 use iterion_netpolicy::{Mode, Policy};
 use iterion_netproxy::{Credential, Listen, Proxy, ProxyConfig, ProxyEvent, Resolver, new_token};
+use iterion_spec::resolved::OciRuntime;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -65,6 +66,20 @@ async fn c24_enforced_egress_through_the_relay() {
     if !iterion_test_support::engine_required("c24_enforced_egress_through_the_relay") {
         return;
     }
+    c24(OciRuntime::Default).await;
+}
+
+/// C24 with the sandbox under gVisor: the relay reaches the proxy's socket through the bind, and nothing else
+/// is reachable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn c24_enforced_egress_through_the_relay_under_gvisor() {
+    if !iterion_test_support::gvisor::required("c24_enforced_egress_through_the_relay_under_gvisor") {
+        return;
+    }
+    c24(OciRuntime::Gvisor).await;
+}
+
+async fn c24(runtime: OciRuntime) {
     let image = iterion_test_support::docker_image::ensure_test_image().expect("image");
     let driver = support::driver().await;
     assert!(
@@ -121,7 +136,9 @@ async fn c24_enforced_egress_through_the_relay() {
 
     let ws = tempfile::tempdir().expect("ws");
     let wsp = std::fs::canonicalize(ws.path()).expect("canon");
-    let sandbox = iterion_test_support::conformance::sandbox_for(Some(&image), &wsp);
+    let mut sandbox = iterion_test_support::conformance::sandbox_for(Some(&image), &wsp);
+    sandbox.runtime.name = runtime.clone();
+    sandbox.refresh_key();
     let mut preq = PrepareRequest::new(sandbox);
     preq.pull_policy = PullPolicy::Never;
     let prepared = driver.prepare(preq).await.expect("prepare");
@@ -148,6 +165,13 @@ async fn c24_enforced_egress_through_the_relay() {
     let started = driver.start(prepared, Some(&lease), sreq).await.expect("start");
     assert!(started.report.enforced_egress);
     let run = started.run;
+    if runtime == OciRuntime::Gvisor {
+        let (_, version, _) = sh(&*run, "cat /proc/version", &[]).await;
+        assert!(
+            version.starts_with(iterion_test_support::gvisor::KERNEL),
+            "{version}"
+        );
+    }
 
     // 3. Without the proxy: nothing is reachable, and there is no route at all.
     let (_, out, _) = sh(

@@ -49,6 +49,7 @@ fn sandbox() -> ResolvedSandbox {
         host_state: HostState::None,
         host_state_source: "bench".into(),
         network: NetworkPolicySpec::open("bench"),
+        runtime: Default::default(),
         degrade_allowed: false,
         key: String::new(),
     };

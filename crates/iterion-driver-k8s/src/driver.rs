@@ -526,6 +526,7 @@ impl iterion_driver::Driver for K8sDriver {
             refusal(field, r)
         })?;
         let overrides = Overrides::parse(&self.inner.settings.overrides)
+            .and_then(|o| o.with_runtime(&req.sandbox.runtime.name))
             .map_err(|r| refusal("ITERION_SANDBOX_K8S_POD_OVERRIDES", r))?;
         self.checked().await?;
         let image = req.sandbox.image.clone().unwrap_or_default();
@@ -692,6 +693,7 @@ impl iterion_driver::Driver for K8sDriver {
             digest: None,
         };
         report.user = sb.user.clone();
+        report.hardening.oci_runtime = parts.overrides.runtime_class_name().map(str::to_owned);
         report.placement = if policy.is_some() {
             EgressPlacement::Advisory
         } else {

@@ -50,7 +50,38 @@ pub struct Overrides {
     workspace_size_limit: Option<String>,
 }
 
+/// The runtime class of a sandbox's runtime: `gvisor` and `kata` are the names their installers and the
+/// managed offerings (GKE Sandbox, Kata's Helm chart) give the classes; any other name is taken as the class.
+/// `None`: the cluster's default runtime.
+pub fn runtime_class(rt: &iterion_spec::resolved::OciRuntime) -> Option<String> {
+    (!rt.is_default()).then(|| rt.as_str().to_owned())
+}
+
 impl Overrides {
+    /// Puts the sandbox's runtime class on the pod. An override naming another class is a [`Refusal`]: the
+    /// operator and the workflow disagree on what the pod runs under, and neither may silently win.
+    pub fn with_runtime(mut self, rt: &iterion_spec::resolved::OciRuntime) -> Result<Overrides, Refusal> {
+        let Some(class) = runtime_class(rt) else {
+            return Ok(self);
+        };
+        match &self.runtime_class_name {
+            Some(other) if *other != class => Err(Refusal {
+                message: format!(
+                    "kubernetes: the sandbox runtime '{rt}' needs runtimeClassName '{class}', but ITERION_SANDBOX_K8S_POD_OVERRIDES sets '{other}'"
+                ),
+            }),
+            _ => {
+                self.runtime_class_name = Some(class);
+                Ok(self)
+            }
+        }
+    }
+
+    /// The pod's `runtimeClassName`, when one is set.
+    pub fn runtime_class_name(&self) -> Option<&str> {
+        self.runtime_class_name.as_deref()
+    }
+
     /// Parses the variable's value (empty → no overrides). A key outside [`OVERRIDE_KEYS`] or a value of the
     /// wrong shape is a [`Refusal`] naming the variable.
     pub fn parse(text: &str) -> Result<Overrides, Refusal> {
@@ -547,6 +578,26 @@ mod tests {
         let o = Overrides::parse(r#"{"runtimeClassName": "gvisor", "nodeSelector": {"pool": "sandbox"}}"#)
             .unwrap();
         assert_eq!(o.runtime_class_name.as_deref(), Some("gvisor"));
+        // the sandbox's runtime agrees with the override, or sets the class itself, or is refused
+        use iterion_spec::resolved::OciRuntime;
+        let same = o.clone().with_runtime(&OciRuntime::Gvisor).unwrap();
+        assert_eq!(same.runtime_class_name(), Some("gvisor"));
+        let e = o.clone().with_runtime(&OciRuntime::Kata).unwrap_err();
+        assert_eq!(
+            e.message,
+            "kubernetes: the sandbox runtime 'kata' needs runtimeClassName 'kata', but ITERION_SANDBOX_K8S_POD_OVERRIDES sets 'gvisor'"
+        );
+        let set = Overrides::default()
+            .with_runtime(&OciRuntime::Named("kata-fc".into()))
+            .unwrap();
+        assert_eq!(set.runtime_class_name(), Some("kata-fc"));
+        assert_eq!(
+            Overrides::default()
+                .with_runtime(&OciRuntime::Default)
+                .unwrap()
+                .runtime_class_name(),
+            None
+        );
         assert_eq!(Overrides::parse(" ").unwrap(), Overrides::default());
     }
 

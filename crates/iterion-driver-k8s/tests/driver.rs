@@ -128,6 +128,7 @@ fn sandbox() -> ResolvedSandbox {
         host_state: HostState::None,
         host_state_source: "test".into(),
         network: NetworkPolicySpec::open("test"),
+        runtime: Default::default(),
         degrade_allowed: false,
         key: String::new(),
     };

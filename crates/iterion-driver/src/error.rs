@@ -172,6 +172,18 @@ pub enum Error {
         /// The feature (`build`, `network`, `host binds`, …).
         feature: String,
     },
+    /// The engine offers no OCI runtime under the name the sandbox asks for (`sandbox.runtime`).
+    #[error("the {driver} engine has no OCI runtime for '{runtime}' (it offers: {offered}); {hint}")]
+    RuntimeUnavailable {
+        /// The driver.
+        driver: DriverKind,
+        /// The runtime asked for (`gvisor`, `kata` or a name).
+        runtime: String,
+        /// The runtimes the engine lists, comma-separated (`none listed` when it lists none).
+        offered: String,
+        /// How to make it available.
+        hint: String,
+    },
     /// The image has no `/bin/sh`.
     #[error("image '{image}' has no /bin/sh; iterion sandboxes need a POSIX shell in the image")]
     ShellMissing {
@@ -401,6 +413,7 @@ impl Error {
             | Error::UnsafeMount { .. }
             | Error::Unsupported { .. }
             | Error::ShellMissing { .. } => F::SpecInvalid,
+            Error::RuntimeUnavailable { .. } => F::DriverUnavailable,
             Error::NetworkUnavailable { .. } => F::NetworkUnavailable,
             Error::ImageNotFound { .. } | Error::ImageAuth { .. } | Error::ImageAbsent { .. } => {
                 F::ImageUnavailable

@@ -1,6 +1,6 @@
 //! The machine-wide container settings of 03 §8.7 read from an injected environment map: the hardening profile
 //! (`ITERION_SANDBOX_HARDENING`) and the resource limits (`ITERION_SANDBOX_PIDS_LIMIT`,
-//! `ITERION_SANDBOX_MEMORY_LIMIT`, `ITERION_SANDBOX_CPUS`, `ITERION_SANDBOX_OCI_RUNTIME`). The runtime and the
+//! `ITERION_SANDBOX_MEMORY_LIMIT`, `ITERION_SANDBOX_CPUS`). The runtime and the
 //! doctor's throwaway sandbox both read them here, so a probe runs with exactly the limits a run would get.
 //! An invalid value falls back to the default and yields a warning naming the variable.
 
@@ -72,7 +72,6 @@ impl ContainerSettings {
                 pids: Some(pids),
                 memory_bytes,
                 nano_cpus,
-                oci_runtime: get("ITERION_SANDBOX_OCI_RUNTIME").map(str::to_owned),
             },
             warnings,
         }
@@ -121,7 +120,6 @@ mod tests {
         assert_eq!(s.hardening, HardeningProfile::Strict);
         assert_eq!(s.limits.pids, Some(4096));
         assert_eq!((s.limits.memory_bytes, s.limits.nano_cpus), (None, None));
-        assert_eq!(s.limits.oci_runtime, None);
         assert!(s.warnings.is_empty());
     }
 
@@ -132,13 +130,11 @@ mod tests {
             ("ITERION_SANDBOX_PIDS_LIMIT", "0"),
             ("ITERION_SANDBOX_MEMORY_LIMIT", "512m"),
             ("ITERION_SANDBOX_CPUS", "1.5"),
-            ("ITERION_SANDBOX_OCI_RUNTIME", "runsc"),
         ]));
         assert_eq!(s.hardening, HardeningProfile::Compat);
         assert_eq!(s.limits.pids, Some(0));
         assert_eq!(s.limits.memory_bytes, Some(512 << 20));
         assert_eq!(s.limits.nano_cpus, Some(1_500_000_000));
-        assert_eq!(s.limits.oci_runtime.as_deref(), Some("runsc"));
         assert!(s.warnings.is_empty(), "{:?}", s.warnings);
     }
 

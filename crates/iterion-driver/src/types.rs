@@ -139,6 +139,11 @@ pub struct EngineInfo {
     pub desktop: bool,
     /// The endpoint reached (socket path or URL), for diagnostics.
     pub endpoint: Option<String>,
+    /// The OCI runtimes the engine lists (Docker and Podman `/info` `Runtimes`), sorted; empty when it lists
+    /// none or the driver cannot tell (kubernetes runtime classes are not listed).
+    pub runtimes: Vec<String>,
+    /// The engine's default runtime (`/info` `DefaultRuntime`), when it says.
+    pub default_runtime: Option<String>,
 }
 
 impl EngineInfo {
@@ -590,8 +595,6 @@ pub struct ResourceLimits {
     pub memory_bytes: Option<u64>,
     /// CPU in billionths.
     pub nano_cpus: Option<u64>,
-    /// OCI runtime name.
-    pub oci_runtime: Option<String>,
 }
 
 /// Hardening profile (03 §8.7).
@@ -983,6 +986,9 @@ pub struct HardeningReport {
     pub pids_limit: Option<u64>,
     /// Memory limit.
     pub memory_bytes: Option<u64>,
+    /// The OCI runtime the container runs under, as the engine names it (`runsc`, a runtime class);
+    /// `None` for the engine's default.
+    pub oci_runtime: Option<String>,
 }
 
 /// What `start` did (03 §3.8).

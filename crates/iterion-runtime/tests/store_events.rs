@@ -216,6 +216,11 @@ fn catalogue() -> Vec<Event> {
             network_mode: s("allowlist"),
             enforced_egress: true,
             shell: s("sh"),
+            runtime: RuntimeRecord {
+                name: s("gvisor"),
+                source: s("workflow sandbox.runtime"),
+                engine: s("runsc"),
+            },
             duration_ms: 2100,
         }
         .into(),

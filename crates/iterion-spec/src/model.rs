@@ -150,7 +150,7 @@ pub enum SandboxKind {
     Auto,
     /// `mode: inline`, or a mode-less block with `image:` or `build:`.
     Inline,
-    /// A mode-less block carrying only `network` (and, at workflow level, `host_state`): contributes no
+    /// A mode-less block carrying only `network` (and, at workflow level, `host_state` and `runtime`): contributes no
     /// mode, only overrides applied on top of the mode chosen elsewhere.
     Override,
     /// The declaration has a shape error (`C044`, `C094`, `E002`); compile reported it and the declaration
@@ -269,6 +269,9 @@ pub struct SandboxDecl {
     /// `secrets:` (workflow level only): the secrets the workflow asks the operator for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secrets: Option<Vec<SecretDecl>>,
+    /// `runtime:` as written (`default`, `gvisor`, `kata` or a runtime name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<Spanned<String>>,
 }
 
 /// One entry of `sandbox.secrets:`, as written: a secret the workflow asks for, by name.
@@ -313,6 +316,7 @@ impl SandboxDecl {
             mounts: None,
             network: None,
             secrets: None,
+            runtime: None,
         }
     }
 
@@ -351,6 +355,9 @@ impl SandboxDecl {
         if self.network.is_some() {
             v.push("network");
         }
+        if self.runtime.is_some() {
+            v.push("runtime");
+        }
         v
     }
 
@@ -374,8 +381,9 @@ impl SandboxDecl {
                     && self.post_create.is_none()
                     && self.env.is_none()
                     && self.mounts.is_none();
-                let has_any = self.network.is_some() || self.host_state.is_some();
-                let node_host_state = self.scope == SandboxScope::Node && self.host_state.is_some();
+                let has_any = self.network.is_some() || self.host_state.is_some() || self.runtime.is_some();
+                let node_host_state =
+                    self.scope == SandboxScope::Node && (self.host_state.is_some() || self.runtime.is_some());
                 if only_override && has_any && !node_host_state {
                     SandboxKind::Override
                 } else {
@@ -1241,5 +1249,12 @@ mod tests {
         d.host_state = None;
         d.network = Some(NetworkDecl::default());
         assert_eq!(d.derive_kind(), SandboxKind::Override);
+        // the runtime, like host_state: a workflow override, never on a node sharing the run's container
+        d.runtime = Some(s("gvisor"));
+        assert_eq!(d.derive_kind(), SandboxKind::Invalid);
+        d.scope = SandboxScope::Workflow;
+        d.network = None;
+        assert_eq!(d.derive_kind(), SandboxKind::Override);
+        assert_eq!(d.properties_set(), vec!["runtime"]);
     }
 }

@@ -1621,6 +1621,7 @@ impl<'a> Parser<'a> {
                 "user" => d.user = p.str_prop(k),
                 "workspace_folder" => d.workspace_folder = p.str_prop(k),
                 "host_state" => d.host_state = p.name_prop(k),
+                "runtime" => d.runtime = p.str_or_name_prop(k),
                 "post_create" => d.post_create = p.str_prop(k),
                 "env" => {
                     if let Some(m) = p.string_map(k, "sandbox.env") {

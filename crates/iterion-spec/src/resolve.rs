@@ -37,7 +37,8 @@ use crate::diag::Diagnostic;
 use crate::model::{NetworkDecl, SandboxDecl, SandboxKind, Spanned, TextMap, Workflow};
 use crate::resolved::{
     BuildSpec, EnvLayers, Floor, FloorApplication, HostState, NetworkMode, NetworkPolicySpec, NetworkPreset,
-    NodePlacement, Origin, RequestedInputs, ResolvedMode, ResolvedSandbox, RunMode, SandboxPlan, Scope,
+    NodePlacement, OciRuntime, Origin, RequestedInputs, ResolvedMode, ResolvedSandbox, RunMode,
+    RuntimeChoice, SandboxPlan, Scope,
 };
 use crate::values;
 
@@ -79,6 +80,11 @@ pub const ENV_DEFAULT_IMAGE: &str = "ITERION_SANDBOX_DEFAULT_IMAGE";
 pub const ENV_FLOOR: &str = "ITERION_SANDBOX_FLOOR";
 /// See [`ENV_DEFAULT`].
 pub const ENV_HOST_STATE_GUARD: &str = "ITERION_SANDBOX_HOST_STATE_GUARD";
+/// The operator's OCI runtime (`default`, `gvisor`, `kata` or a runtime name), below the workflow's
+/// `sandbox.runtime`. Read on every launch and resume, never recorded.
+pub const ENV_OCI_RUNTIME: &str = "ITERION_SANDBOX_OCI_RUNTIME";
+/// The runtime floor: every container runs under this runtime, whatever the workflow or the flag asks.
+pub const ENV_RUNTIME_FLOOR: &str = "ITERION_SANDBOX_RUNTIME_FLOOR";
 
 /// The default image repository (01 §8.7).
 pub const DEFAULT_IMAGE_REPO: &str = "ghcr.io/socialgouv/iterion-sandbox-slim";
@@ -92,6 +98,8 @@ pub struct ResolveInputs<'a> {
     pub cli_host_state: Option<HostState>,
     /// `--sandbox-default-image` (trimmed; empty counts as unset).
     pub cli_default_image: Option<String>,
+    /// `--sandbox-runtime`.
+    pub cli_runtime: Option<OciRuntime>,
     /// The launching process environment (only the `ITERION_SANDBOX_*` names of 01 §8.1 and the localEnv
     /// allowlist are read).
     pub env: BTreeMap<String, String>,
@@ -114,6 +122,7 @@ impl std::fmt::Debug for ResolveInputs<'_> {
             .field("cli_mode", &self.cli_mode)
             .field("cli_host_state", &self.cli_host_state)
             .field("cli_default_image", &self.cli_default_image)
+            .field("cli_runtime", &self.cli_runtime)
             .field("env_names", &self.env.keys().collect::<Vec<_>>())
             .field("builtin_default_mode", &self.builtin_default_mode)
             .field("binary_version", &self.binary_version)
@@ -131,6 +140,7 @@ impl<'a> ResolveInputs<'a> {
             cli_mode: None,
             cli_host_state: None,
             cli_default_image: None,
+            cli_runtime: None,
             env: BTreeMap::new(),
             builtin_default_mode: ModeChoice::None,
             binary_version: None,
@@ -235,6 +245,8 @@ struct EnvInputs {
     default_image: Option<String>,
     floor: Option<FloorLevel>,
     guard: Option<String>,
+    runtime: Option<OciRuntime>,
+    runtime_floor: Option<OciRuntime>,
 }
 
 fn env_value<'e>(env: &'e BTreeMap<String, String>, name: &str) -> &'e str {
@@ -273,12 +285,22 @@ fn read_env(env: &BTreeMap<String, String>) -> Result<EnvInputs> {
             ));
         }
     };
+    let runtime_of = |name: &'static str| match env_value(env, name) {
+        "" => Ok(None),
+        v => OciRuntime::parse(v)
+            .map(Some)
+            .map_err(|_| bad(name, "default, gvisor, kata, a runtime name or empty")),
+    };
+    let runtime = runtime_of(ENV_OCI_RUNTIME)?;
+    let runtime_floor = runtime_of(ENV_RUNTIME_FLOOR)?.filter(|r| !r.is_default());
     Ok(EnvInputs {
         default_mode,
         host_state,
         default_image,
         floor,
         guard,
+        runtime,
+        runtime_floor,
     })
 }
 
@@ -345,6 +367,8 @@ struct Resolver<'w, 'i> {
     floors: Vec<FloorApplication>,
     /// The devcontainer outcome, loaded at most once.
     devcontainer: Option<Option<devcontainer::DevcontainerSpec>>,
+    /// The run scope's runtime before the floor (what a node's own container inherits).
+    run_runtime: RuntimeChoice,
 }
 
 /// The fields a sandbox block contributes to a container spec.
@@ -526,6 +550,7 @@ impl<'w, 'i> Resolver<'w, 'i> {
             host_state: HostState::Auto,
             host_state_source: "default".to_owned(),
             network: NetworkPolicySpec::open("default"),
+            runtime: RuntimeChoice::default(),
             degrade_allowed: false,
             key: String::new(),
         }
@@ -820,6 +845,28 @@ impl<'w, 'i> Resolver<'w, 'i> {
         }
     }
 
+    /// Sets the scope's runtime, then applies `ITERION_SANDBOX_RUNTIME_FLOOR` (recorded when it changes it).
+    fn runtime_for(&mut self, sb: &mut ResolvedSandbox, chosen: RuntimeChoice, node: Option<&str>) {
+        sb.runtime = chosen;
+        if let Some(floor) = &self.env.runtime_floor
+            && sb.runtime.name != *floor
+        {
+            self.floors.push(FloorApplication {
+                floor: Floor::RuntimeFloor,
+                value: floor.as_str().to_owned(),
+                scope: if node.is_some() { Scope::Node } else { Scope::Run },
+                node_id: node.map(str::to_owned),
+                from: sb.runtime.name.as_str().to_owned(),
+                to: floor.as_str().to_owned(),
+                shadowed_source: sb.runtime.source.clone(),
+            });
+            sb.runtime = RuntimeChoice {
+                name: floor.clone(),
+                source: ENV_RUNTIME_FLOOR.to_owned(),
+            };
+        }
+    }
+
     fn mode_floor(&mut self, mode: ScopeMode, source: &mut String, node: Option<&str>) -> ScopeMode {
         let Some(floor) = self.env.floor else { return mode };
         let scope = if node.is_some() { Scope::Node } else { Scope::Run };
@@ -899,9 +946,11 @@ pub fn resolve_sandbox(wf: &Workflow, inputs: &ResolveInputs<'_>) -> Result<Sand
         warnings: Vec::new(),
         floors: Vec::new(),
         devcontainer: None,
+        run_runtime: RuntimeChoice::default(),
     };
     refuse_invalid(wf)?;
     let wdecl = wf.sandbox.as_ref();
+    r.run_runtime = run_runtime(&mut r, wdecl)?;
     let cli_off = inputs.cli_mode == Some(ModeChoice::None);
     let (mode, source) = run_mode(&mut r, wdecl);
     let (run_hs, run_hs_source) = run_host_state(&mut r, wdecl)?;
@@ -943,6 +992,7 @@ fn requested_inputs(inputs: &ResolveInputs<'_>) -> RequestedInputs {
         cli_mode: inputs.cli_mode.map(|m| m.as_str().to_owned()),
         cli_host_state: inputs.cli_host_state.map(|h| h.as_str().to_owned()),
         cli_default_image: inputs.cli_default_image.clone(),
+        cli_runtime: inputs.cli_runtime.as_ref().map(|r| r.as_str().to_owned()),
         env: [ENV_DEFAULT, ENV_HOST_STATE, ENV_DEFAULT_IMAGE]
             .iter()
             .map(|k| ((*k).to_owned(), inputs.env.get(*k).cloned().unwrap_or_default()))
@@ -1012,6 +1062,49 @@ fn run_host_state(r: &mut Resolver<'_, '_>, wdecl: Option<&SandboxDecl>) -> Resu
     Ok(chosen)
 }
 
+/// The run's OCI runtime and where it came from: the flag, the workflow, the operator's variable, the engine's
+/// default (the floor is applied per scope, [`Resolver::runtime_for`]).
+fn run_runtime(r: &mut Resolver<'_, '_>, wdecl: Option<&SandboxDecl>) -> Result<RuntimeChoice> {
+    if let Some(rt) = &r.inputs.cli_runtime {
+        return Ok(RuntimeChoice {
+            name: rt.clone(),
+            source: "cli flag --sandbox-runtime".to_owned(),
+        });
+    }
+    let declared = wdecl
+        .filter(|d| d.kind != SandboxKind::Off)
+        .and_then(|d| d.runtime.as_ref());
+    if let Some(rt) = declared {
+        let name = OciRuntime::parse(&rt.value).map_err(|m| r.invalid("C044", None, m))?;
+        return Ok(RuntimeChoice {
+            name,
+            source: "workflow sandbox.runtime".to_owned(),
+        });
+    }
+    Ok(match &r.env.runtime {
+        Some(rt) => RuntimeChoice {
+            name: rt.clone(),
+            source: ENV_OCI_RUNTIME.to_owned(),
+        },
+        None => RuntimeChoice::default(),
+    })
+}
+
+/// A node's own container: the flag, the node's `sandbox.runtime`, else the run's choice.
+fn node_runtime(r: &mut Resolver<'_, '_>, d: &SandboxDecl, id: &str) -> Result<RuntimeChoice> {
+    let declared = d.runtime.as_ref().filter(|_| d.kind != SandboxKind::Off);
+    match declared {
+        Some(rt) if r.inputs.cli_runtime.is_none() => {
+            let name = OciRuntime::parse(&rt.value).map_err(|m| r.invalid("C044", Some(id), m))?;
+            Ok(RuntimeChoice {
+                name,
+                source: "node sandbox.runtime".to_owned(),
+            })
+        }
+        _ => Ok(r.run_runtime.clone()),
+    }
+}
+
 /// The run-scope sandbox (01 §8.4) with its network (01 §8.5), or why there is none that can be skipped.
 fn run_scope(
     r: &mut Resolver<'_, '_>,
@@ -1050,6 +1143,8 @@ fn run_scope(
         )?;
         sb.degrade_allowed = r.degrade_allowed(sb.mode);
         r.host_state_for(sb, run_hs.0, run_hs.1.to_owned(), None);
+        let rt = r.run_runtime.clone();
+        r.runtime_for(sb, rt, None);
         sb.refresh_key();
     }
     Ok((run, run_skippable))
@@ -1178,20 +1273,18 @@ fn place_node(
         },
     };
     sb.degrade_allowed = r.degrade_allowed(sb.mode);
+    let floors_before = r.floors.len();
     r.host_state_for(&mut sb, hs, hs_source, Some(id));
+    let rt = node_runtime(r, d, id)?;
+    r.runtime_for(&mut sb, rt, Some(id));
     sb.refresh_key();
     if let Some(rsb) = run
         && sb.mode == ResolvedMode::Auto
         && rsb.mode == ResolvedMode::Auto
         && rsb.key == sb.key
     {
-        // The guard application recorded for this node duplicates the run's; drop it.
-        if let Some(last) = r.floors.last()
-            && last.floor == Floor::HostStateGuard
-            && last.node_id.as_deref() == Some(id)
-        {
-            r.floors.pop();
-        }
+        // The guard and runtime floor applications recorded for this node duplicate the run's; drop them.
+        r.floors.truncate(floors_before);
         return Ok(NodePlacement::Run { network: None });
     }
     Ok(NodePlacement::Own {

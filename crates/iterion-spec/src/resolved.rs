@@ -184,6 +184,112 @@ impl NetworkPolicySpec {
     }
 }
 
+/// The OCI runtime a sandbox's container runs under (`sandbox.runtime`, `--sandbox-runtime`,
+/// `ITERION_SANDBOX_OCI_RUNTIME`, floor `ITERION_SANDBOX_RUNTIME_FLOOR`). JSON: the word (`default`, `gvisor`,
+/// `kata`) or the runtime's own name.
+///
+/// The names are logical: each driver maps them onto what its engine calls them (Docker and Podman: a runtime
+/// the engine lists, `runsc` for gVisor; Kubernetes: a `runtimeClassName`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub enum OciRuntime {
+    /// The engine's default runtime (runc or crun, in practice).
+    #[default]
+    Default,
+    /// gVisor (`runsc`), a user-space kernel between the container and the host.
+    Gvisor,
+    /// Kata Containers, a lightweight virtual machine per container.
+    Kata,
+    /// A runtime the engine knows by this name (`runsc`, `crun`, `youki`, a runtime class).
+    Named(String),
+}
+
+impl OciRuntime {
+    /// Parses a runtime setting: `default`, `gvisor`, `kata` (trimmed, case-insensitive) or a name of letters,
+    /// digits, `.`, `_`, `+` and `-` that does not start with `-` (at most 128 bytes). `Err` says what is wrong.
+    pub fn parse(s: &str) -> Result<OciRuntime, String> {
+        let t = s.trim();
+        match t.to_ascii_lowercase().as_str() {
+            "default" => return Ok(OciRuntime::Default),
+            "gvisor" => return Ok(OciRuntime::Gvisor),
+            "kata" => return Ok(OciRuntime::Kata),
+            _ => {}
+        }
+        let ok_byte = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'+' | b'-');
+        if t.is_empty() {
+            return Err("empty runtime name (want default, gvisor, kata or a runtime name)".into());
+        }
+        if t.len() > 128 || t.starts_with('-') || !t.bytes().all(ok_byte) {
+            return Err(format!(
+                "invalid runtime '{t}' (want default, gvisor, kata or a runtime name of letters, digits, '.', '_', '+' and '-')"
+            ));
+        }
+        Ok(OciRuntime::Named(t.to_owned()))
+    }
+
+    /// The word or the name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            OciRuntime::Default => "default",
+            OciRuntime::Gvisor => "gvisor",
+            OciRuntime::Kata => "kata",
+            OciRuntime::Named(n) => n,
+        }
+    }
+
+    /// Whether this is the engine's default runtime.
+    pub fn is_default(&self) -> bool {
+        *self == OciRuntime::Default
+    }
+
+    /// Whether this is gVisor, by its logical name or by the names engines register it under.
+    pub fn is_gvisor(&self) -> bool {
+        match self {
+            OciRuntime::Gvisor => true,
+            OciRuntime::Named(n) => n == "runsc" || n == "gvisor",
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for OciRuntime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for OciRuntime {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for OciRuntime {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        OciRuntime::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The runtime of a resolved sandbox and the rule that chose it. A run record written before the setting
+/// existed reads back as the default runtime.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RuntimeChoice {
+    /// The runtime.
+    pub name: OciRuntime,
+    /// `cli flag --sandbox-runtime`, `workflow sandbox.runtime`, `node sandbox.runtime`,
+    /// `ITERION_SANDBOX_OCI_RUNTIME`, `ITERION_SANDBOX_RUNTIME_FLOOR` or `default`.
+    pub source: String,
+}
+
+impl Default for RuntimeChoice {
+    fn default() -> Self {
+        RuntimeChoice {
+            name: OciRuntime::Default,
+            source: "default".to_owned(),
+        }
+    }
+}
+
 /// The `devcontainer.json` a sandbox was built from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DevcontainerRef {
@@ -311,6 +417,9 @@ pub struct ResolvedSandbox {
     pub host_state_source: String,
     /// Effective egress policy.
     pub network: NetworkPolicySpec,
+    /// The OCI runtime of the container.
+    #[serde(default)]
+    pub runtime: RuntimeChoice,
     /// Whether a missing container runtime may degrade this scope to unsandboxed.
     pub degrade_allowed: bool,
     /// Stable hash of the container-relevant fields (see [`ResolvedSandbox::compute_key`]).
@@ -335,12 +444,14 @@ struct KeyView<'a> {
     network_preset: Option<NetworkPreset>,
     network_rules: &'a [String],
     degrade_allowed: bool,
+    #[serde(skip_serializing_if = "OciRuntime::is_default")]
+    runtime: &'a OciRuntime,
 }
 
 impl ResolvedSandbox {
     /// The stable key: lower-case hex SHA-256 over a canonical JSON of every field that shapes the container
     /// (mode, origin, devcontainer, image, build, user, workspace folder, post-create, env layers **with values**,
-    /// mounts, host state, network mode/preset/rules, degrade flag). Labels (`source`, `host_state_source`,
+    /// mounts, host state, network mode/preset/rules, degrade flag, runtime when not the default). Labels (`source`, `host_state_source`,
     /// `network.source`, `network.defaulted`) are left out, so two scopes that would create the same container
     /// share a key whoever declared them.
     pub fn compute_key(&self) -> String {
@@ -365,6 +476,7 @@ impl ResolvedSandbox {
             network_preset: self.network.preset,
             network_rules: &self.network.rules,
             degrade_allowed: self.degrade_allowed,
+            runtime: &self.runtime.name,
         };
         // Serializing plain data to a Vec cannot fail.
         let bytes = serde_json::to_vec(&view).unwrap_or_default();
@@ -413,6 +525,9 @@ pub enum Floor {
     /// `ITERION_SANDBOX_HOST_STATE_GUARD`.
     #[serde(rename = "ITERION_SANDBOX_HOST_STATE_GUARD")]
     HostStateGuard,
+    /// `ITERION_SANDBOX_RUNTIME_FLOOR`.
+    #[serde(rename = "ITERION_SANDBOX_RUNTIME_FLOOR")]
+    RuntimeFloor,
 }
 
 impl Floor {
@@ -421,6 +536,7 @@ impl Floor {
         match self {
             Floor::SandboxFloor => "ITERION_SANDBOX_FLOOR",
             Floor::HostStateGuard => "ITERION_SANDBOX_HOST_STATE_GUARD",
+            Floor::RuntimeFloor => "ITERION_SANDBOX_RUNTIME_FLOOR",
         }
     }
 }
@@ -465,6 +581,9 @@ pub struct RequestedInputs {
     pub cli_host_state: Option<String>,
     /// `--sandbox-default-image`.
     pub cli_default_image: Option<String>,
+    /// `--sandbox-runtime`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cli_runtime: Option<String>,
     /// `ITERION_SANDBOX_DEFAULT`, `ITERION_SANDBOX_HOST_STATE`, `ITERION_SANDBOX_DEFAULT_IMAGE` as seen (empty
     /// when unset).
     pub env: BTreeMap<String, String>,

@@ -33,6 +33,7 @@ fn sample() -> ResolvedSandbox {
             defaulted: false,
             source: "workflow sandbox: block".into(),
         },
+        runtime: Default::default(),
         degrade_allowed: false,
         key: String::new(),
     };

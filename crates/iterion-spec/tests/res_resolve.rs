@@ -5,7 +5,7 @@ mod res_common;
 use iterion_spec::devcontainer::MemReader;
 use iterion_spec::model::{NodeKind, Workflow};
 use iterion_spec::resolve::{ModeChoice, ResolveError, ResolveInputs, default_image, resolve_sandbox};
-use iterion_spec::resolved::{HostState, NetworkPolicySpec, NodePlacement, SandboxPlan};
+use iterion_spec::resolved::{HostState, NetworkPolicySpec, NodePlacement, OciRuntime, SandboxPlan};
 use res_common::{B, inputs, repo_with, s, set_env, wf, workflow};
 
 type Setup = fn(&mut ResolveInputs<'_>);
@@ -195,6 +195,168 @@ fn host_state_guard_floor_record() {
             ..
         }
     ));
+}
+
+// ----- the OCI runtime ------------------------------------------------------------------------------------
+
+/// `expect`: `<run runtime> / <source> / <floor applications>`, or `error: <message>`.
+fn check_rt(w: Workflow, setup: Setup, expect: &str) {
+    let got = match run(&w, &MemReader::new(), setup) {
+        Ok(p) => {
+            let sb = p.run.expect("active run");
+            let floors: Vec<String> = p
+                .floors
+                .iter()
+                .map(|f| {
+                    format!(
+                        "{} {}->{} over {}",
+                        f.floor.as_str(),
+                        f.from,
+                        f.to,
+                        f.shadowed_source
+                    )
+                })
+                .collect();
+            format!(
+                "{} / {} / [{}]",
+                sb.runtime.name,
+                sb.runtime.source,
+                floors.join(", ")
+            )
+        }
+        Err(e) => format!("error: {e}"),
+    };
+    assert_eq!(got, expect);
+}
+
+#[test]
+fn runtime_chain() {
+    let auto = || wf(Some(B::wf().mode("auto").done()));
+    let gvisor = || wf(Some(B::wf().mode("auto").runtime("gvisor").done()));
+    check_rt(auto(), nothing, "default / default / []");
+    check_rt(gvisor(), nothing, "gvisor / workflow sandbox.runtime / []");
+    // a workflow block that only overrides the runtime keeps the mode of the chain
+    check_rt(
+        wf(Some(B::wf().runtime("Kata").done())),
+        nothing,
+        "kata / workflow sandbox.runtime / []",
+    );
+    check_rt(
+        auto(),
+        |i| set_env(i, "ITERION_SANDBOX_OCI_RUNTIME", "runsc"),
+        "runsc / ITERION_SANDBOX_OCI_RUNTIME / []",
+    );
+    check_rt(
+        gvisor(),
+        |i| set_env(i, "ITERION_SANDBOX_OCI_RUNTIME", "kata"),
+        "gvisor / workflow sandbox.runtime / []",
+    );
+    check_rt(
+        gvisor(),
+        |i| i.cli_runtime = Some(OciRuntime::Default),
+        "default / cli flag --sandbox-runtime / []",
+    );
+    // the floor wins over every other source, and says what it shadowed
+    check_rt(
+        auto(),
+        |i| {
+            i.cli_runtime = Some(OciRuntime::Default);
+            set_env(i, "ITERION_SANDBOX_RUNTIME_FLOOR", "gvisor");
+        },
+        "gvisor / ITERION_SANDBOX_RUNTIME_FLOOR / [ITERION_SANDBOX_RUNTIME_FLOOR default->gvisor over cli flag --sandbox-runtime]",
+    );
+    check_rt(
+        gvisor(),
+        |i| set_env(i, "ITERION_SANDBOX_RUNTIME_FLOOR", "gvisor"),
+        "gvisor / workflow sandbox.runtime / []",
+    );
+    check_rt(
+        gvisor(),
+        |i| set_env(i, "ITERION_SANDBOX_RUNTIME_FLOOR", "default"),
+        "gvisor / workflow sandbox.runtime / []",
+    );
+    check_rt(
+        auto(),
+        |i| set_env(i, "ITERION_SANDBOX_OCI_RUNTIME", "-x"),
+        "error: invalid value '-x' for ITERION_SANDBOX_OCI_RUNTIME (want default, gvisor, kata, a runtime name or empty)",
+    );
+    check_rt(
+        auto(),
+        |i| set_env(i, "ITERION_SANDBOX_RUNTIME_FLOOR", "a b"),
+        "error: invalid value 'a b' for ITERION_SANDBOX_RUNTIME_FLOOR (want default, gvisor, kata, a runtime name or empty)",
+    );
+}
+
+#[test]
+fn runtime_shapes_the_key_and_node_containers() {
+    let p = run(&wf(Some(B::wf().mode("auto").done())), &MemReader::new(), nothing).unwrap();
+    let q = run(
+        &wf(Some(B::wf().mode("auto").runtime("gvisor").done())),
+        &MemReader::new(),
+        nothing,
+    )
+    .unwrap();
+    assert_ne!(p.run.unwrap().key, q.run.unwrap().key);
+    // a node that asks for another runtime gets its own container; one that asks for none shares the run's
+    let w = workflow(
+        Some(B::wf().mode("auto").done()),
+        vec![
+            (
+                "a",
+                NodeKind::Tool,
+                Some(B::node().mode("auto").runtime("gvisor").done()),
+            ),
+            ("b", NodeKind::Tool, Some(B::node().mode("auto").done())),
+        ],
+    );
+    let p = run(&w, &MemReader::new(), nothing).unwrap();
+    match &p.nodes["a"] {
+        NodePlacement::Own { sandbox, .. } => {
+            assert_eq!(sandbox.runtime.name, OciRuntime::Gvisor);
+            assert_eq!(sandbox.runtime.source, "node sandbox.runtime");
+        }
+        other => panic!("node a: {other:?}"),
+    }
+    assert!(
+        matches!(p.nodes["b"], NodePlacement::Run { .. }),
+        "{:?}",
+        p.nodes["b"]
+    );
+    // under a floor both nodes end up with the run's container, and only the run's change is recorded
+    let p = run(&w, &MemReader::new(), |i| {
+        set_env(i, "ITERION_SANDBOX_RUNTIME_FLOOR", "kata")
+    })
+    .unwrap();
+    let nodes: Vec<_> = p.floors.iter().map(|f| f.node_id.clone()).collect();
+    assert_eq!(nodes, vec![None]);
+    assert!(
+        matches!(p.nodes["a"], NodePlacement::Run { .. }),
+        "{:?}",
+        p.nodes["a"]
+    );
+    assert!(matches!(p.nodes["b"], NodePlacement::Run { .. }));
+}
+
+#[test]
+fn runtime_names() {
+    let ok = |s: &str, want: OciRuntime| assert_eq!(OciRuntime::parse(s), Ok(want), "{s}");
+    ok(" default ", OciRuntime::Default);
+    ok("GVISOR", OciRuntime::Gvisor);
+    ok("kata", OciRuntime::Kata);
+    ok("runsc", OciRuntime::Named("runsc".into()));
+    ok(
+        "io.containerd.kata.v2",
+        OciRuntime::Named("io.containerd.kata.v2".into()),
+    );
+    for bad in ["", "-x", "a b", "/usr/bin/runsc", "x;y"] {
+        assert!(OciRuntime::parse(bad).is_err(), "{bad}");
+    }
+    let json = serde_json::to_string(&OciRuntime::Named("crun".into())).unwrap();
+    assert_eq!(json, r#""crun""#);
+    assert_eq!(
+        serde_json::from_str::<OciRuntime>(r#""gvisor""#).unwrap(),
+        OciRuntime::Gvisor
+    );
 }
 
 // ----- 12.8 default image ----------------------------------------------------------------------------------

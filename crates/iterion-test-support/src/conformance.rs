@@ -108,6 +108,7 @@ pub fn sandbox_for(image: Option<&str>, workspace: &Path) -> ResolvedSandbox {
         host_state: HostState::None,
         host_state_source: "conformance".into(),
         network: NetworkPolicySpec::open("conformance"),
+        runtime: Default::default(),
         degrade_allowed: false,
         key: String::new(),
     };

@@ -9,6 +9,7 @@ pub mod dns;
 pub mod docker_http;
 pub mod docker_image;
 pub mod fake_provider;
+pub mod gvisor;
 pub mod k8s_fake;
 pub mod podman;
 pub mod upstream;

@@ -7,7 +7,7 @@
 use iterion_test_support::fake_provider::{FakeProvider, Reply};
 use serde_json::json;
 
-use crate::harness::{Hostile, engine_ready, node_output, show};
+use crate::harness::{Hostile, engine_ready, node_output, show, under_gvisor};
 
 /// Values that must never be readable by a process the model starts.
 const SECRETS: &[(&str, &str)] = &[
@@ -31,6 +31,53 @@ fn tool_command() -> String {
          printf '%s\\n' '{FORGED}' > /dev/stdout\n\
          true\n"
     )
+}
+
+/// The refusal of a claw node under gVisor: the run fails before any model call, with the reason and what to do.
+fn assert_refused_under_gvisor(out: &std::process::Output, fake: &FakeProvider) {
+    assert!(!out.status.success(), "{}", show(out));
+    let text = show(out);
+    assert!(text.contains("SANDBOX_SPEC_INVALID"), "{text}");
+    assert!(
+        text.contains("would run under gVisor") && text.contains("envelope channel"),
+        "{text}"
+    );
+    assert_eq!(fake.requests().len(), 0, "no model call before the refusal");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claw_node_under_gvisor_is_refused_before_anything_runs() {
+    if !engine_ready("escapes::claw_env::refused_under_gvisor") {
+        return;
+    }
+    let fake = FakeProvider::start(vec![Reply::tool("bash", json!({ "command": tool_command() }))])
+        .await
+        .unwrap();
+    let h = Hostile::new();
+    h.write(
+        "wf.bot",
+        "schema result:\n  who: string\n\nprompt ask:\n  Look around.\n\nagent a:\n  model: \"claude-test\"\n  user: ask\n  tools: [bash]\n  output: result\n\nworkflow w:\n  entry: a\n  sandbox:\n    mode: auto\n    runtime: gvisor\n    network:\n      mode: allowlist\n      preset: none\n  a -> done\n",
+    );
+    let mut cmd = h.cmd(&["run", "wf.bot", "--json"]);
+    cmd.env("ANTHROPIC_BASE_URL", fake.url())
+        .env_remove("ITERION_BIN");
+    for (k, v) in SECRETS {
+        cmd.env(k, v);
+    }
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    assert_refused_under_gvisor(&out, &fake);
+    for id in h.run_ids() {
+        assert!(
+            iterion_test_support::containers_of(&id).is_empty(),
+            "a container was started"
+        );
+    }
+    // the dry run refuses it the same way
+    let out = h.cmd(&["run", "wf.bot", "--dry-run"]).output().unwrap();
+    assert!(!out.status.success(), "{}", show(&out));
+    assert!(show(&out).contains("would run under gVisor"), "{}", show(&out));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -62,6 +109,11 @@ async fn a_claw_runner_s_tools_read_no_provider_key_and_cannot_forge_its_result(
     let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
         .await
         .unwrap();
+    if under_gvisor() {
+        // gVisor's /proc hands the runner's environment to its tools: the node is refused instead
+        assert_refused_under_gvisor(&out, &fake);
+        return;
+    }
     assert!(out.status.success(), "{}", show(&out));
     let ids = h.run_ids();
     let events = h.events(&ids[0]);
@@ -127,6 +179,11 @@ async fn a_node_cannot_swap_the_claw_runner_for_the_next_claw_node() {
         "a program of the sandbox got the claw node's environment:\n{}",
         read("stolen.txt")
     );
+    if under_gvisor() {
+        // refused before the swap could even run
+        assert_refused_under_gvisor(&out, &fake);
+        return;
+    }
     // the attack took place on the image's directory, not on the exec path
     assert_eq!(read("swapped.txt"), "usr-local-bin\n");
     assert!(out.status.success(), "{}", show(&out));

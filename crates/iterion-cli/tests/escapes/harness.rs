@@ -17,6 +17,37 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_iterion");
 pub const IMAGE: &str = "iterion-test/busybox:latest";
 
 /// Whether the engine answers and the local test image is present; under CI a missing engine fails the test.
+/// Whether the operator's environment puts this test process's sandboxes under gVisor (the suite run under
+/// `ITERION_SANDBOX_RUNTIME_FLOOR=gvisor`).
+pub fn under_gvisor() -> bool {
+    ["ITERION_SANDBOX_RUNTIME_FLOOR", "ITERION_SANDBOX_OCI_RUNTIME"]
+        .iter()
+        .any(|k| {
+            std::env::var(k)
+                .is_ok_and(|v| iterion_spec::resolved::OciRuntime::parse(&v).is_ok_and(|r| r.is_gvisor()))
+        })
+}
+
+/// Under gVisor, a run the runtime refuses before anything starts: failed, with `why` in its output.
+pub fn refused_under_gvisor(out: &std::process::Output, why: &str) -> bool {
+    if !under_gvisor() {
+        return false;
+    }
+    assert!(!out.status.success(), "{}", show(out));
+    assert!(
+        show(out).contains(why),
+        "want a refusal naming {why:?}: {}",
+        show(out)
+    );
+    true
+}
+
+/// The refusal of a claw node (a claw agent, an llm router) under gVisor.
+pub const CLAW_UNDER_GVISOR: &str = "would run under gVisor";
+
+/// The refusal of an open policy under a gVisor registered with `--network=none`.
+pub const OPEN_UNDER_GVISOR: &str = "registered with --network=none";
+
 pub fn engine_ready(test: &str) -> bool {
     if !engine_required(test) {
         return false;

@@ -783,3 +783,76 @@ pub(super) fn build_context(ctx: &Ctx<'_>) -> Check {
     }
     combine(ID, parts, skip(ID, "no build"))
 }
+
+/// The OCI runtimes the engine offers and the one each container of the workflow gets (`sandbox.runtime`,
+/// `--sandbox-runtime`, `ITERION_SANDBOX_OCI_RUNTIME`, the runtime floor); a runtime the engine lacks fails
+/// here as the run would, before anything starts.
+pub(super) async fn oci_runtime(ctx: &Ctx<'_>) -> Check {
+    const ID: &str = "oci_runtime";
+    if ctx.plan.is_err() {
+        return skip(ID, "sandbox resolution failed (see sandbox_active)");
+    }
+    if ctx.specs.is_empty() || !ctx.active() {
+        return skip(ID, "no active sandbox scope");
+    }
+    let wanted: Vec<(&str, &iterion_spec::resolved::RuntimeChoice)> =
+        ctx.specs.iter().map(|(l, s)| (l.as_str(), &s.runtime)).collect();
+    let choice = |rt: &iterion_spec::resolved::RuntimeChoice, engine: Option<&str>| json!({"name": rt.name.as_str(), "source": rt.source, "engine": engine.unwrap_or("default")});
+    if ctx.cloud {
+        let mut lines = Vec::new();
+        let mut details = serde_json::Map::new();
+        for (label, rt) in &wanted {
+            let class = iterion_driver_k8s::manifest::runtime_class(&rt.name);
+            lines.push(format!(
+                "{label}: {} ({}) -> runtimeClassName {}",
+                rt.name,
+                rt.source,
+                class.as_deref().unwrap_or("(cluster default)")
+            ));
+            details.insert((*label).to_owned(), choice(rt, class.as_deref()));
+        }
+        let mut c = pass(ID, lines.join("; "));
+        c.details = json!({"scopes": details});
+        return c;
+    }
+    if ctx.forced_noop() || ctx.cross_host() {
+        return skip(ID, "no engine on this host to ask");
+    }
+    let Some(offered) = ctx.host.engine.runtimes().await else {
+        return skip(ID, "the engine did not list its runtimes (see engine_reachable)");
+    };
+    let podman = ctx.host.selection.kind == DriverKind::Podman;
+    let mut lines = Vec::new();
+    let mut details = serde_json::Map::new();
+    let mut missing = Vec::new();
+    for (label, rt) in &wanted {
+        match iterion_driver_docker::engine::engine_runtime(podman, &offered.names, &rt.name) {
+            Ok(engine) => {
+                let shown = engine.clone().or_else(|| offered.default.clone());
+                lines.push(format!(
+                    "{label}: {} ({}) -> {}",
+                    rt.name,
+                    rt.source,
+                    shown.as_deref().unwrap_or("the engine's default")
+                ));
+                details.insert((*label).to_owned(), choice(rt, engine.as_deref()));
+            }
+            Err(e) => missing.push((label.to_string(), e.to_string())),
+        }
+    }
+    let offers = format!(
+        "the engine offers {} (default {})",
+        if offered.names.is_empty() {
+            "no runtime list".to_owned()
+        } else {
+            offered.names.join(", ")
+        },
+        offered.default.as_deref().unwrap_or("unknown")
+    );
+    if let Some((label, why)) = missing.first() {
+        return fail(ID, format!("{label}: {why}"), format!("{why}; {offers}"));
+    }
+    let mut c = pass(ID, format!("{}; {offers}", lines.join("; ")));
+    c.details = json!({"offered": offered.names, "default": offered.default, "scopes": details});
+    c
+}

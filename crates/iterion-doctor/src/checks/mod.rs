@@ -336,6 +336,7 @@ fn resolve<'a>(inputs: &Inputs, loaded: Option<&'a Loaded>) -> Resolved<'a> {
             let mut ri = ResolveInputs::new(inputs.work_dir.clone(), &reader);
             ri.cli_mode = inputs.sandbox;
             ri.cli_host_state = inputs.host_state;
+            ri.cli_runtime = inputs.runtime.clone();
             ri.cli_default_image = inputs.default_image.clone();
             ri.env = inputs.env.clone();
             ri.builtin_default_mode = ModeChoice::Auto;
@@ -450,6 +451,7 @@ async fn battery(ctx: &Ctx<'_>) -> Vec<Check> {
     run!(driver_available(ctx));
     run!(spec_valid(ctx));
     run!(engine_reachable(ctx).await);
+    run!(oci_runtime(ctx).await);
     run!(spec_safety(ctx));
     run!(env_deny(ctx));
     run!(secrets(ctx));
@@ -673,6 +675,7 @@ fn spec_json(ctx: &Ctx<'_>) -> Value {
                 "build": r.build.is_some(), "user": r.user, "effective_user": effective_user,
                 "workspace_folder": r.workspace_folder, "host_state": r.host_state.as_str(),
                 "host_state_source": r.host_state_source,
+                "runtime": {"name": r.runtime.name.as_str(), "source": r.runtime.source},
                 "network": {"mode": r.network.mode.as_str(), "preset": r.network.preset.map(|p| p.as_str()),
                             "rules": r.network.rules.len(), "defaulted": r.network.defaulted},
                 "env_names": {"repo": r.env_layers.repo.keys().collect::<Vec<_>>(),

@@ -208,6 +208,7 @@ impl DockerDriver {
         let mounts = plan::plan_mounts(&self.settings, &facts, kind, sandbox, lease, req)?;
         let user = plan::plan_user(sandbox, &facts, req, &mounts);
         let hardening = create::Hardening::of(req, &facts);
+        let oci_runtime = facts.oci_runtime(&sandbox.runtime.name)?;
         let image_for_create = image.id.clone().unwrap_or_else(|| image.reference.clone());
         let spec = create::CreateSpec {
             name: &name,
@@ -222,7 +223,7 @@ impl DockerDriver {
                 &self.settings.iterion_version,
             ),
             hardening: &hardening,
-            oci_runtime: req.limits.oci_runtime.clone(),
+            oci_runtime: oci_runtime.clone(),
         };
         let (id, limits_ignored) =
             create::create_container(docker, &spec, req, &self.settings.this_host).await?;
@@ -254,6 +255,7 @@ impl DockerDriver {
             hardening,
             limits: &req.limits,
             limits_ignored,
+            oci_runtime,
         });
         report.bash = Some(checked.bash);
         report.start_checks_cached = checked.cached;
@@ -295,6 +297,8 @@ impl iterion_driver::Driver for DockerDriver {
         info.rootless = f.rootless;
         info.desktop = f.desktop;
         info.endpoint = Some(format!("unix://{}", f.endpoint.display()));
+        info.runtimes = f.runtimes.clone();
+        info.default_runtime = f.default_runtime.clone();
         Ok(info)
     }
 
@@ -303,6 +307,12 @@ impl iterion_driver::Driver for DockerDriver {
         let kind = self.kind();
         let sandbox = req.sandbox;
         iterion_driver::spec_safety::check_spec(&sandbox)?;
+        // refused before anything is pulled, built or started; a build itself runs under the default runtime
+        if let Some(name) = engine.facts().oci_runtime(&sandbox.runtime.name)? {
+            engine
+                .facts()
+                .check_runtime_egress(&name, sandbox.network.needs_proxy())?;
+        }
         if sandbox.build.is_some() {
             return Ok(Prepared::new(kind, sandbox));
         }

@@ -97,7 +97,14 @@ pub(super) async fn start_and_check(
         c.user.clone(),
         c.kind,
     )
-    .with_reaper(bound_relay(&inspected));
+    .with_reaper(bound_relay(&inspected))
+    .with_gone_watch(
+        inspected
+            .host_config
+            .as_ref()
+            .and_then(|h| h.runtime.as_deref())
+            .is_some_and(|r| !r.is_empty() && Some(r) != facts.default_runtime.as_deref()),
+    );
     let run = DockerRun::new(inner);
     let cache =
         probe_cache.and_then(|dir| Some((dir, crate::probecache::key(&inspected, c.user.as_deref())?)));
@@ -205,6 +212,8 @@ pub(super) struct Outcome<'a> {
     pub(super) limits: &'a ResourceLimits,
     /// The limits the engine rejected.
     pub(super) limits_ignored: Vec<String>,
+    /// The engine's name of the OCI runtime, `None` for its default.
+    pub(super) oci_runtime: Option<String>,
 }
 
 /// The start report of 03 §8.10.
@@ -273,6 +282,7 @@ pub(super) fn start_report(o: Outcome<'_>) -> StartReport {
         no_new_privileges: strict,
         pids_limit: if all_limits { o.limits.pids } else { None },
         memory_bytes: if all_limits { o.limits.memory_bytes } else { None },
+        oci_runtime: o.oci_runtime,
     };
     report.limits_ignored = o.limits_ignored;
     report

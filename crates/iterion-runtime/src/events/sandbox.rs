@@ -463,8 +463,32 @@ pub struct SandboxStarted {
     pub enforced_egress: bool,
     /// `bash` or `sh`.
     pub shell: String,
+    /// The OCI runtime the container runs under.
+    pub runtime: RuntimeRecord,
     /// Duration in milliseconds.
     pub duration_ms: u64,
+}
+
+/// The OCI runtime of a started sandbox: what was asked, by which rule, and the engine's name for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuntimeRecord {
+    /// `default`, `gvisor`, `kata` or a runtime name (`sandbox.runtime`).
+    pub name: String,
+    /// The rule that chose it (`workflow sandbox.runtime`, `ITERION_SANDBOX_RUNTIME_FLOOR`, `default`, …).
+    pub source: String,
+    /// The engine's name of the runtime (`runsc`, a runtime class), `default` for the engine's default.
+    pub engine: String,
+}
+
+impl RuntimeRecord {
+    /// The record of a sandbox's runtime choice and the name the driver reported.
+    pub fn of(choice: &iterion_spec::resolved::RuntimeChoice, engine: Option<&str>) -> Self {
+        RuntimeRecord {
+            name: choice.name.to_string(),
+            source: choice.source.clone(),
+            engine: engine.unwrap_or("default").to_owned(),
+        }
+    }
 }
 impl EventData for SandboxStarted {
     const TYPE: &'static str = "sandbox_started";

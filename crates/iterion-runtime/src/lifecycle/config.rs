@@ -63,6 +63,8 @@ pub struct SandboxFlags {
     pub host_state: Option<HostState>,
     /// `--sandbox-default-image`.
     pub default_image: Option<String>,
+    /// `--sandbox-runtime`.
+    pub runtime: Option<iterion_spec::resolved::OciRuntime>,
     /// `--sandbox-driver` (recorded; selection itself is done by the caller).
     pub driver: Option<String>,
     /// `--sandbox-env` entries, already parsed.

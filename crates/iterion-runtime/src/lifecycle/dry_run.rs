@@ -15,8 +15,8 @@ use super::config::{Config, Launch};
 use super::host::DriverChoice;
 use super::requested_of;
 use super::sandbox::{
-    attachments_unsupported, codex_refusal, compile_policy, effective_policies, host_fallback,
-    resolve_failure,
+    attachments_unsupported, claw_runtime_refusal, codex_refusal, compile_policy, effective_policies,
+    host_fallback, resolve_failure,
 };
 use super::step_failure::Failure;
 use super::worktree::Planned;
@@ -200,7 +200,14 @@ pub fn dry_run(cfg: &Config, launch: &Launch) -> Result<DryRun> {
         }
     }
     let codex = crate::exec::codex::codex_nodes(&launch.workflow, &cfg.env);
-    if let Err(f) = decide(cfg, &plan, &launch.sandbox.operator_env, &codex, &mut out) {
+    let claw = crate::exec::check::claw_nodes(&launch.workflow, &cfg.env);
+    if let Err(f) = decide(
+        cfg,
+        &plan,
+        &launch.sandbox.operator_env,
+        (&codex, &claw),
+        &mut out,
+    ) {
         out.refused = Some(f.into());
     }
     out.plan = Some(plan);
@@ -212,7 +219,10 @@ fn decide(
     cfg: &Config,
     plan: &SandboxPlan,
     operator: &[iterion_envdeny::SandboxEnvEntry],
-    codex: &std::collections::BTreeSet<String>,
+    (codex, claw): (
+        &std::collections::BTreeSet<String>,
+        &std::collections::BTreeSet<String>,
+    ),
     out: &mut DryRun,
 ) -> std::result::Result<(), Failure> {
     if !plan.any_active() {
@@ -256,6 +266,7 @@ fn decide(
         }
     };
     codex_refusal(plan, codex)?;
+    claw_runtime_refusal(plan, claw)?;
     let (_, node_policies, _) = effective_policies(plan);
     for p in plan.run.iter().map(|r| &r.network).chain(node_policies.values()) {
         if p.needs_proxy() {

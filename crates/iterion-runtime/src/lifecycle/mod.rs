@@ -17,7 +17,7 @@ use iterion_driver::OwnerInfo;
 use iterion_envdeny::SandboxEnvEntry;
 use iterion_spec::model::Workflow;
 use iterion_spec::resolve::{ModeChoice, ResolveError, ResolveInputs, resolve_sandbox};
-use iterion_spec::resolved::{HostState, SandboxPlan};
+use iterion_spec::resolved::{HostState, OciRuntime, SandboxPlan};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
@@ -79,6 +79,7 @@ fn requested_of(
         cli_mode: flags.mode.map(|m| m.as_str().to_owned()),
         cli_host_state: flags.host_state.map(|h| h.as_str().to_owned()),
         cli_default_image: flags.default_image.clone(),
+        cli_runtime: flags.runtime.as_ref().map(|r| r.as_str().to_owned()),
         cli_driver: flags.driver.clone(),
         operator_env: flags
             .operator_env
@@ -122,6 +123,10 @@ fn resolve_with(
         None => None,
     };
     inputs.cli_default_image = req.cli_default_image.clone();
+    inputs.cli_runtime = match &req.cli_runtime {
+        Some(r) => Some(OciRuntime::parse(r).map_err(|_| bad("--sandbox-runtime", r))?),
+        None => None,
+    };
     inputs.env = env;
     inputs.builtin_default_mode =
         ModeChoice::parse(&req.builtin_default_mode).unwrap_or(cfg.builtin_default_mode);
@@ -482,6 +487,9 @@ fn resume_requested(
     }
     if let Some(i) = &f.default_image {
         requested.cli_default_image = Some(i.clone());
+    }
+    if let Some(r) = &f.runtime {
+        requested.cli_runtime = Some(r.as_str().to_owned());
     }
     if let Some(d) = &f.driver {
         requested.cli_driver = Some(d.clone());

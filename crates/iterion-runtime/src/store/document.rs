@@ -141,6 +141,9 @@ pub struct SandboxRequested {
     pub cli_host_state: Option<String>,
     /// `--sandbox-default-image`.
     pub cli_default_image: Option<String>,
+    /// `--sandbox-runtime`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cli_runtime: Option<String>,
     /// `--sandbox-driver`.
     pub cli_driver: Option<String>,
     /// `--sandbox-env` entries.

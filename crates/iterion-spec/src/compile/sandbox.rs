@@ -38,6 +38,11 @@ impl Compiler<'_> {
             );
         }
         self.secrets(d);
+        if let Some(rt) = &d.runtime
+            && let Err(m) = crate::resolved::OciRuntime::parse(&rt.value)
+        {
+            self.err("C044", rt.span, m);
+        }
         if d.mode_str() == Some("none") {
             let props = d.properties_set();
             if !props.is_empty() {
@@ -122,7 +127,7 @@ impl Compiler<'_> {
         }
     }
 
-    /// A block without mode, image or build: it may only override network or host_state (`C044`), and a
+    /// A block without mode, image or build: it may only override network, host_state or runtime (`C044`), and a
     /// node, which shares the run's sandbox, only network (`C094`).
     fn sandbox_override(&mut self, d: &SandboxDecl) {
         let others = d.user.is_some()
@@ -130,15 +135,15 @@ impl Compiler<'_> {
             || d.post_create.is_some()
             || d.env.is_some()
             || d.mounts.is_some();
-        if others || (d.network.is_none() && d.host_state.is_none()) {
+        if others || (d.network.is_none() && d.host_state.is_none() && d.runtime.is_none()) {
             let i = self.err(
                 "C044",
                 d.span,
-                "a sandbox block without mode must declare image: or build:, or only override network/host_state; write mode: auto to customise the automatic sandbox",
+                "a sandbox block without mode must declare image: or build:, or only override network/host_state/runtime; write mode: auto to customise the automatic sandbox",
             );
             self.hint(i, "add mode: auto");
         } else if d.scope == SandboxScope::Node
-            && let Some(h) = &d.host_state
+            && let Some(h) = d.host_state.as_ref().or(d.runtime.as_ref())
         {
             self.err(
                 "C094",

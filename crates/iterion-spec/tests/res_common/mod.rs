@@ -68,6 +68,10 @@ impl B {
         self.0.host_state = Some(s(v));
         self
     }
+    pub fn runtime(mut self, v: &str) -> B {
+        self.0.runtime = Some(s(v));
+        self
+    }
     pub fn post_create(mut self, v: &str) -> B {
         self.0.post_create = Some(s(v));
         self

@@ -52,6 +52,7 @@ pub(super) fn host_spec(work_dir: &str) -> ResolvedSandbox {
         host_state: HostState::None,
         host_state_source: "host".into(),
         network: NetworkPolicySpec::open("host"),
+        runtime: Default::default(),
         degrade_allowed: true,
         key: String::new(),
     };

@@ -16,4 +16,6 @@ mod starter;
 pub(crate) use failures::{compile_policy, resolve_failure};
 pub(crate) use guard::Guard;
 pub(crate) use nodes::Sandboxes;
-pub(crate) use setup::{Setup, attachments_unsupported, codex_refusal, effective_policies, host_fallback};
+pub(crate) use setup::{
+    Setup, attachments_unsupported, claw_runtime_refusal, codex_refusal, effective_policies, host_fallback,
+};

@@ -17,8 +17,8 @@ use super::guard::Guard;
 use super::nodes::{OwnSpec, Sandboxes};
 use super::starter::Starter;
 use crate::events::{
-    FloorScope, PlacementKind, SandboxFloorApplied, SandboxNetworkDefaulted, SandboxResolved, SandboxSkipped,
-    SandboxStarted,
+    FloorScope, PlacementKind, RuntimeRecord, SandboxFloorApplied, SandboxNetworkDefaulted, SandboxResolved,
+    SandboxSkipped, SandboxStarted,
 };
 use crate::exec::{NodeSandbox, Shell};
 use crate::failure::{FailureCode, FailurePhase};
@@ -60,6 +60,44 @@ pub(crate) fn codex_refusal(
         Some(why) => Err(Failure::new(FailureCode::SandboxSpecInvalid, why)
             .phase(FailurePhase::Resolve)
             .hint(Some(crate::exec::codex::CODEX_SANDBOX_HINT.into()))),
+    }
+}
+
+/// The refusal of a claw node whose container runs under gVisor: gVisor's `/proc` lets the node's own tools read
+/// the environment of the claw runner that started them, non-dumpable as it is, and so its provider key.
+pub(crate) fn claw_gvisor_refusal(
+    plan: &SandboxPlan,
+    claw_nodes: &std::collections::BTreeSet<String>,
+) -> Option<String> {
+    use iterion_spec::resolved::NodePlacement;
+    plan.nodes.iter().find_map(|(id, p)| {
+        let runtime = match p {
+            NodePlacement::Run { .. } => &plan.run.as_ref()?.runtime,
+            NodePlacement::Own { sandbox, .. } => &sandbox.runtime,
+            NodePlacement::Host { .. } => return None,
+        };
+        (claw_nodes.contains(id) && runtime.name.is_gvisor()).then(|| {
+            format!(
+                "claw node '{id}' would run under gVisor ({} from {}), whose /proc lets the node's own tools reach the claw runner's process (its environment and the descriptors of its envelope channel)",
+                runtime.name, runtime.source
+            )
+        })
+    })
+}
+
+/// What to do instead of a claw node under gVisor.
+pub(crate) const CLAW_GVISOR_HINT: &str = "give the node a sandbox of its own under the default runtime (sandbox: mode: auto, runtime: default), run it on the host (sandbox: none), or use another runtime";
+
+/// `SANDBOX_SPEC_INVALID` for a plan that would run a claw node under gVisor (before anything starts).
+pub(crate) fn claw_runtime_refusal(
+    plan: &SandboxPlan,
+    claw_nodes: &std::collections::BTreeSet<String>,
+) -> Result<(), Failure> {
+    match claw_gvisor_refusal(plan, claw_nodes) {
+        None => Ok(()),
+        Some(why) => Err(Failure::new(FailureCode::SandboxSpecInvalid, why)
+            .phase(FailurePhase::Resolve)
+            .hint(Some(CLAW_GVISOR_HINT.into()))),
     }
 }
 
@@ -155,6 +193,7 @@ impl Setup<'_> {
             }
         };
         codex_refusal(&plan, &self.codex_nodes)?;
+        claw_runtime_refusal(&plan, &self.claw_nodes)?;
         let (run_sandbox, starter, kind) = self.start_run(&plan, driver, guard).await?;
         let own_keys: BTreeMap<String, String> =
             own.iter().map(|(id, k, _)| (id.clone(), k.clone())).collect();
@@ -616,6 +655,7 @@ impl Setup<'_> {
             network_mode: r.network.mode.as_str().to_owned(),
             enforced_egress: rep.enforced_egress,
             shell: st.shell.program().to_owned(),
+            runtime: RuntimeRecord::of(&r.runtime, rep.hardening.oci_runtime.as_deref()),
             duration_ms: ms(st.duration),
         });
         em.log(
