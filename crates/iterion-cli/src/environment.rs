@@ -96,6 +96,11 @@ pub const READ: &[(&str, &str, &str)] = &[
         "auto raises `none` to `auto`; inline also forbids running on the host (machine-wide floor)",
     ),
     (
+        "ITERION_SANDBOX_RUNTIME_FLOOR",
+        "unset",
+        "an OCI runtime every container must run under (gvisor, kata or a name), whatever else asks (machine-wide floor)",
+    ),
+    (
         "ITERION_SANDBOX_HOST_STATE_GUARD",
         "unset",
         "1: force host_state none on every run (machine-wide floor)",
