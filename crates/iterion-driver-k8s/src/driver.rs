@@ -9,9 +9,9 @@ use iterion_driver::labels::Component as DriverComponent;
 use iterion_driver::owner::{HostProcesses, current_owner, owner_liveness};
 use iterion_driver::{
     AuxMountKind, BuildRequest, Capabilities, CopyDirection, DriverKind, EgressPlacement, EgressSupport,
-    EngineInfo, Error, ImageRef, ImageReport, Liveness, ManagedResource, NetworkLease, NetworkRequest,
-    PrepareRequest, Prepared, ProxyListen, RemoveOutcome, ResourceKind, Result, SetupPhase, StartReport,
-    StartRequest, Started, WorkspaceCopy,
+    EngineInfo, Error, EventSink, ImageRef, ImageReport, Liveness, ManagedResource, NetworkLease,
+    NetworkRequest, PrepareRequest, Prepared, ProxyListen, RemoveOutcome, ResourceKind, Result, SetupPhase,
+    StartReport, StartRequest, Started, WorkspaceCopy,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -437,9 +437,8 @@ impl K8sDriver {
     }
 
     /// Waits for the pod, then runs the shell probe (one exec of `/bin/sh -c true`).
-    async fn bring_up(&self, api: &Kapi, name: &str, image: &str) -> Result<()> {
-        api.wait_ready(name, image, self.inner.settings.pod_ready_timeout)
-            .await?;
+    async fn bring_up(&self, api: &Kapi, name: &str, image: &str, events: &EventSink) -> Result<()> {
+        crate::ready::wait_ready(api, name, image, self.inner.settings.pod_ready_timeout, events).await?;
         let argv: Vec<String> = ["/bin/sh", "-c", "true"].map(String::from).to_vec();
         let probe = wsexec::run_collect(&api.client, &api.namespace, name, &argv, None);
         match tokio::time::timeout(api.request_timeout, probe).await {
@@ -665,7 +664,7 @@ impl iterion_driver::Driver for K8sDriver {
             }
             return Err(e);
         }
-        if let Err(e) = self.bring_up(&api, &name, &image).await {
+        if let Err(e) = self.bring_up(&api, &name, &image, &req.events).await {
             let _ = api.teardown(&name, policy.is_some()).await;
             return Err(e);
         }

@@ -4,17 +4,11 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
-use iterion_driver::{Error, SetupPhase};
+use iterion_driver::Error;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Client;
-use kube::api::{Api, DeleteParams, LogParams, PostParams, PropagationPolicy, WatchEvent, WatchParams};
-
-use crate::status::{Readiness, readiness};
-
-/// How long an `ImagePullBackOff` for an unrecognised reason is tolerated (07 §10).
-const PULL_BACKOFF_LIMIT: Duration = Duration::from_secs(300);
+use kube::api::{Api, DeleteParams, LogParams, PostParams, PropagationPolicy};
 
 /// Labels and annotations of an object.
 pub(crate) type Meta = (BTreeMap<String, String>, BTreeMap<String, String>);
@@ -44,6 +38,14 @@ impl ApiFail {
                 code: None,
                 message: format!("{what}: {}", crate::cluster::error_chain(&other)),
             },
+        }
+    }
+
+    /// A request that could not even be built.
+    pub(crate) fn local(what: &str, e: &dyn std::error::Error) -> ApiFail {
+        ApiFail {
+            code: None,
+            message: format!("{what}: {e}"),
         }
     }
 
@@ -93,7 +95,7 @@ impl Kapi {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
-    async fn bounded<T>(
+    pub(crate) async fn bounded<T>(
         &self,
         what: &str,
         fut: impl Future<Output = Result<T, kube::Error>>,
@@ -121,10 +123,22 @@ impl Kapi {
             .map(|_| ())
     }
 
-    /// The pod as JSON, `None` when it does not exist.
+    /// The pod as the server sent it (plain JSON, never decoded into a typed pod: a field the typed model does
+    /// not expect cannot hide the pod), `None` when it does not exist.
     pub async fn get_pod(&self, name: &str) -> Result<Option<serde_json::Value>, ApiFail> {
-        let pod = self.bounded("get pod", self.pods().get_opt(name)).await?;
-        Ok(pod.map(|p| serde_json::to_value(p).unwrap_or_default()))
+        let what = "get pod";
+        let path = format!("/api/v1/namespaces/{}/pods", self.namespace);
+        let req = kube::core::Request::new(path)
+            .get(name, &kube::api::GetParams::default())
+            .map_err(|e| ApiFail::local(what, &e))?;
+        match self.bounded(what, self.client.request_text(req)).await {
+            Ok(text) => serde_json::from_str(&text).map(Some).map_err(|e| ApiFail {
+                code: None,
+                message: format!("{what}: the answer is not JSON: {e}"),
+            }),
+            Err(f) if f.code == Some(404) => Ok(None),
+            Err(f) => Err(f),
+        }
     }
 
     /// The labels and annotations of the NetworkPolicy `name`, `None` when it does not exist.
@@ -228,7 +242,7 @@ impl Kapi {
 
     /// `container exited immediately with code <n>: <last 20 log lines>; …` — the log lines of the container
     /// inserted into the verdict when the API server gives them (07 §10).
-    async fn with_log_tail(&self, name: &str, verdict: &str) -> String {
+    pub(crate) async fn with_log_tail(&self, name: &str, verdict: &str) -> String {
         let lp = LogParams {
             container: Some(crate::names::CONTAINER_NAME.to_string()),
             tail_lines: Some(20),
@@ -241,121 +255,5 @@ impl Kapi {
             }
             _ => verdict.to_string(),
         }
-    }
-
-    /// Waits until the pod is `Ready`, bounded by `bound` (07 §10), with a watch on its name that is
-    /// re-established when it ends.
-    pub async fn wait_ready(&self, name: &str, image: &str, bound: Duration) -> Result<(), Error> {
-        let mut last = String::from("the pod was not observed yet");
-        let watched = tokio::time::timeout(bound, self.watch_ready(name, image, &mut last)).await;
-        match watched {
-            Ok(r) => r,
-            Err(_) => Err(Error::SetupTimeout {
-                phase: SetupPhase::PodReady,
-                after: bound,
-                subject: Some(format!("pod {name}: {last}")),
-            }),
-        }
-    }
-
-    async fn watch_ready(&self, name: &str, image: &str, last: &mut String) -> Result<(), Error> {
-        let mut backoff_since: Option<Instant> = None;
-        loop {
-            let wp = WatchParams::default()
-                .fields(&format!("metadata.name={name}"))
-                .timeout(290);
-            let stream = match self.pods().watch(&wp, "0").await {
-                Ok(s) => s,
-                Err(e) => {
-                    *last = ApiFail::from_kube("watch pod", e).message;
-                    tokio::time::sleep(self.poll).await;
-                    continue;
-                }
-            };
-            let mut stream = stream.boxed();
-            while let Ok(Some(event)) = stream.try_next().await {
-                let pod = match event {
-                    WatchEvent::Added(p) | WatchEvent::Modified(p) => p,
-                    WatchEvent::Deleted(_) => {
-                        return Err(Error::StartFailed {
-                            reason: format!("pod {name} was deleted while it was starting"),
-                            hint: None,
-                        });
-                    }
-                    WatchEvent::Bookmark(_) | WatchEvent::Error(_) => continue,
-                };
-                let json = serde_json::to_value(&pod).unwrap_or_default();
-                match readiness(&json) {
-                    Readiness::Ready => return Ok(()),
-                    Readiness::Waiting(m) => {
-                        backoff_since = None;
-                        *last = m;
-                    }
-                    Readiness::PullBackOff(m) => {
-                        let since = *backoff_since.get_or_insert_with(Instant::now);
-                        if since.elapsed() >= PULL_BACKOFF_LIMIT {
-                            return Err(Error::ImagePull {
-                                image: image.to_string(),
-                                reason: m,
-                            });
-                        }
-                        *last = m;
-                    }
-                    Readiness::StartFailed(m) if m.starts_with(EXITED) => {
-                        return Err(Error::StartFailed {
-                            reason: self.with_log_tail(name, &m).await,
-                            hint: None,
-                        });
-                    }
-                    other => return Err(verdict_error(other, image)),
-                }
-            }
-            tokio::time::sleep(self.poll).await;
-        }
-    }
-}
-
-/// How the readiness verdict of a container that ended at start begins.
-const EXITED: &str = "container exited immediately with code ";
-
-/// The driver error of a final readiness verdict.
-fn verdict_error(r: Readiness, image: &str) -> Error {
-    match r {
-        Readiness::ImageNotFound(_) => Error::ImageNotFound {
-            image: image.to_string(),
-        },
-        Readiness::ImageAbsent(_) => Error::ImageAbsent {
-            image: image.to_string(),
-        },
-        Readiness::ImageAuth(_) => Error::ImageAuth {
-            image: image.to_string(),
-            registry: registry_of(image),
-        },
-        Readiness::InvalidSpec(m) => Error::InvalidSpec {
-            field: "user".into(),
-            reason: format!("{m}; set sandbox.user to a numeric non-root uid"),
-        },
-        Readiness::StartFailed(m) => Error::StartFailed {
-            reason: m,
-            hint: None,
-        },
-        Readiness::PullBackOff(m) => Error::ImagePull {
-            image: image.to_string(),
-            reason: m,
-        },
-        Readiness::Ready | Readiness::Waiting(_) => Error::StartFailed {
-            reason: "internal: not a final verdict".into(),
-            hint: None,
-        },
-    }
-}
-
-/// The registry host of an image reference (`docker.io` when the first part is not a host).
-fn registry_of(image: &str) -> String {
-    match image.split_once('/') {
-        Some((first, _)) if first.contains('.') || first.contains(':') || first == "localhost" => {
-            first.to_string()
-        }
-        _ => "docker.io".to_string(),
     }
 }

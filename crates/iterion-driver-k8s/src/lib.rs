@@ -57,6 +57,7 @@ mod driver;
 mod kapi;
 pub mod manifest;
 pub mod names;
+mod ready;
 mod run;
 pub mod script;
 pub mod spec_check;
