@@ -18,6 +18,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Client;
 use kube::api::{Api, ListParams};
 
+use crate::abandon::{Created, Pending};
 use crate::cluster::{ClusterAccess, ContextOutcome, Location, RbacOutcome, check_context, check_rbac};
 use crate::kapi::{ApiFail, Kapi, Meta};
 use crate::manifest::{Overrides, PodPlan, TLS_DIR, network_policy, pod, proxy_addresses};
@@ -114,6 +115,8 @@ struct Inner {
     client: tokio::sync::OnceCell<Client>,
     /// The reachability and permission checks, done once per driver (one driver per process).
     checked: tokio::sync::OnceCell<EngineInfo>,
+    /// Removals of what interrupted starts created; the network lease's release waits for them.
+    abandoned: Arc<Pending>,
 }
 
 impl std::fmt::Debug for K8sDriver {
@@ -141,6 +144,7 @@ impl K8sDriver {
                 settings,
                 client: tokio::sync::OnceCell::new(),
                 checked: tokio::sync::OnceCell::new(),
+                abandoned: Arc::new(Pending::default()),
             }),
         }
     }
@@ -566,7 +570,10 @@ impl iterion_driver::Driver for K8sDriver {
             });
         };
         // The pod's NetworkPolicy admits only the proxy: enforced as far as the cluster's network plugin
-        // enforces NetworkPolicies (the doctor says when that cannot be verified).
+        // enforces NetworkPolicies (the doctor says when that cannot be verified). The release (at the run's
+        // cleanup) waits until what an interrupted start created is gone, its NetworkPolicy last.
+        let abandoned = self.inner.abandoned.clone();
+        let bound = s.delete_wait + s.request_timeout * 2;
         Ok(NetworkLease::new(
             KIND,
             EgressPlacement::Advisory,
@@ -574,7 +581,8 @@ impl iterion_driver::Driver for K8sDriver {
             first.to_string(),
             0,
         )
-        .enforced_by_policy())
+        .enforced_by_policy()
+        .on_release(move || abandoned.wait(bound)))
     }
 
     async fn start(
@@ -654,18 +662,31 @@ impl iterion_driver::Driver for K8sDriver {
             owner: &owner,
             run_id: &req.run_id,
         };
+        // Dropped before the start returns (a cancelled run, the runtime's start bound), it removes what exists.
+        let mut created = Created::new(
+            self.inner.access.clone(),
+            api.clone(),
+            &name,
+            self.inner.abandoned.clone(),
+        );
         if let Some(np) = &policy {
             self.create_policy(&target, np).await?;
+            created.policy = true;
         }
+        // A drop during a create (answer unknown) leaves the object to the reaper: a conflicting object may
+        // belong to a live runner.
         if let Err(e) = self.create_pod(&target, &pod(&plan), policy.is_some()).await {
             // A pod of someone else keeps its name; only our own NetworkPolicy goes.
             if policy.is_some() {
                 let _ = api.delete_policy(&name).await;
             }
+            created.disarm();
             return Err(e);
         }
+        created.pod = true;
         if let Err(e) = self.bring_up(&api, &name, &image, &req.events).await {
             let _ = api.teardown(&name, policy.is_some()).await;
+            created.disarm();
             return Err(e);
         }
 
@@ -681,9 +702,11 @@ impl iterion_driver::Driver for K8sDriver {
             Ok(copied) => copied,
             Err(e) => {
                 let _ = api.teardown(&name, policy.is_some()).await;
+                created.disarm();
                 return Err(e);
             }
         };
+        created.disarm();
         let mut report = StartReport::new(name.clone(), sb.workspace_folder.clone());
         report.name = name;
         report.image = ImageReport {

@@ -217,10 +217,21 @@ impl Kapi {
     /// Removes what a start created: the pod, then (once the pod is gone) its NetworkPolicy. Returns whether
     /// the pod is gone and the errors; a pod that does not go keeps its NetworkPolicy (07 §11).
     pub async fn teardown(&self, name: &str, policy: bool) -> (bool, Vec<String>) {
+        self.teardown_signalled(name, policy, || {}).await
+    }
+
+    /// [`Kapi::teardown`], calling `deleted` once the pod's `DELETE` was answered.
+    pub async fn teardown_signalled(
+        &self,
+        name: &str,
+        policy: bool,
+        deleted: impl FnOnce(),
+    ) -> (bool, Vec<String>) {
         let mut errors = Vec::new();
         if let Err(f) = self.delete_pod(name).await {
             errors.push(f.message);
         }
+        deleted();
         let gone = self.wait_gone(name).await;
         if !gone {
             errors.push(format!(

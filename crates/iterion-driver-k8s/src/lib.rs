@@ -52,6 +52,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod abandon;
 pub mod cluster;
 mod driver;
 mod kapi;
