@@ -18,6 +18,10 @@ pub(crate) type Meta = (BTreeMap<String, String>, BTreeMap<String, String>);
 pub(crate) struct ApiFail {
     pub code: Option<u16>,
     pub message: String,
+    /// The `Status` reason (`NotFound`, `Forbidden`, …) when the server sent one.
+    pub reason: String,
+    /// The `Status` details' kind and name (`namespaces`, `nope` for a namespace that does not exist).
+    pub details: Option<(String, String)>,
 }
 
 impl ApiFail {
@@ -33,34 +37,66 @@ impl ApiFail {
                         &s.message
                     }
                 ),
+                reason: s.reason.clone(),
+                details: s.details.as_ref().map(|d| (d.kind.clone(), d.name.clone())),
             },
-            other => ApiFail {
-                code: None,
-                message: format!("{what}: {}", crate::cluster::error_chain(&other)),
-            },
+            other => ApiFail::plain(format!("{what}: {}", crate::cluster::error_chain(&other))),
         }
     }
 
     /// A request that could not even be built.
     pub(crate) fn local(what: &str, e: &dyn std::error::Error) -> ApiFail {
+        ApiFail::plain(format!("{what}: {e}"))
+    }
+
+    /// A failure without an answer of the server.
+    pub(crate) fn plain(message: String) -> ApiFail {
         ApiFail {
             code: None,
-            message: format!("{what}: {e}"),
+            message,
+            reason: String::new(),
+            details: None,
         }
     }
 
     fn timeout(what: &str, after: Duration) -> ApiFail {
-        ApiFail {
-            code: None,
-            message: format!("{what}: no answer within {}", iterion_driver::fmt_duration(after)),
-        }
+        ApiFail::plain(format!(
+            "{what}: no answer within {}",
+            iterion_driver::fmt_duration(after)
+        ))
     }
 
-    /// The driver error for a failure outside the cases a caller handles itself.
+    /// The driver error for a failure outside the cases a caller handles itself, in Kubernetes words: a
+    /// namespace that does not exist, a verb the credentials may not use (with the RBAC rule to add) and refused
+    /// credentials make the driver unavailable; any other answer is an API failure with its status.
     pub fn into_error(self) -> Error {
-        Error::Engine {
-            status: self.code,
-            message: self.message,
+        let unavailable = |reason: String| Error::Unavailable {
+            driver: "kubernetes".into(),
+            reason,
+        };
+        match (self.code, self.reason.as_str(), &self.details) {
+            (Some(404), _, Some((kind, ns))) if kind == "namespaces" => unavailable(format!(
+                "namespace {ns} does not exist ({}); create it (kubectl create namespace {ns}) or set \
+                 ITERION_SANDBOX_K8S_NAMESPACE to an existing one",
+                self.message
+            )),
+            (Some(403), _, _) | (_, "Forbidden", _) => unavailable(match forbidden_rule(&self.message) {
+                Some(rule) => format!(
+                    "{}; add this rule to the Role bound to these credentials: {rule} (the shipped Role in \
+                     deploy/kubernetes has every rule the driver needs)",
+                    self.message
+                ),
+                None => format!("{}; apply the shipped Role in deploy/kubernetes", self.message),
+            }),
+            (Some(401), _, _) => unavailable(format!(
+                "the Kubernetes API server refused the credentials ({}); check the kubeconfig user or the \
+                 service account token",
+                self.message
+            )),
+            (status, _, _) => Error::Engine {
+                status,
+                message: format!("Kubernetes API: {}", self.message),
+            },
         }
     }
 }
@@ -132,10 +168,9 @@ impl Kapi {
             .get(name, &kube::api::GetParams::default())
             .map_err(|e| ApiFail::local(what, &e))?;
         match self.bounded(what, self.client.request_text(req)).await {
-            Ok(text) => serde_json::from_str(&text).map(Some).map_err(|e| ApiFail {
-                code: None,
-                message: format!("{what}: the answer is not JSON: {e}"),
-            }),
+            Ok(text) => serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|e| ApiFail::plain(format!("{what}: the answer is not JSON: {e}"))),
             Err(f) if f.code == Some(404) => Ok(None),
             Err(f) => Err(f),
         }
@@ -266,5 +301,103 @@ impl Kapi {
             }
             _ => verdict.to_string(),
         }
+    }
+}
+
+/// The RBAC rule a `Forbidden` message asks for: `User "u" cannot create resource "pods" in API group "" in the
+/// namespace "ns"` → `{apiGroups: [""], resources: ["pods"], verbs: ["create"]}` (a subresource as
+/// `pods/exec`).
+fn forbidden_rule(message: &str) -> Option<String> {
+    let quoted_after = |key: &str| -> Option<String> {
+        let rest = &message[message.find(key)? + key.len()..];
+        let rest = rest.strip_prefix('"')?;
+        Some(rest[..rest.find('"')?].to_string())
+    };
+    let verb = message
+        .split(" cannot ")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .to_string();
+    let resource = quoted_after("resource ")?;
+    let group = quoted_after("in API group ").unwrap_or_default();
+    let resource = match message.find("subresource ") {
+        Some(_) => format!("{resource}/{}", quoted_after("subresource ")?),
+        None => resource,
+    };
+    Some(format!(
+        "{{apiGroups: [\"{group}\"], resources: [\"{resource}\"], verbs: [\"{verb}\"]}}"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fail(code: u16, reason: &str, message: &str, details: Option<(&str, &str)>) -> ApiFail {
+        ApiFail {
+            code: Some(code),
+            message: message.into(),
+            reason: reason.into(),
+            details: details.map(|(k, n)| (k.into(), n.into())),
+        }
+    }
+
+    #[test]
+    fn api_failures_in_kubernetes_words() {
+        // As a 1.36 API server answers a create in a namespace that does not exist.
+        let e = fail(
+            404,
+            "NotFound",
+            "create pod: namespaces \"nope\" not found",
+            Some(("namespaces", "nope")),
+        )
+        .into_error();
+        let text = e.to_string();
+        assert!(matches!(e, Error::Unavailable { .. }), "{e:?}");
+        assert!(
+            text.contains("namespace nope does not exist") && !text.contains("container engine"),
+            "{text}"
+        );
+        // A pod that is not there is not a missing namespace.
+        let e = fail(
+            404,
+            "NotFound",
+            "get pod: pods \"x\" not found",
+            Some(("pods", "x")),
+        )
+        .into_error();
+        assert!(
+            matches!(
+                e,
+                Error::Engine {
+                    status: Some(404),
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let forbidden = "create pod: pods is forbidden: User \"limited\" cannot create resource \"pods\" in API \
+                         group \"\" in the namespace \"default\"";
+        let text = fail(403, "Forbidden", forbidden, Some(("pods", "")))
+            .into_error()
+            .to_string();
+        assert!(
+            text.contains(r#"{apiGroups: [""], resources: ["pods"], verbs: ["create"]}"#),
+            "{text}"
+        );
+        let exec = "pods \"p\" is forbidden: User \"u\" cannot create resource \"pods\" in API group \"\" \
+                    in the namespace \"ns\": subresource \"exec\"";
+        assert_eq!(
+            forbidden_rule(exec).as_deref(),
+            Some(r#"{apiGroups: [""], resources: ["pods/exec"], verbs: ["create"]}"#)
+        );
+        let np = "User \"u\" cannot delete resource \"networkpolicies\" in API group \"networking.k8s.io\" in \
+                  the namespace \"ns\"";
+        assert_eq!(
+            forbidden_rule(np).as_deref(),
+            Some(r#"{apiGroups: ["networking.k8s.io"], resources: ["networkpolicies"], verbs: ["delete"]}"#)
+        );
+        assert_eq!(forbidden_rule("something else"), None);
     }
 }

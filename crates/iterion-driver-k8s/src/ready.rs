@@ -360,11 +360,14 @@ pub(crate) type Lines = futures::stream::BoxStream<'static, std::io::Result<Stri
 
 impl Kapi {
     /// Opens a watch of the pod `name` from resource version `rv` and yields its lines. The request asks for an
-    /// uncompressed stream (servers may compress watch streams one member per event).
+    /// uncompressed stream (servers may compress watch streams one member per event) and for no bookmarks: the
+    /// wait does not need them, and an API server whose storage cannot report watch progress (etcd without
+    /// progress notifications) answers a watch that allows them with an `ERROR` event only, never the pod.
     pub(crate) async fn watch_pod_lines(&self, name: &str, rv: &str) -> Result<Lines, ApiFail> {
         let wp = kube::api::WatchParams::default()
             .fields(&format!("metadata.name={name}"))
-            .timeout(290);
+            .timeout(290)
+            .disable_bookmarks();
         let path = format!("/api/v1/namespaces/{}/pods", self.namespace);
         let mut req = kube::core::Request::new(path)
             .watch(&wp, rv)
