@@ -440,6 +440,16 @@ impl K8sDriver {
         run.copy_in(TLS_DIR, Box::pin(std::io::Cursor::new(bytes))).await
     }
 
+    /// The record of what a start of `name` creates (removed in the background if the start is interrupted).
+    fn created(&self, api: &Kapi, name: &str) -> Created {
+        Created::new(
+            self.inner.access.clone(),
+            api.clone(),
+            name,
+            self.inner.abandoned.clone(),
+        )
+    }
+
     /// Waits for the pod, then runs the shell probe (one exec of `/bin/sh -c true`).
     async fn bring_up(&self, api: &Kapi, name: &str, image: &str, events: &EventSink) -> Result<()> {
         crate::ready::wait_ready(api, name, image, self.inner.settings.pod_ready_timeout, events).await?;
@@ -663,12 +673,7 @@ impl iterion_driver::Driver for K8sDriver {
             run_id: &req.run_id,
         };
         // Dropped before the start returns (a cancelled run, the runtime's start bound), it removes what exists.
-        let mut created = Created::new(
-            self.inner.access.clone(),
-            api.clone(),
-            &name,
-            self.inner.abandoned.clone(),
-        );
+        let mut created = self.created(&api, &name);
         if let Some(np) = &policy {
             self.create_policy(&target, np).await?;
             created.policy = true;

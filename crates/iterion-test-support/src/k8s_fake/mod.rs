@@ -199,17 +199,19 @@ impl EngineFake {
         let addr = listener.local_addr()?;
         let (events, _) = broadcast::channel(1024);
         let namespace = namespace.into();
-        let mut state = State::default();
-        state.namespaces = [
-            "default",
-            "kube-system",
-            "kube-public",
-            "kube-node-lease",
-            &namespace,
-        ]
-        .into_iter()
-        .map(str::to_string)
-        .collect();
+        let state = State {
+            namespaces: [
+                "default",
+                "kube-system",
+                "kube-public",
+                "kube-node-lease",
+                &namespace,
+            ]
+            .into_iter()
+            .map(str::to_string)
+            .collect(),
+            ..State::default()
+        };
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
             events,
