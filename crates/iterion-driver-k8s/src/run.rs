@@ -252,10 +252,24 @@ impl Run for K8sRun {
                 reason: r.message,
             })?;
         let shared = self.shared.clone();
-        // Step 1: the script, over stdin, so that no value reaches the request URL.
-        let (code, stderr) = shared
-            .small(&script::put_argv(id.as_str()), Some(text.as_bytes()), PUT_BOUND)
-            .await?;
+        // Step 1: the script, over stdin, so that no value reaches the request URL; written again (twice at
+        // most) when it did not arrive whole.
+        let put = script::put_argv(id.as_str(), text.len());
+        let mut attempt = 0;
+        let (code, stderr) = loop {
+            attempt += 1;
+            let (code, stderr) = shared.small(&put, Some(text.as_bytes()), PUT_BOUND).await?;
+            if code != script::PUT_INCOMPLETE || attempt == 3 {
+                break (code, stderr);
+            }
+        };
+        if code == script::PUT_INCOMPLETE {
+            return Err(Error::ExecStart {
+                reason: format!(
+                    "the exec script did not reach the pod whole in {attempt} attempts (the kubelet ended its stdin early)"
+                ),
+            });
+        }
         if code != 0 {
             return Err(Error::ExecStart {
                 reason: format!("writing the exec script exited {code}: {}", tail(&stderr)),

@@ -542,3 +542,44 @@ async fn a_missing_namespace_is_reported_in_kubernetes_words() {
     let errors = fake.shutdown().await;
     assert!(errors.is_empty(), "shutdown: {errors:?}");
 }
+
+/// As on a real kubelet, an exec's stdin may end before its bytes arrive: the exec script is then written
+/// again, never run empty (which reported exit 0 and no output for a command that never ran).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_whose_script_lost_its_stdin_writes_it_again() {
+    if !iterion_test_support::engine_required("an_exec_whose_script_lost_its_stdin_writes_it_again") {
+        return;
+    }
+    let image = iterion_test_support::docker_image::ensure_test_image().expect("test image");
+    let fake = EngineFake::start("iterion-stdin").await.expect("fake API server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let driver = driver_with(&fake, dir.path(), |_| {});
+    let started = start_once(&driver, &image, &dir.path().join("store"))
+        .await
+        .expect("start");
+    let run: Arc<dyn Run> = Arc::from(started.run);
+    fake.lose_stdin_of_next_execs(2);
+    let c = exec_collect(
+        &*run,
+        ExecRequest::new(["sh", "-c", "echo out; exit 3"]),
+        OutputLimits::default(),
+    )
+    .await
+    .expect("exec");
+    assert_eq!(
+        (c.status.code, c.stdout_text().as_str()),
+        (3, "out\n"),
+        "{}",
+        c.stderr_text()
+    );
+    // Lost every time: the exec fails, naming why.
+    fake.lose_stdin_of_next_execs(3);
+    let err = exec_collect(&*run, ExecRequest::new(["true"]), OutputLimits::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("did not reach the pod whole"), "{err}");
+    let report = run.cleanup().await;
+    assert!(report.container_removed && report.errors.is_empty(), "{report:?}");
+    let errors = fake.shutdown().await;
+    assert!(errors.is_empty(), "shutdown: {errors:?}");
+}

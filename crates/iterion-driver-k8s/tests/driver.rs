@@ -21,7 +21,12 @@ const NS: &str = "ns1";
 const RUN: &str = "0190f5c2-7d1e-7abc-9def-0123456789ab";
 const POD: &str = "iterion-0190f5c2-7d1e-7abc-9def-0123456789ab";
 const SSAR: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
-const PUT: &[&str] = &["/bin/sh", "-c", "umask 077 && cat > \"$1\"", "iterion-put"];
+const PUT: &[&str] = &[
+    "/bin/sh",
+    "-c",
+    iterion_driver_k8s::script::PUT_COMMAND,
+    "iterion-put",
+];
 
 fn pods() -> String {
     format!("/api/v1/namespaces/{NS}/pods")

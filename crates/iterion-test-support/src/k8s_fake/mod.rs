@@ -110,6 +110,8 @@ pub(crate) struct State {
     /// Whether the storage reports watch progress (etcd progress notifications). Without it a 1.36 API server
     /// answers a watch that allows bookmarks with an `ERROR` event only.
     pub no_watch_progress: bool,
+    /// How many of the next exec sessions with stdin get end-of-file at once, their stdin bytes lost.
+    pub lose_stdin: u32,
 }
 
 impl State {
@@ -260,6 +262,12 @@ impl EngineFake {
     /// namespace, as an API server answers).
     pub fn add_namespace(&self, namespace: &str) {
         self.shared.lock().namespaces.insert(namespace.to_string());
+    }
+
+    /// The next `n` exec sessions that attach stdin lose it: the process gets end-of-file at once and the bytes
+    /// the client sends are dropped, as a real kubelet (1.36 over containerd) sometimes does to a short exec.
+    pub fn lose_stdin_of_next_execs(&self, n: u32) {
+        self.shared.lock().lose_stdin = n;
     }
 
     /// Serves watches as a 1.36 API server over storage without watch progress notifications (etcd 3.4) does: a
