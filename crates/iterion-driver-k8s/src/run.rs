@@ -302,6 +302,10 @@ impl Run for K8sRun {
                 .await
                 .unwrap_or_else(|_| Err(SessionError::Transport("the exec session was dropped".into())));
             let code = waiter.verdict(s).await?;
+            // Killed by a signal: when the pod is gone or going (deleted, evicted) the command went with it.
+            if code > 128 && waiter.inspect(Error::Cancelled).await.is_sandbox_gone() {
+                return Err(Error::gone());
+            }
             if code == 126 && !pid_file_exists(&waiter, &exec_id).await {
                 return Err(Error::ExecStart {
                     reason: "the exec script could not run in the pod (exit 126 before it recorded its pid)"

@@ -828,7 +828,9 @@ async fn cancelling_an_exec_signals_its_recorded_pid() {
                     }
                 })
                 .exec(ExecBackend::exit(0)),
-        );
+        )
+        // exit 143: the pod is looked at, and runs (the command's own end)
+        .expect(Expect::new("GET", &pod_path()).json(200, ready_pod()));
     let req = ExecRequest::new(["sleep", "60"]);
     let token = req.cancel.clone();
     let exec = run.exec(req).await.expect("exec");
@@ -1112,5 +1114,41 @@ async fn a_start_cancelled_while_creating_its_pod_removes_its_network_policy() {
         .expect(delete_policy());
     let errors = start_dropped(&fx, &driver, Duration::from_millis(500)).await;
     assert!(errors.is_empty(), "{errors:?}");
+    fx.fake.finish().expect("fake");
+}
+
+#[tokio::test]
+async fn a_command_killed_with_its_deleted_pod_is_sandbox_gone() {
+    let fx = Fx::new(&[]).await;
+    let driver = fx.driver(|s| s.pod_ip = None);
+    let started = started_open(&fx, &driver).await;
+    // As a kubelet reports the exec of a pod deleted with grace 0: exit 137; the pod is gone.
+    fx.fake
+        .expect(put("exec env 'sleep' '600'"))
+        .expect(run_script(ExecBackend::exit(137)))
+        .expect(pod_gone());
+    let err = exec_collect(
+        started.run.as_ref(),
+        ExecRequest::new(["sleep", "600"]),
+        OutputLimits::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.is_sandbox_gone(), "{err:?}");
+    // The same exit code in a pod that runs is the command's own.
+    fx.fake
+        .expect(put("exec env 'kill' '-9' '$$'"))
+        .expect(run_script(ExecBackend::exit(137)))
+        .expect(Expect::new("GET", &pod_path()).json(200, ready_pod()));
+    let c = exec_collect(
+        started.run.as_ref(),
+        ExecRequest::new(["kill", "-9", "$$"]),
+        OutputLimits::default(),
+    )
+    .await
+    .expect("exec");
+    assert_eq!(c.status.code, 137);
+    fx.fake.expect(delete_pod()).expect(pod_gone());
+    started.run.cleanup().await;
     fx.fake.finish().expect("fake");
 }
