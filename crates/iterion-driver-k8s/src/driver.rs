@@ -803,6 +803,15 @@ impl iterion_driver::Driver for K8sDriver {
             }
         }
         let api = self.api().await?;
+        // A NetworkPolicy outlives its pod (07 §11): while the pod is still going, it stays for a later pass.
+        if r.kind == ResourceKind::Network && !api.wait_gone(&r.name).await {
+            return Ok(RemoveOutcome::Refused {
+                reason: format!(
+                    "pod {} is still there; its NetworkPolicy stays until it is gone",
+                    r.name
+                ),
+            });
+        }
         let done = match r.kind {
             ResourceKind::Container => api.delete_pod(&r.name).await,
             ResourceKind::Network => api.delete_policy(&r.name).await,
@@ -824,11 +833,18 @@ fn managed(
     meta: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
 ) -> ManagedResource {
     let name = meta.name.unwrap_or_default();
+    // What a label value cannot hold (the store's path) is an annotation; the reaper reads both as one map.
+    let mut labels = meta.labels.unwrap_or_default();
+    for (k, v) in meta.annotations.unwrap_or_default() {
+        if k.starts_with("iterion.io/") {
+            labels.entry(k).or_insert(v);
+        }
+    }
     ManagedResource {
         kind,
         id: meta.uid.unwrap_or_else(|| name.clone()),
         name,
-        labels: meta.labels.unwrap_or_default(),
+        labels,
         created: meta.creation_timestamp.map(|t| t.0.as_second()),
     }
 }

@@ -298,6 +298,12 @@ async fn k1_the_networkpolicy_comes_before_the_pod_and_goes_after_it() {
         .collect();
     kinds.sort();
     assert_eq!(kinds, ["Container", "Network"], "{managed:?}");
+    // The reaper finds the run's store (an annotation: a path is no label value) and its run id.
+    let store = dir.path().join("store").display().to_string();
+    for m in managed.iter().filter(|m| m.name == name) {
+        assert_eq!(m.labels.get("iterion.io/store"), Some(&store), "{m:?}");
+        assert!(m.labels.contains_key("iterion.io/run-id"), "{m:?}");
+    }
     for m in &managed {
         assert_eq!(
             driver.owner_liveness(m).await,
