@@ -9,15 +9,16 @@ use iterion_driver::labels::Component as DriverComponent;
 use iterion_driver::owner::{HostProcesses, current_owner, owner_liveness};
 use iterion_driver::{
     AuxMountKind, BuildRequest, Capabilities, CopyDirection, DriverKind, EgressPlacement, EgressSupport,
-    EngineInfo, Error, ImageRef, ImageReport, Liveness, ManagedResource, NetworkLease, NetworkRequest,
-    PrepareRequest, Prepared, ProxyListen, RemoveOutcome, ResourceKind, Result, SetupPhase, StartReport,
-    StartRequest, Started, WorkspaceCopy,
+    EngineInfo, Error, EventSink, ImageRef, ImageReport, Liveness, ManagedResource, NetworkLease,
+    NetworkRequest, PrepareRequest, Prepared, ProxyListen, RemoveOutcome, ResourceKind, Result, SetupPhase,
+    StartReport, StartRequest, Started, WorkspaceCopy,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Client;
 use kube::api::{Api, ListParams};
 
+use crate::abandon::{Created, Pending};
 use crate::cluster::{ClusterAccess, ContextOutcome, Location, RbacOutcome, check_context, check_rbac};
 use crate::kapi::{ApiFail, Kapi, Meta};
 use crate::manifest::{Overrides, PodPlan, TLS_DIR, network_policy, pod, proxy_addresses};
@@ -114,6 +115,8 @@ struct Inner {
     client: tokio::sync::OnceCell<Client>,
     /// The reachability and permission checks, done once per driver (one driver per process).
     checked: tokio::sync::OnceCell<EngineInfo>,
+    /// Removals of what interrupted starts created; the network lease's release waits for them.
+    abandoned: Arc<Pending>,
 }
 
 impl std::fmt::Debug for K8sDriver {
@@ -141,6 +144,7 @@ impl K8sDriver {
                 settings,
                 client: tokio::sync::OnceCell::new(),
                 checked: tokio::sync::OnceCell::new(),
+                abandoned: Arc::new(Pending::default()),
             }),
         }
     }
@@ -436,10 +440,19 @@ impl K8sDriver {
         run.copy_in(TLS_DIR, Box::pin(std::io::Cursor::new(bytes))).await
     }
 
+    /// The record of what a start of `name` creates (removed in the background if the start is interrupted).
+    fn created(&self, api: &Kapi, name: &str) -> Created {
+        Created::new(
+            self.inner.access.clone(),
+            api.clone(),
+            name,
+            self.inner.abandoned.clone(),
+        )
+    }
+
     /// Waits for the pod, then runs the shell probe (one exec of `/bin/sh -c true`).
-    async fn bring_up(&self, api: &Kapi, name: &str, image: &str) -> Result<()> {
-        api.wait_ready(name, image, self.inner.settings.pod_ready_timeout)
-            .await?;
+    async fn bring_up(&self, api: &Kapi, name: &str, image: &str, events: &EventSink) -> Result<()> {
+        crate::ready::wait_ready(api, name, image, self.inner.settings.pod_ready_timeout, events).await?;
         let argv: Vec<String> = ["/bin/sh", "-c", "true"].map(String::from).to_vec();
         let probe = wsexec::run_collect(&api.client, &api.namespace, name, &argv, None);
         match tokio::time::timeout(api.request_timeout, probe).await {
@@ -568,7 +581,10 @@ impl iterion_driver::Driver for K8sDriver {
             });
         };
         // The pod's NetworkPolicy admits only the proxy: enforced as far as the cluster's network plugin
-        // enforces NetworkPolicies (the doctor says when that cannot be verified).
+        // enforces NetworkPolicies (the doctor says when that cannot be verified). The release (at the run's
+        // cleanup) waits until what an interrupted start created is gone, its NetworkPolicy last.
+        let abandoned = self.inner.abandoned.clone();
+        let bound = s.delete_wait + s.request_timeout * 2;
         Ok(NetworkLease::new(
             KIND,
             EgressPlacement::Advisory,
@@ -576,7 +592,8 @@ impl iterion_driver::Driver for K8sDriver {
             first.to_string(),
             0,
         )
-        .enforced_by_policy())
+        .enforced_by_policy()
+        .on_release(move || abandoned.wait(bound)))
     }
 
     async fn start(
@@ -656,18 +673,26 @@ impl iterion_driver::Driver for K8sDriver {
             owner: &owner,
             run_id: &req.run_id,
         };
+        // Dropped before the start returns (a cancelled run, the runtime's start bound), it removes what exists.
+        let mut created = self.created(&api, &name);
         if let Some(np) = &policy {
             self.create_policy(&target, np).await?;
+            created.policy = true;
         }
+        // A drop during a create (answer unknown) leaves the object to the reaper: a conflicting object may
+        // belong to a live runner.
         if let Err(e) = self.create_pod(&target, &pod(&plan), policy.is_some()).await {
             // A pod of someone else keeps its name; only our own NetworkPolicy goes.
             if policy.is_some() {
                 let _ = api.delete_policy(&name).await;
             }
+            created.disarm();
             return Err(e);
         }
-        if let Err(e) = self.bring_up(&api, &name, &image).await {
+        created.pod = true;
+        if let Err(e) = self.bring_up(&api, &name, &image, &req.events).await {
             let _ = api.teardown(&name, policy.is_some()).await;
+            created.disarm();
             return Err(e);
         }
 
@@ -683,9 +708,11 @@ impl iterion_driver::Driver for K8sDriver {
             Ok(copied) => copied,
             Err(e) => {
                 let _ = api.teardown(&name, policy.is_some()).await;
+                created.disarm();
                 return Err(e);
             }
         };
+        created.disarm();
         let mut report = StartReport::new(name.clone(), sb.workspace_folder.clone());
         report.name = name;
         report.image = ImageReport {
@@ -778,6 +805,15 @@ impl iterion_driver::Driver for K8sDriver {
             }
         }
         let api = self.api().await?;
+        // A NetworkPolicy outlives its pod (07 §11): while the pod is still going, it stays for a later pass.
+        if r.kind == ResourceKind::Network && !api.wait_gone(&r.name).await {
+            return Ok(RemoveOutcome::Refused {
+                reason: format!(
+                    "pod {} is still there; its NetworkPolicy stays until it is gone",
+                    r.name
+                ),
+            });
+        }
         let done = match r.kind {
             ResourceKind::Container => api.delete_pod(&r.name).await,
             ResourceKind::Network => api.delete_policy(&r.name).await,
@@ -799,11 +835,18 @@ fn managed(
     meta: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
 ) -> ManagedResource {
     let name = meta.name.unwrap_or_default();
+    // What a label value cannot hold (the store's path) is an annotation; the reaper reads both as one map.
+    let mut labels = meta.labels.unwrap_or_default();
+    for (k, v) in meta.annotations.unwrap_or_default() {
+        if k.starts_with("iterion.io/") {
+            labels.entry(k).or_insert(v);
+        }
+    }
     ManagedResource {
         kind,
         id: meta.uid.unwrap_or_else(|| name.clone()),
         name,
-        labels: meta.labels.unwrap_or_default(),
+        labels,
         created: meta.creation_timestamp.map(|t| t.0.as_second()),
     }
 }

@@ -4,17 +4,11 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
-use iterion_driver::{Error, SetupPhase};
+use iterion_driver::Error;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Client;
-use kube::api::{Api, DeleteParams, LogParams, PostParams, PropagationPolicy, WatchEvent, WatchParams};
-
-use crate::status::{Readiness, readiness};
-
-/// How long an `ImagePullBackOff` for an unrecognised reason is tolerated (07 §10).
-const PULL_BACKOFF_LIMIT: Duration = Duration::from_secs(300);
+use kube::api::{Api, DeleteParams, LogParams, PostParams, PropagationPolicy};
 
 /// Labels and annotations of an object.
 pub(crate) type Meta = (BTreeMap<String, String>, BTreeMap<String, String>);
@@ -24,6 +18,10 @@ pub(crate) type Meta = (BTreeMap<String, String>, BTreeMap<String, String>);
 pub(crate) struct ApiFail {
     pub code: Option<u16>,
     pub message: String,
+    /// The `Status` reason (`NotFound`, `Forbidden`, …) when the server sent one.
+    pub reason: String,
+    /// The `Status` details' kind and name (`namespaces`, `nope` for a namespace that does not exist).
+    pub details: Option<(String, String)>,
 }
 
 impl ApiFail {
@@ -39,26 +37,66 @@ impl ApiFail {
                         &s.message
                     }
                 ),
+                reason: s.reason.clone(),
+                details: s.details.as_ref().map(|d| (d.kind.clone(), d.name.clone())),
             },
-            other => ApiFail {
-                code: None,
-                message: format!("{what}: {}", crate::cluster::error_chain(&other)),
-            },
+            other => ApiFail::plain(format!("{what}: {}", crate::cluster::error_chain(&other))),
+        }
+    }
+
+    /// A request that could not even be built.
+    pub(crate) fn local(what: &str, e: &dyn std::error::Error) -> ApiFail {
+        ApiFail::plain(format!("{what}: {e}"))
+    }
+
+    /// A failure without an answer of the server.
+    pub(crate) fn plain(message: String) -> ApiFail {
+        ApiFail {
+            code: None,
+            message,
+            reason: String::new(),
+            details: None,
         }
     }
 
     fn timeout(what: &str, after: Duration) -> ApiFail {
-        ApiFail {
-            code: None,
-            message: format!("{what}: no answer within {}", iterion_driver::fmt_duration(after)),
-        }
+        ApiFail::plain(format!(
+            "{what}: no answer within {}",
+            iterion_driver::fmt_duration(after)
+        ))
     }
 
-    /// The driver error for a failure outside the cases a caller handles itself.
+    /// The driver error for a failure outside the cases a caller handles itself, in Kubernetes words: a
+    /// namespace that does not exist, a verb the credentials may not use (with the RBAC rule to add) and refused
+    /// credentials make the driver unavailable; any other answer is an API failure with its status.
     pub fn into_error(self) -> Error {
-        Error::Engine {
-            status: self.code,
-            message: self.message,
+        let unavailable = |reason: String| Error::Unavailable {
+            driver: "kubernetes".into(),
+            reason,
+        };
+        match (self.code, self.reason.as_str(), &self.details) {
+            (Some(404), _, Some((kind, ns))) if kind == "namespaces" => unavailable(format!(
+                "namespace {ns} does not exist ({}); create it (kubectl create namespace {ns}) or set \
+                 ITERION_SANDBOX_K8S_NAMESPACE to an existing one",
+                self.message
+            )),
+            (Some(403), _, _) | (_, "Forbidden", _) => unavailable(match forbidden_rule(&self.message) {
+                Some(rule) => format!(
+                    "{}; add this rule to the Role bound to these credentials: {rule} (the shipped Role in \
+                     deploy/kubernetes has every rule the driver needs)",
+                    self.message
+                ),
+                None => format!("{}; apply the shipped Role in deploy/kubernetes", self.message),
+            }),
+            (Some(401), _, _) => unavailable(format!(
+                "the Kubernetes API server refused the credentials ({}); check the kubeconfig user or the \
+                 service account token",
+                self.message
+            )),
+            (status, _, _) => Error::Engine {
+                status,
+                message: format!("Kubernetes API: {}", self.message),
+            },
         }
     }
 }
@@ -93,7 +131,7 @@ impl Kapi {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
-    async fn bounded<T>(
+    pub(crate) async fn bounded<T>(
         &self,
         what: &str,
         fut: impl Future<Output = Result<T, kube::Error>>,
@@ -121,10 +159,21 @@ impl Kapi {
             .map(|_| ())
     }
 
-    /// The pod as JSON, `None` when it does not exist.
+    /// The pod as the server sent it (plain JSON, never decoded into a typed pod: a field the typed model does
+    /// not expect cannot hide the pod), `None` when it does not exist.
     pub async fn get_pod(&self, name: &str) -> Result<Option<serde_json::Value>, ApiFail> {
-        let pod = self.bounded("get pod", self.pods().get_opt(name)).await?;
-        Ok(pod.map(|p| serde_json::to_value(p).unwrap_or_default()))
+        let what = "get pod";
+        let path = format!("/api/v1/namespaces/{}/pods", self.namespace);
+        let req = kube::core::Request::new(path)
+            .get(name, &kube::api::GetParams::default())
+            .map_err(|e| ApiFail::local(what, &e))?;
+        match self.bounded(what, self.client.request_text(req)).await {
+            Ok(text) => serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|e| ApiFail::plain(format!("{what}: the answer is not JSON: {e}"))),
+            Err(f) if f.code == Some(404) => Ok(None),
+            Err(f) => Err(f),
+        }
     }
 
     /// The labels and annotations of the NetworkPolicy `name`, `None` when it does not exist.
@@ -203,10 +252,21 @@ impl Kapi {
     /// Removes what a start created: the pod, then (once the pod is gone) its NetworkPolicy. Returns whether
     /// the pod is gone and the errors; a pod that does not go keeps its NetworkPolicy (07 §11).
     pub async fn teardown(&self, name: &str, policy: bool) -> (bool, Vec<String>) {
+        self.teardown_signalled(name, policy, || {}).await
+    }
+
+    /// [`Kapi::teardown`], calling `deleted` once the pod's `DELETE` was answered.
+    pub async fn teardown_signalled(
+        &self,
+        name: &str,
+        policy: bool,
+        deleted: impl FnOnce(),
+    ) -> (bool, Vec<String>) {
         let mut errors = Vec::new();
         if let Err(f) = self.delete_pod(name).await {
             errors.push(f.message);
         }
+        deleted();
         let gone = self.wait_gone(name).await;
         if !gone {
             errors.push(format!(
@@ -228,7 +288,7 @@ impl Kapi {
 
     /// `container exited immediately with code <n>: <last 20 log lines>; …` — the log lines of the container
     /// inserted into the verdict when the API server gives them (07 §10).
-    async fn with_log_tail(&self, name: &str, verdict: &str) -> String {
+    pub(crate) async fn with_log_tail(&self, name: &str, verdict: &str) -> String {
         let lp = LogParams {
             container: Some(crate::names::CONTAINER_NAME.to_string()),
             tail_lines: Some(20),
@@ -242,120 +302,102 @@ impl Kapi {
             _ => verdict.to_string(),
         }
     }
-
-    /// Waits until the pod is `Ready`, bounded by `bound` (07 §10), with a watch on its name that is
-    /// re-established when it ends.
-    pub async fn wait_ready(&self, name: &str, image: &str, bound: Duration) -> Result<(), Error> {
-        let mut last = String::from("the pod was not observed yet");
-        let watched = tokio::time::timeout(bound, self.watch_ready(name, image, &mut last)).await;
-        match watched {
-            Ok(r) => r,
-            Err(_) => Err(Error::SetupTimeout {
-                phase: SetupPhase::PodReady,
-                after: bound,
-                subject: Some(format!("pod {name}: {last}")),
-            }),
-        }
-    }
-
-    async fn watch_ready(&self, name: &str, image: &str, last: &mut String) -> Result<(), Error> {
-        let mut backoff_since: Option<Instant> = None;
-        loop {
-            let wp = WatchParams::default()
-                .fields(&format!("metadata.name={name}"))
-                .timeout(290);
-            let stream = match self.pods().watch(&wp, "0").await {
-                Ok(s) => s,
-                Err(e) => {
-                    *last = ApiFail::from_kube("watch pod", e).message;
-                    tokio::time::sleep(self.poll).await;
-                    continue;
-                }
-            };
-            let mut stream = stream.boxed();
-            while let Ok(Some(event)) = stream.try_next().await {
-                let pod = match event {
-                    WatchEvent::Added(p) | WatchEvent::Modified(p) => p,
-                    WatchEvent::Deleted(_) => {
-                        return Err(Error::StartFailed {
-                            reason: format!("pod {name} was deleted while it was starting"),
-                            hint: None,
-                        });
-                    }
-                    WatchEvent::Bookmark(_) | WatchEvent::Error(_) => continue,
-                };
-                let json = serde_json::to_value(&pod).unwrap_or_default();
-                match readiness(&json) {
-                    Readiness::Ready => return Ok(()),
-                    Readiness::Waiting(m) => {
-                        backoff_since = None;
-                        *last = m;
-                    }
-                    Readiness::PullBackOff(m) => {
-                        let since = *backoff_since.get_or_insert_with(Instant::now);
-                        if since.elapsed() >= PULL_BACKOFF_LIMIT {
-                            return Err(Error::ImagePull {
-                                image: image.to_string(),
-                                reason: m,
-                            });
-                        }
-                        *last = m;
-                    }
-                    Readiness::StartFailed(m) if m.starts_with(EXITED) => {
-                        return Err(Error::StartFailed {
-                            reason: self.with_log_tail(name, &m).await,
-                            hint: None,
-                        });
-                    }
-                    other => return Err(verdict_error(other, image)),
-                }
-            }
-            tokio::time::sleep(self.poll).await;
-        }
-    }
 }
 
-/// How the readiness verdict of a container that ended at start begins.
-const EXITED: &str = "container exited immediately with code ";
-
-/// The driver error of a final readiness verdict.
-fn verdict_error(r: Readiness, image: &str) -> Error {
-    match r {
-        Readiness::ImageNotFound(_) => Error::ImageNotFound {
-            image: image.to_string(),
-        },
-        Readiness::ImageAbsent(_) => Error::ImageAbsent {
-            image: image.to_string(),
-        },
-        Readiness::ImageAuth(_) => Error::ImageAuth {
-            image: image.to_string(),
-            registry: registry_of(image),
-        },
-        Readiness::InvalidSpec(m) => Error::InvalidSpec {
-            field: "user".into(),
-            reason: format!("{m}; set sandbox.user to a numeric non-root uid"),
-        },
-        Readiness::StartFailed(m) => Error::StartFailed {
-            reason: m,
-            hint: None,
-        },
-        Readiness::PullBackOff(m) => Error::ImagePull {
-            image: image.to_string(),
-            reason: m,
-        },
-        Readiness::Ready | Readiness::Waiting(_) => Error::StartFailed {
-            reason: "internal: not a final verdict".into(),
-            hint: None,
-        },
-    }
+/// The RBAC rule a `Forbidden` message asks for: `User "u" cannot create resource "pods" in API group "" in the
+/// namespace "ns"` → `{apiGroups: [""], resources: ["pods"], verbs: ["create"]}` (a subresource as
+/// `pods/exec`).
+fn forbidden_rule(message: &str) -> Option<String> {
+    let quoted_after = |key: &str| -> Option<String> {
+        let rest = &message[message.find(key)? + key.len()..];
+        let rest = rest.strip_prefix('"')?;
+        Some(rest[..rest.find('"')?].to_string())
+    };
+    let verb = message
+        .split(" cannot ")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .to_string();
+    let resource = quoted_after("resource ")?;
+    let group = quoted_after("in API group ").unwrap_or_default();
+    let resource = match message.find("subresource ") {
+        Some(_) => format!("{resource}/{}", quoted_after("subresource ")?),
+        None => resource,
+    };
+    Some(format!(
+        "{{apiGroups: [\"{group}\"], resources: [\"{resource}\"], verbs: [\"{verb}\"]}}"
+    ))
 }
 
-/// The registry host of an image reference (`docker.io` when the first part is not a host).
-fn registry_of(image: &str) -> String {
-    match image.split_once('/') {
-        Some((first, _)) if first.contains('.') || first.contains(':') || first == "localhost" => {
-            first.to_string()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fail(code: u16, reason: &str, message: &str, details: Option<(&str, &str)>) -> ApiFail {
+        ApiFail {
+            code: Some(code),
+            message: message.into(),
+            reason: reason.into(),
+            details: details.map(|(k, n)| (k.into(), n.into())),
         }
-        _ => "docker.io".to_string(),
+    }
+
+    #[test]
+    fn api_failures_in_kubernetes_words() {
+        // As a 1.36 API server answers a create in a namespace that does not exist.
+        let e = fail(
+            404,
+            "NotFound",
+            "create pod: namespaces \"nope\" not found",
+            Some(("namespaces", "nope")),
+        )
+        .into_error();
+        let text = e.to_string();
+        assert!(matches!(e, Error::Unavailable { .. }), "{e:?}");
+        assert!(
+            text.contains("namespace nope does not exist") && !text.contains("container engine"),
+            "{text}"
+        );
+        // A pod that is not there is not a missing namespace.
+        let e = fail(
+            404,
+            "NotFound",
+            "get pod: pods \"x\" not found",
+            Some(("pods", "x")),
+        )
+        .into_error();
+        assert!(
+            matches!(
+                e,
+                Error::Engine {
+                    status: Some(404),
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let forbidden = "create pod: pods is forbidden: User \"limited\" cannot create resource \"pods\" in API \
+                         group \"\" in the namespace \"default\"";
+        let text = fail(403, "Forbidden", forbidden, Some(("pods", "")))
+            .into_error()
+            .to_string();
+        assert!(
+            text.contains(r#"{apiGroups: [""], resources: ["pods"], verbs: ["create"]}"#),
+            "{text}"
+        );
+        let exec = "pods \"p\" is forbidden: User \"u\" cannot create resource \"pods\" in API group \"\" \
+                    in the namespace \"ns\": subresource \"exec\"";
+        assert_eq!(
+            forbidden_rule(exec).as_deref(),
+            Some(r#"{apiGroups: [""], resources: ["pods/exec"], verbs: ["create"]}"#)
+        );
+        let np = "User \"u\" cannot delete resource \"networkpolicies\" in API group \"networking.k8s.io\" in \
+                  the namespace \"ns\"";
+        assert_eq!(
+            forbidden_rule(np).as_deref(),
+            Some(r#"{apiGroups: ["networking.k8s.io"], resources: ["networkpolicies"], verbs: ["delete"]}"#)
+        );
+        assert_eq!(forbidden_rule("something else"), None);
     }
 }

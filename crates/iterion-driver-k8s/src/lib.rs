@@ -52,11 +52,13 @@
 //! ```
 #![deny(missing_docs)]
 
+mod abandon;
 pub mod cluster;
 mod driver;
 mod kapi;
 pub mod manifest;
 pub mod names;
+mod ready;
 mod run;
 pub mod script;
 pub mod spec_check;

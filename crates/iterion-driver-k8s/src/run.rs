@@ -252,10 +252,24 @@ impl Run for K8sRun {
                 reason: r.message,
             })?;
         let shared = self.shared.clone();
-        // Step 1: the script, over stdin, so that no value reaches the request URL.
-        let (code, stderr) = shared
-            .small(&script::put_argv(id.as_str()), Some(text.as_bytes()), PUT_BOUND)
-            .await?;
+        // Step 1: the script, over stdin, so that no value reaches the request URL; written again (twice at
+        // most) when it did not arrive whole.
+        let put = script::put_argv(id.as_str(), text.len());
+        let mut attempt = 0;
+        let (code, stderr) = loop {
+            attempt += 1;
+            let (code, stderr) = shared.small(&put, Some(text.as_bytes()), PUT_BOUND).await?;
+            if code != script::PUT_INCOMPLETE || attempt == 3 {
+                break (code, stderr);
+            }
+        };
+        if code == script::PUT_INCOMPLETE {
+            return Err(Error::ExecStart {
+                reason: format!(
+                    "the exec script did not reach the pod whole in {attempt} attempts (the kubelet ended its stdin early)"
+                ),
+            });
+        }
         if code != 0 {
             return Err(Error::ExecStart {
                 reason: format!("writing the exec script exited {code}: {}", tail(&stderr)),
@@ -288,6 +302,10 @@ impl Run for K8sRun {
                 .await
                 .unwrap_or_else(|_| Err(SessionError::Transport("the exec session was dropped".into())));
             let code = waiter.verdict(s).await?;
+            // Killed by a signal: when the pod is gone or going (deleted, evicted) the command went with it.
+            if code > 128 && waiter.inspect(Error::Cancelled).await.is_sandbox_gone() {
+                return Err(Error::gone());
+            }
             if code == 126 && !pid_file_exists(&waiter, &exec_id).await {
                 return Err(Error::ExecStart {
                     reason: "the exec script could not run in the pod (exit 126 before it recorded its pid)"

@@ -20,14 +20,25 @@ pub fn pid_path(id: &str) -> String {
     format!("{EXEC_DIR}/{id}.pid")
 }
 
-/// The argv of the first exec: writes its stdin to the script path, readable by the pod user only.
-pub fn put_argv(id: &str) -> Vec<String> {
+/// Exit code of the first exec when the script did not arrive whole (the caller writes it again).
+pub const PUT_INCOMPLETE: i32 = 75;
+
+/// The command of the first exec: writes its stdin to the script path, readable by the pod user only, then
+/// checks that all `$2` bytes arrived (with `wc` when the image has it, else that the file is not empty) and
+/// exits [`PUT_INCOMPLETE`] otherwise. A kubelet may end a short exec's stdin before the bytes sent with it reach
+/// the process: the script is then empty, and running it would report success for a command that never ran.
+pub const PUT_COMMAND: &str = "umask 077 && cat > \"$1\" || exit; n=$(wc -c < \"$1\" 2>/dev/null); \
+if [ -n \"$n\" ]; then [ $n -eq \"$2\" ]; else [ -s \"$1\" ]; fi || { rm -f \"$1\"; exit 75; }";
+
+/// The argv of the first exec for a script of `len` bytes (see [`PUT_COMMAND`]).
+pub fn put_argv(id: &str, len: usize) -> Vec<String> {
     vec![
         "/bin/sh".into(),
         "-c".into(),
-        "umask 077 && cat > \"$1\"".into(),
+        PUT_COMMAND.into(),
         "iterion-put".into(),
         script_path(id),
+        len.to_string(),
     ]
 }
 
@@ -136,7 +147,8 @@ mod tests {
         let lines: Vec<&str> = s.lines().collect();
         assert_eq!(lines[0], "echo $$ > '/run/iterion/exec/abc.pid'");
         assert_eq!(lines[1], "rm -f '/run/iterion/exec/abc.sh'");
-        assert_eq!(put_argv("abc")[4], "/run/iterion/exec/abc.sh");
+        assert_eq!(put_argv("abc", 7)[4], "/run/iterion/exec/abc.sh");
+        assert_eq!(put_argv("abc", 7)[5], "7");
         assert_eq!(run_argv("abc"), ["/bin/sh", "/run/iterion/exec/abc.sh"]);
     }
 }

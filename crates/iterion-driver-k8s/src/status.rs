@@ -1,8 +1,8 @@
 //! Reading what the cluster says: the exec status channel (07 §9, §15.5) and a pod's readiness while the driver
 //! waits for it (§10). Pure functions over the JSON the API server sends.
 
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use serde::Deserialize;
 
 /// What the exec status channel (channel 3) said.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +68,62 @@ pub enum Readiness {
     InvalidSpec(String),
     /// The container cannot start, or ended, or the pod failed (`SANDBOX_START_FAILED`).
     StartFailed(String),
+    /// The object is not a pod as far as readiness goes (its `status` has the wrong shape): why.
+    Unreadable(String),
+}
+
+/// The part of a pod that readiness reads. Only these fields are decoded, each optional, so that a field a newer
+/// server adds (or one a typed model declares required) never hides the pod's state.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct PodView {
+    status: Option<StatusView>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct StatusView {
+    phase: Option<String>,
+    reason: Option<String>,
+    message: Option<String>,
+    conditions: Option<Vec<ConditionView>>,
+    container_statuses: Option<Vec<ContainerView>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ConditionView {
+    #[serde(rename = "type")]
+    type_: String,
+    status: String,
+    reason: Option<String>,
+    message: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ContainerView {
+    state: Option<StateView>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct StateView {
+    waiting: Option<WaitingView>,
+    terminated: Option<TerminatedView>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct WaitingView {
+    reason: Option<String>,
+    message: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct TerminatedView {
+    exit_code: i64,
 }
 
 fn lower_has(s: &str, words: &[&str]) -> bool {
@@ -75,7 +131,7 @@ fn lower_has(s: &str, words: &[&str]) -> bool {
     words.iter().any(|w| l.contains(w))
 }
 
-fn container_verdict(cs: &ContainerStatus) -> Option<Readiness> {
+fn container_verdict(cs: &ContainerView) -> Option<Readiness> {
     let state = cs.state.as_ref()?;
     if let Some(t) = &state.terminated {
         return Some(Readiness::StartFailed(format!(
@@ -117,8 +173,9 @@ fn container_verdict(cs: &ContainerStatus) -> Option<Readiness> {
 
 /// Classifies a pod object (JSON, as a GET or a watch event carries it).
 pub fn readiness(pod_json: &serde_json::Value) -> Readiness {
-    let Ok(pod) = serde_json::from_value::<Pod>(pod_json.clone()) else {
-        return Readiness::Waiting("the pod object could not be read".into());
+    let pod = match PodView::deserialize(pod_json) {
+        Ok(p) => p,
+        Err(e) => return Readiness::Unreadable(e.to_string()),
     };
     let Some(status) = pod.status else {
         return Readiness::Waiting("no status yet".into());
@@ -253,5 +310,24 @@ mod tests {
                  "message": "0/3 nodes are available"}]}})),
             Readiness::Waiting("0/3 nodes are available".into())
         );
+    }
+
+    #[test]
+    fn readiness_reads_only_what_it_needs() {
+        // Fields a typed pod model does not expect, or expects in another shape, do not hide the state.
+        let pod = json!({"kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": "p", "generation": 1, "creationTimestamp": "not a time"},
+            "spec": {"containers": "not a list"},
+            "status": {"phase": "Running", "observedGeneration": 1,
+                "conditions": [{"type": "Ready", "status": "True", "observedGeneration": 1,
+                                "lastProbeTime": null}],
+                "containerStatuses": [{"name": "workload", "ready": true,
+                    "allocatedResourcesStatus": [{"name": "x", "resources": [{"health": "Healthy"}]}],
+                    "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}});
+        assert_eq!(readiness(&pod), Readiness::Ready);
+        assert!(matches!(
+            readiness(&json!({"status": {"conditions": "not a list"}})),
+            Readiness::Unreadable(_)
+        ));
     }
 }

@@ -298,6 +298,12 @@ async fn k1_the_networkpolicy_comes_before_the_pod_and_goes_after_it() {
         .collect();
     kinds.sort();
     assert_eq!(kinds, ["Container", "Network"], "{managed:?}");
+    // The reaper finds the run's store (an annotation: a path is no label value) and its run id.
+    let store = dir.path().join("store").display().to_string();
+    for m in managed.iter().filter(|m| m.name == name) {
+        assert_eq!(m.labels.get("iterion.io/store"), Some(&store), "{m:?}");
+        assert!(m.labels.contains_key("iterion.io/run-id"), "{m:?}");
+    }
     for m in &managed {
         assert_eq!(
             driver.owner_liveness(m).await,
@@ -460,4 +466,126 @@ async fn conformance_suite_against_a_real_cluster() {
         missing.is_empty(),
         "cases of the subset that did not pass: {missing:?}"
     );
+}
+
+/// A start of `driver` on the fake for a fresh run (no proxy).
+async fn start_once(
+    driver: &K8sDriver,
+    image: &str,
+    store: &Path,
+) -> iterion_driver::Result<iterion_driver::Started> {
+    let ws = tempfile::tempdir().expect("workspace");
+    let prepared = driver.prepare(PrepareRequest::new(sandbox(image))).await?;
+    let req = StartRequest::new(
+        conformance::unique_name(),
+        std::fs::canonicalize(ws.path()).expect("canonical"),
+        owner::current_owner(store.to_path_buf()),
+    );
+    driver.start(prepared, None, req).await
+}
+
+/// As against a 1.36 API server over etcd without watch progress notifications: a watch that allows bookmarks
+/// gets only an `ERROR` event. The wait for `Ready` asks for none, sees the pod and goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_on_a_server_without_watch_progress_sees_its_pod_ready() {
+    if !iterion_test_support::engine_required("a_start_on_a_server_without_watch_progress_sees_its_pod_ready")
+    {
+        return;
+    }
+    let image = iterion_test_support::docker_image::ensure_test_image().expect("test image");
+    let fake = EngineFake::start("iterion-progress")
+        .await
+        .expect("fake API server");
+    fake.without_watch_progress();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let driver = driver_with(&fake, dir.path(), |s| {
+        s.pod_ready_timeout = Duration::from_secs(30)
+    });
+    let started = start_once(&driver, &image, &dir.path().join("store"))
+        .await
+        .expect("start");
+    let report = started.run.cleanup().await;
+    assert!(report.container_removed && report.errors.is_empty(), "{report:?}");
+    let watches: Vec<String> = fake
+        .requests()
+        .iter()
+        .filter(|r| r.query.contains("watch=true"))
+        .map(|r| r.query.clone())
+        .collect();
+    assert!(
+        !watches.is_empty() && watches.iter().all(|q| !q.contains("allowWatchBookmarks=true")),
+        "{watches:?}"
+    );
+    let errors = fake.shutdown().await;
+    assert!(errors.is_empty(), "shutdown: {errors:?}");
+}
+
+/// A namespace that does not exist is named as such (not as a container engine failure), and nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_namespace_is_reported_in_kubernetes_words() {
+    if !iterion_test_support::engine_required("a_missing_namespace_is_reported_in_kubernetes_words") {
+        return;
+    }
+    let image = iterion_test_support::docker_image::ensure_test_image().expect("test image");
+    let fake = EngineFake::start("iterion-ns").await.expect("fake API server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let driver = driver_with(&fake, dir.path(), |s| s.namespace = Some("nope".into()));
+    let err = start_once(&driver, &image, &dir.path().join("store"))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, iterion_driver::Error::Unavailable { .. }),
+        "{err:?}"
+    );
+    assert!(
+        text.contains("namespace nope does not exist")
+            && text.contains("ITERION_SANDBOX_K8S_NAMESPACE")
+            && !text.contains("container engine"),
+        "{text}"
+    );
+    assert!(fake.pod_names("nope").is_empty());
+    let errors = fake.shutdown().await;
+    assert!(errors.is_empty(), "shutdown: {errors:?}");
+}
+
+/// As on a real kubelet, an exec's stdin may end before its bytes arrive: the exec script is then written
+/// again, never run empty (which reported exit 0 and no output for a command that never ran).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_whose_script_lost_its_stdin_writes_it_again() {
+    if !iterion_test_support::engine_required("an_exec_whose_script_lost_its_stdin_writes_it_again") {
+        return;
+    }
+    let image = iterion_test_support::docker_image::ensure_test_image().expect("test image");
+    let fake = EngineFake::start("iterion-stdin").await.expect("fake API server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let driver = driver_with(&fake, dir.path(), |_| {});
+    let started = start_once(&driver, &image, &dir.path().join("store"))
+        .await
+        .expect("start");
+    let run: Arc<dyn Run> = Arc::from(started.run);
+    fake.lose_stdin_of_next_execs(2);
+    let c = exec_collect(
+        &*run,
+        ExecRequest::new(["sh", "-c", "echo out; exit 3"]),
+        OutputLimits::default(),
+    )
+    .await
+    .expect("exec");
+    assert_eq!(
+        (c.status.code, c.stdout_text().as_str()),
+        (3, "out\n"),
+        "{}",
+        c.stderr_text()
+    );
+    // Lost every time: the exec fails, naming why.
+    fake.lose_stdin_of_next_execs(3);
+    let err = exec_collect(&*run, ExecRequest::new(["true"]), OutputLimits::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("did not reach the pod whole"), "{err}");
+    let report = run.cleanup().await;
+    assert!(report.container_removed && report.errors.is_empty(), "{report:?}");
+    let errors = fake.shutdown().await;
+    assert!(errors.is_empty(), "shutdown: {errors:?}");
 }

@@ -21,7 +21,12 @@ const NS: &str = "ns1";
 const RUN: &str = "0190f5c2-7d1e-7abc-9def-0123456789ab";
 const POD: &str = "iterion-0190f5c2-7d1e-7abc-9def-0123456789ab";
 const SSAR: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
-const PUT: &[&str] = &["/bin/sh", "-c", "umask 077 && cat > \"$1\"", "iterion-put"];
+const PUT: &[&str] = &[
+    "/bin/sh",
+    "-c",
+    iterion_driver_k8s::script::PUT_COMMAND,
+    "iterion-put",
+];
 
 fn pods() -> String {
     format!("/api/v1/namespaces/{NS}/pods")
@@ -824,7 +829,9 @@ async fn cancelling_an_exec_signals_its_recorded_pid() {
                     }
                 })
                 .exec(ExecBackend::exit(0)),
-        );
+        )
+        // exit 143: the pod is looked at, and runs (the command's own end)
+        .expect(Expect::new("GET", &pod_path()).json(200, ready_pod()));
     let req = ExecRequest::new(["sleep", "60"]);
     let token = req.cancel.clone();
     let exec = run.exec(req).await.expect("exec");
@@ -863,5 +870,286 @@ async fn large_streams_cross_in_both_directions() {
     assert_eq!(c.stdout.len(), big_out.len());
     fx.fake.expect(delete_pod()).expect(pod_gone());
     run.cleanup().await;
+    fx.fake.finish().expect("fake");
+}
+
+/// A watch line that is no watch event (as a proxy in front of the API server, or a decoder that does not know
+/// the server's objects, would make of one).
+fn garbage(delay_ms: u64) -> (Duration, Value) {
+    (
+        Duration::from_millis(delay_ms),
+        json!("<html>502 Bad Gateway</html>"),
+    )
+}
+
+#[tokio::test]
+async fn an_undecodable_watch_event_is_counted_and_the_wait_goes_on() {
+    let fx = Fx::new(&[]).await;
+    let driver = fx.driver(|s| {
+        s.pod_ip = None;
+        s.pod_ready_timeout = Duration::from_secs(5);
+    });
+    let bookmark = json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+        "metadata": {"resourceVersion": "41", "annotations": {"k8s.io/initial-events-end": "true"}}}});
+    fx.fake
+        .expect(create_pod())
+        .expect(
+            Expect::new("GET", &pods())
+                .query("watch", "true")
+                .query("resourceVersion", "0")
+                .query("fieldSelector", &format!("metadata.name={POD}"))
+                .watch(
+                    vec![
+                        (Duration::ZERO, bookmark),
+                        event("ADDED", pending_pod("waiting for a node"), 0),
+                        garbage(10),
+                        event("MODIFIED", ready_pod(), 10),
+                    ],
+                    true,
+                ),
+        )
+        .expect(probe())
+        .expect(copy_ws("notes.txt"));
+    let logs = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let sink = logs.clone();
+    let prepared = driver
+        .prepare(PrepareRequest::new(sandbox()))
+        .await
+        .expect("prepare");
+    let mut req = fx.request(false);
+    req.events = iterion_driver::EventSink::new(move |e| {
+        if let iterion_driver::DriverEvent::Log { message, .. } = e {
+            sink.lock().unwrap().push(message);
+        }
+    });
+    let started = driver.start(prepared, None, req).await.expect("start");
+    let logs = logs.lock().unwrap().clone();
+    assert!(
+        logs.iter()
+            .any(|l| l.contains("an event could not be decoded") && l.contains("1 in a row")),
+        "the undecodable event was not logged: {logs:?}"
+    );
+    fx.fake.expect(delete_pod()).expect(pod_gone());
+    started.run.cleanup().await;
+    fx.fake.finish().expect("fake");
+}
+
+#[tokio::test]
+async fn watch_failures_in_a_row_end_the_wait_with_their_cause() {
+    let fx = Fx::new(&[]).await;
+    let driver = fx.driver(|s| s.pod_ready_timeout = Duration::from_secs(60));
+    fx.fake
+        .expect(create_policy())
+        .expect(create_pod())
+        .expect(watch((0..5).map(|_| garbage(0)).collect()))
+        .expect(delete_pod())
+        .expect(pod_gone())
+        .expect(delete_policy());
+    let err = prepare_and_start(&fx, &driver, true).await.unwrap_err();
+    let Error::StartFailed { reason, .. } = &err else {
+        panic!("expected StartFailed, got {err:?}");
+    };
+    assert!(
+        reason.contains("failed 5 times in a row")
+            && reason.contains("an event could not be decoded")
+            && reason.contains("502 Bad Gateway"),
+        "{reason}"
+    );
+    fx.fake.finish().expect("fake");
+}
+
+#[tokio::test]
+async fn an_expired_watch_starts_over_and_a_status_event_is_named() {
+    let fx = Fx::new(&[]).await;
+    let driver = fx.driver(|s| {
+        s.pod_ip = None;
+        s.pod_ready_timeout = Duration::from_secs(5);
+    });
+    let status = |code: u16, reason: &str, message: &str| {
+        json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Failure", "message": message, "reason": reason, "code": code}})
+    };
+    let rewatch = |rv: &str, events: Vec<(Duration, Value)>, hold: bool| {
+        Expect::new("GET", &pods())
+            .query("watch", "true")
+            .query("resourceVersion", rv)
+            .watch(events, hold)
+    };
+    let mut pending = pending_pod("waiting for a node");
+    pending["metadata"]["resourceVersion"] = json!("77");
+    fx.fake
+        .expect(create_pod())
+        // the first watch ends (the server's timeout): watched again from the last resource version
+        .expect(rewatch("0", vec![event("ADDED", pending, 0)], false))
+        // that one expired: from the start (not a failure)
+        .expect(rewatch(
+            "77",
+            vec![(
+                Duration::ZERO,
+                status(410, "Expired", "too old resource version: 77 (90)"),
+            )],
+            false,
+        ))
+        // an error the server names: counted, the pod read once, watched again
+        .expect(rewatch(
+            "0",
+            vec![(Duration::ZERO, status(500, "InternalError", "etcd is sad"))],
+            false,
+        ))
+        .expect(Expect::new("GET", &pod_path()).json(200, pending_pod("waiting for a node")))
+        .expect(rewatch("0", vec![event("ADDED", ready_pod(), 0)], true))
+        .expect(probe())
+        .expect(copy_ws("notes.txt"));
+    let started = prepare_and_start(&fx, &driver, false).await.expect("start");
+    fx.fake.expect(delete_pod()).expect(pod_gone());
+    started.run.cleanup().await;
+    fx.fake.finish().expect("fake");
+}
+
+/// Starts with a lease (as the runtime does), drops the start after `after` (a cancelled run, the runtime's
+/// start bound), then releases the lease as the run's cleanup does.
+async fn start_dropped(fx: &Fx, driver: &K8sDriver, after: Duration) -> Vec<String> {
+    let lease = driver
+        .network(iterion_driver::NetworkRequest::new(RUN, fx.dir.path(), false))
+        .await
+        .expect("lease");
+    let prepared = driver
+        .prepare(PrepareRequest::new(sandbox()))
+        .await
+        .expect("prepare");
+    let start = driver.start(prepared, Some(&lease), fx.request(true));
+    assert!(
+        tokio::time::timeout(after, start).await.is_err(),
+        "the start ended before it was dropped"
+    );
+    tokio::task::spawn_blocking(move || lease.release())
+        .await
+        .expect("release")
+}
+
+// Multi-threaded: the drop waits for the pod's DELETE, which the fake (on this runtime) answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_cancelled_while_waiting_for_ready_removes_the_pod_then_its_network_policy() {
+    let fx = Fx::new(&[]).await;
+    let driver = fx.driver(|_| {});
+    fx.fake
+        .expect(create_policy())
+        .expect(create_pod())
+        .expect(watch(vec![event("ADDED", pending_pod("waiting for a node"), 0)]))
+        .expect(delete_pod())
+        .expect(pod_gone())
+        .expect(delete_policy());
+    let errors = start_dropped(&fx, &driver, Duration::from_millis(500)).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    fx.fake.finish().expect("fake");
+}
+
+// Multi-threaded: the drop waits for the pod's DELETE, which the fake (on this runtime) answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_cancelled_during_the_workspace_copy_removes_the_pod_then_its_network_policy() {
+    let fx = Fx::new(&[]).await;
+    let driver = fx.driver(|_| {});
+    let mut stalled = ExecBackend::exit(0);
+    stalled.delay = Duration::from_secs(30);
+    fx.fake
+        .expect(create_policy())
+        .expect(create_pod())
+        .expect(watch(vec![event("ADDED", ready_pod(), 0)]))
+        .expect(probe())
+        .expect(
+            Expect::new("GET", &exec_path())
+                .command(&["tar", "-x", "-f", "-", "-C", "/workspace"])
+                .exec(stalled),
+        )
+        .expect(delete_pod())
+        .expect(pod_gone())
+        .expect(delete_policy());
+    let errors = start_dropped(&fx, &driver, Duration::from_millis(1500)).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    fx.fake.finish().expect("fake");
+}
+
+// Multi-threaded: the drop waits for the pod's DELETE, which the fake (on this runtime) answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_start_cancelled_while_waiting_has_its_pod_deleted_before_the_drop_returns() {
+    let fx = Fx::new(&[]).await;
+    let driver = fx.driver(|s| s.pod_ip = None);
+    fx.fake
+        .expect(create_pod())
+        .expect(watch(vec![event("ADDED", pending_pod("waiting for a node"), 0)]))
+        .expect(delete_pod())
+        .expect(pod_gone());
+    let prepared = driver
+        .prepare(PrepareRequest::new(sandbox()))
+        .await
+        .expect("prepare");
+    let start = driver.start(prepared, None, fx.request(false));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), start)
+            .await
+            .is_err()
+    );
+    // No lease waits for this one: the DELETE was answered when the drop returned.
+    let deleted = format!("DELETE {}", pod_path());
+    assert!(
+        fx.fake.log().iter().any(|l| l.starts_with(&deleted)),
+        "{:#?}",
+        fx.fake.log()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    fx.fake.finish().expect("fake");
+}
+
+// Multi-threaded: the drop waits for the pod's DELETE, which the fake (on this runtime) answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_cancelled_while_creating_its_pod_removes_its_network_policy() {
+    let fx = Fx::new(&[]).await;
+    let driver = fx.driver(|_| {});
+    // The NetworkPolicy is created, the pod's POST hangs: the policy goes, no pod was created.
+    fx.fake
+        .expect(create_policy())
+        .expect(Expect::new("POST", &pods()).reply_with(|_| {
+            std::thread::sleep(Duration::from_secs(2));
+            Reply::Json(500, status_body(500, "InternalError", "too late"))
+        }))
+        .expect(delete_policy());
+    let errors = start_dropped(&fx, &driver, Duration::from_millis(500)).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    fx.fake.finish().expect("fake");
+}
+
+#[tokio::test]
+async fn a_command_killed_with_its_deleted_pod_is_sandbox_gone() {
+    let fx = Fx::new(&[]).await;
+    let driver = fx.driver(|s| s.pod_ip = None);
+    let started = started_open(&fx, &driver).await;
+    // As a kubelet reports the exec of a pod deleted with grace 0: exit 137; the pod is gone.
+    fx.fake
+        .expect(put("exec env 'sleep' '600'"))
+        .expect(run_script(ExecBackend::exit(137)))
+        .expect(pod_gone());
+    let err = exec_collect(
+        started.run.as_ref(),
+        ExecRequest::new(["sleep", "600"]),
+        OutputLimits::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.is_sandbox_gone(), "{err:?}");
+    // The same exit code in a pod that runs is the command's own.
+    fx.fake
+        .expect(put("exec env 'kill' '-9' '$$'"))
+        .expect(run_script(ExecBackend::exit(137)))
+        .expect(Expect::new("GET", &pod_path()).json(200, ready_pod()));
+    let c = exec_collect(
+        started.run.as_ref(),
+        ExecRequest::new(["kill", "-9", "$$"]),
+        OutputLimits::default(),
+    )
+    .await
+    .expect("exec");
+    assert_eq!(c.status.code, 137);
+    fx.fake.expect(delete_pod()).expect(pod_gone());
+    started.run.cleanup().await;
     fx.fake.finish().expect("fake");
 }

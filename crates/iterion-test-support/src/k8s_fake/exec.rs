@@ -112,6 +112,16 @@ fn target(shared: &Shared, ns: &str, name: &str, req: &Request) -> Result<Target
 }
 
 /// Whether the pod of `uid` still exists and is not being removed.
+/// Whether this session loses its stdin ([`super::EngineFake::lose_stdin_of_next_execs`]).
+fn take_lost_stdin(shared: &Shared) -> bool {
+    let mut st = shared.lock();
+    if st.lose_stdin == 0 {
+        return false;
+    }
+    st.lose_stdin -= 1;
+    true
+}
+
 fn still_there(shared: &Shared, ns: &str, name: &str, uid: &str) -> bool {
     let st = shared.lock();
     st.pods
@@ -166,7 +176,13 @@ pub(crate) async fn session(
     };
     let (tx, rx) = mpsc::channel::<Message>(8);
     let writer = tokio::spawn(write_frames(sink, rx));
-    let stdin = exec.stdin.take();
+    let mut stdin = exec.stdin.take();
+    if stdin.is_some() && take_lost_stdin(shared) {
+        // As a kubelet sometimes does to a short exec: end-of-file before the bytes sent with it arrive.
+        if let Some(mut w) = stdin.take() {
+            let _ = w.shutdown().await;
+        }
+    }
     let reader = tokio::spawn(read_frames(source, stdin));
     let out = forward(exec.stdout.take(), STDOUT, tx.clone());
     let err = forward(exec.stderr.take(), STDERR, tx.clone());

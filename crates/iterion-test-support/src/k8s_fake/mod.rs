@@ -21,7 +21,10 @@
 //! `ErrImagePull` for one the engine cannot find, `CreateContainerConfigError` when `runAsNonRoot` meets a root
 //! or non-numeric image user or the spec uses what the fake does not serve — a volume other than `emptyDir`,
 //! `valueFrom`, several containers — `CreateContainerError` otherwise). Watches send `ADDED` for the current
-//! objects, then `MODIFIED` and `DELETED` as they happen.
+//! objects (then a `BOOKMARK` when the watch allows them), then `MODIFIED` and `DELETED` as they happen. As an API
+//! server, it creates nothing in a namespace that does not exist (`404` for the namespace; see
+//! [`EngineFake::add_namespace`]), and [`EngineFake::without_watch_progress`] makes it answer a watch that allows
+//! bookmarks as a 1.36 server over etcd without progress notifications does.
 //!
 //! Not emulated: the container's `command` (the container runs the docker driver's own idle process, as a
 //! sandbox pod's `sleep infinity` would), resources and limits, scheduling, restarts, and the pod network.
@@ -102,6 +105,13 @@ pub(crate) struct State {
     pub unknown: Vec<String>,
     /// Every engine container the fake created (removed on drop).
     pub containers: Vec<String>,
+    /// The namespaces that exist: the kubeconfig's, those of every cluster, and any added.
+    pub namespaces: std::collections::BTreeSet<String>,
+    /// Whether the storage reports watch progress (etcd progress notifications). Without it a 1.36 API server
+    /// answers a watch that allows bookmarks with an `ERROR` event only.
+    pub no_watch_progress: bool,
+    /// How many of the next exec sessions with stdin get end-of-file at once, their stdin bytes lost.
+    pub lose_stdin: u32,
 }
 
 impl State {
@@ -190,8 +200,22 @@ impl EngineFake {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (events, _) = broadcast::channel(1024);
+        let namespace = namespace.into();
+        let state = State {
+            namespaces: [
+                "default",
+                "kube-system",
+                "kube-public",
+                "kube-node-lease",
+                &namespace,
+            ]
+            .into_iter()
+            .map(str::to_string)
+            .collect(),
+            ..State::default()
+        };
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(state),
             events,
             driver,
             scratch: tempfile::Builder::new().prefix("iterion-k8sfake-").tempdir()?,
@@ -218,7 +242,7 @@ impl EngineFake {
         });
         Ok(EngineFake {
             addr,
-            namespace: namespace.into(),
+            namespace,
             shared,
         })
     }
@@ -231,6 +255,26 @@ impl EngineFake {
     /// The namespace of the kubeconfig.
     pub fn namespace(&self) -> &str {
         &self.namespace
+    }
+
+    /// Makes `namespace` exist (the kubeconfig's and those of every cluster — `default`, `kube-system`,
+    /// `kube-public`, `kube-node-lease` — exist from the start; a create anywhere else is `404 NotFound` for the
+    /// namespace, as an API server answers).
+    pub fn add_namespace(&self, namespace: &str) {
+        self.shared.lock().namespaces.insert(namespace.to_string());
+    }
+
+    /// The next `n` exec sessions that attach stdin lose it: the process gets end-of-file at once and the bytes
+    /// the client sends are dropped, as a real kubelet (1.36 over containerd) sometimes does to a short exec.
+    pub fn lose_stdin_of_next_execs(&self, n: u32) {
+        self.shared.lock().lose_stdin = n;
+    }
+
+    /// Serves watches as a 1.36 API server over storage without watch progress notifications (etcd 3.4) does: a
+    /// watch that allows bookmarks gets one `ERROR` event (`500`, `RequestWatchProgress is disabled`) and ends.
+    /// By default the fake's storage has them, and such a watch gets a `BOOKMARK` after the current objects.
+    pub fn without_watch_progress(&self) {
+        self.shared.lock().no_watch_progress = true;
     }
 
     /// Writes `<dir>/kubeconfig`: one context whose server is [`EngineFake::url`], the fake's namespace and a
@@ -516,6 +560,7 @@ async fn watch<S: AsyncRead + AsyncWrite + Unpin>(
         }
     };
     record(shared, req, 200);
+    let bookmarks = req.q1("allowWatchBookmarks").is_some_and(|b| b == "true");
     let timeout = req
         .q1("timeoutSeconds")
         .and_then(|t| t.parse().ok())
@@ -525,18 +570,54 @@ async fn watch<S: AsyncRead + AsyncWrite + Unpin>(
         |o: &Value| o["metadata"]["namespace"].as_str() == Some(ns) && labels.matches(o) && fields.matches(o);
     // Subscribe before the snapshot: no change falls between the two.
     let mut rx = shared.events.subscribe();
-    let current: Vec<Value> = {
+    let (current, rv, no_progress): (Vec<Value>, u64, bool) = {
         let st = shared.lock();
-        match resource {
+        let current = match resource {
             "pods" => st.pods.values().map(|p| p.object.clone()).collect(),
             _ => st.policies.values().cloned().collect(),
-        }
+        };
+        (current, st.rv, st.no_watch_progress)
     };
     if wire::start_chunked(stream.get_mut()).await.is_err() {
         return;
     }
+    if bookmarks && no_progress {
+        let status = status_body(
+            500,
+            "InternalError",
+            "a watch stream was requested by the client but the required storage feature RequestWatchProgress \
+             is disabled",
+        );
+        let line = format!("{}\n", json!({"type": "ERROR", "object": status}));
+        let _ = wire::write_chunk(stream.get_mut(), line.as_bytes()).await;
+        let _ = wire::end_chunked(stream.get_mut()).await;
+        return;
+    }
     for o in current.into_iter().filter(|o| wanted(o)) {
         let line = format!("{}\n", json!({"type": "ADDED", "object": o}));
+        if wire::write_chunk(stream.get_mut(), line.as_bytes())
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+    if bookmarks {
+        let kind = if resource == "pods" {
+            "Pod"
+        } else {
+            "NetworkPolicy"
+        };
+        let api_version = if resource == "pods" {
+            "v1"
+        } else {
+            "networking.k8s.io/v1"
+        };
+        let line = format!(
+            "{}\n",
+            json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version,
+                   "metadata": {"resourceVersion": rv.to_string()}}})
+        );
         if wire::write_chunk(stream.get_mut(), line.as_bytes())
             .await
             .is_err()

@@ -175,6 +175,10 @@ fn create(shared: &Arc<Shared>, resource: &'static str, ns: &str, req: &Request)
     }
     let key = (ns.to_string(), name.clone());
     let mut st = shared.lock();
+    // As an API server: nothing is created in a namespace that does not exist.
+    if !st.namespaces.contains(ns) {
+        return (404, not_found("namespaces", ns));
+    }
     let taken = match resource {
         "pods" => st.pods.contains_key(&key),
         _ => st.policies.contains_key(&key),

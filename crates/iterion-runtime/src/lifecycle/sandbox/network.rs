@@ -122,7 +122,13 @@ impl Setup<'_> {
             iterion_driver::EgressPlacement::Advisory => NetworkPlacement::Advisory,
             _ => NetworkPlacement::Relay,
         };
-        if placement == iterion_driver::EgressPlacement::Advisory {
+        // An advisory placement that a NetworkPolicy encloses (kubernetes) is not Docker Desktop's.
+        if placement == iterion_driver::EgressPlacement::Advisory && lease.enforced {
+            self.em.log(
+                LogLevel::Info,
+                "sandbox: the pod reaches the proxy over the pod network; its NetworkPolicy admits only the proxy (as far as the cluster's network plugin enforces NetworkPolicies)",
+            );
+        } else if placement == iterion_driver::EgressPlacement::Advisory {
             let reason = "the engine cannot reach a host socket (Docker Desktop); the proxy is advisory: processes that ignore HTTP(S)_PROXY bypass it";
             self.em.log(LogLevel::Warn, &format!("sandbox: {reason}"));
             let engine = driver.engine_info().await.map(|i| i.engine).unwrap_or_default();
