@@ -63,7 +63,7 @@ fn tls_flag_errors_exit_2() {
     refused(
         &["--tls-inspect", "--secret", "GH_TOKEN=10.0.0.0/8"],
         &[("GH_TOKEN", VALUE)],
-        "host of secret GH_TOKEN '10.0.0.0/8': only host-name patterns are allowed",
+        "host of secret GH_TOKEN '10.0.0.0/8': a CIDR range is not allowed here; bind host names or single IP addresses",
     );
     refused(
         &[
